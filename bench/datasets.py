@@ -1,0 +1,81 @@
+"""Benchmark folders: ``tools.jsonl`` ({id, name, description, parameters}) and ``queries.jsonl``
+({id, history: [{role, content}], query, gold: [tool ids], category}). Extra keys are kept."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from magicselector.catalog import Catalog, load_catalog
+from magicselector.dialogue import ROLES
+from magicselector.errors import CatalogError, InputError
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    query: str
+    gold: tuple[str, ...]
+    history: tuple[dict[str, str], ...] = ()
+    category: str = "all"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    path: Path
+    catalog: Catalog
+    queries: list[Query]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def load_queries(path: Path, catalog: Catalog) -> list[Query]:
+    out = []
+    seen = set()
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{where}: not valid JSON ({e})") from None
+            qid, query, gold = row.get("id"), row.get("query"), row.get("gold")
+            if not isinstance(qid, (str, int)) or str(qid) in seen:
+                raise InputError(f"{where}: missing or repeated query id {qid!r}")
+            if not isinstance(query, str) or not query.strip():
+                raise InputError(f"{where}: 'query' must be a non-empty string")
+            if not isinstance(gold, list) or not gold or not all(isinstance(g, str) for g in gold):
+                raise InputError(f"{where}: 'gold' must be a non-empty list of tool ids")
+            unknown = [g for g in gold if g not in catalog]
+            if unknown:
+                raise InputError(f"{where}: gold tool ids not in tools.jsonl: {unknown[:5]}")
+            history = row.get("history") or []
+            if not isinstance(history, list):
+                raise InputError(f"{where}: 'history' must be a list of turns")
+            for i, t in enumerate(history):
+                if not isinstance(t, dict) or t.get("role") not in ROLES or not isinstance(t.get("content"), str):
+                    raise InputError(f"{where}: history[{i}] must be {{role in {ROLES}, content: str}}")
+            seen.add(str(qid))
+            extra = {k: v for k, v in row.items() if k not in ("id", "query", "gold", "history", "category")}
+            out.append(Query(str(qid), query, tuple(dict.fromkeys(gold)), tuple(history),
+                             str(row.get("category") or "all"), extra))
+    if not out:
+        raise InputError(f"{path}: holds no queries")
+    return out
+
+
+def load_benchmark(path: str | Path) -> Benchmark:
+    path = Path(path)
+    if not (path / "tools.jsonl").is_file() or not (path / "queries.jsonl").is_file():
+        raise InputError(f"{path}: a benchmark folder holds tools.jsonl and queries.jsonl")
+    try:
+        catalog = load_catalog(path / "tools.jsonl")
+    except CatalogError:
+        raise
+    return Benchmark(path, catalog, load_queries(path / "queries.jsonl", catalog))

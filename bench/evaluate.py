@@ -1,0 +1,225 @@
+"""``magicselector eval``: quality of a bundle's pipeline on a benchmark folder.
+
+The dataset's own tools are indexed with the bundle's embedder (embeddings cached on disk), then
+every query is ranked by the chosen retriever (dense = the Selector itself, bm25, or hybrid) and
+cut by the configured rule. Reports NDCG@k, Recall@k, Completeness@k; for adaptive cuts,
+Completeness@K and mean K next to Completeness at a fixed k of the rounded mean K; the mean
+number of schema tokens handed to the assistant; and the same per category.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from magicselector.bundle import Bundle, cache_home, ensure_default_bundle
+from magicselector.catalog import Catalog, schema_tokens, tool_text
+from magicselector.config import SelectorConfig
+from magicselector.dialogue import retrieval_text, validate_history
+from magicselector.errors import InputError
+from magicselector.selector import Selector
+from magicselector.stages.cut import CutConfig, apply_cut
+from magicselector.stages.fuse import RankedList, reciprocal_rank_fusion
+from magicselector.stages.index import ToolIndex
+
+from .datasets import Benchmark, Query, load_benchmark
+from .metrics import completeness_at_k, mean, ndcg_at_k, recall_at_k
+
+RETRIEVERS = ("dense", "bm25", "hybrid")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    k: int = 10
+    adaptive: bool = False
+    history: str = "none"
+    retriever: str = "dense"
+    cut: CutConfig = field(default_factory=lambda: CutConfig(rule="paper"))
+    limit: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.retriever not in RETRIEVERS:
+            raise InputError(f"retriever must be one of {RETRIEVERS}, got {self.retriever!r}")
+        if self.k < 1:
+            raise InputError("k must be >= 1")
+
+
+def _cached_tool_vectors(selector: Selector, catalog: Catalog) -> np.ndarray:
+    """Tool embeddings for a dataset catalog, cached by embedder hash + tool texts."""
+    texts = [tool_text(t) for t in catalog]
+    model_sha = ""
+    if selector.bundle is not None:
+        emb = selector.bundle.manifest["embedder"]["file"]
+        model_sha = selector.bundle.manifest["files"][emb]["sha256"]
+    key = hashlib.sha256((model_sha + "\x00" + "\x00".join(texts)).encode()).hexdigest()[:24]
+    path = cache_home() / "embeddings" / f"{key}.npy"
+    if path.is_file():
+        vecs = np.load(path)
+        if vecs.shape == (len(texts), selector.embedder.dim):
+            return vecs
+    order = np.argsort([len(t) for t in texts])  # similar lengths batch with little padding
+    vecs = np.zeros((len(texts), selector.embedder.dim), dtype=np.float32)
+    batch = 64
+    for start in range(0, len(order), batch):
+        idx = order[start:start + batch]
+        vecs[idx] = selector.embedder.embed([texts[i] for i in idx])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, vecs)
+    tmp.replace(path)
+    return vecs
+
+
+def selector_for_catalog(base: Selector, catalog: Catalog, config: SelectorConfig) -> Selector:
+    """A Selector over another catalog, sharing the base Selector's embedder."""
+    vecs = _cached_tool_vectors(base, catalog)
+    index = ToolIndex(vecs.shape[1], base.index.dtype)
+    index.add(catalog.ids, vecs)
+    return Selector(catalog, base.embedder, index, config=config, bundle=base.bundle)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def bm25_tokens(text: str) -> list[str]:
+    return _WORD.findall(text.lower().replace("_", " "))
+
+
+class BM25Ranker:
+    def __init__(self, catalog: Catalog) -> None:
+        try:
+            from rank_bm25 import BM25Okapi
+        except ImportError:
+            raise InputError("the bm25 and hybrid retrievers need rank-bm25: pip install 'magicselector[bench]'") from None
+        self.ids = catalog.ids
+        self._bm25 = BM25Okapi([bm25_tokens(tool_text(t)) for t in catalog])
+
+    def rank(self, text: str, count: int) -> tuple[list[str], np.ndarray]:
+        scores = self._bm25.get_scores(bm25_tokens(text))
+        top = np.argsort(-scores, kind="stable")[:count]
+        return [self.ids[i] for i in top], scores[top].astype(np.float32)
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    if enabled:
+        try:
+            from tqdm import tqdm
+
+            return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0, leave=False)
+        except ImportError:
+            pass
+
+    class _Null:
+        def update(self, n: int = 1) -> None: ...
+
+        def close(self) -> None: ...
+
+    return _Null()
+
+
+def _summarise(rows: list[dict[str, Any]], k: int, adaptive: bool, token_cost: Callable[[Sequence[str]], int]) -> dict[str, Any]:
+    out = {
+        "queries": len(rows),
+        f"ndcg@{k}": mean(r["ndcg"] for r in rows),
+        f"recall@{k}": mean(r["recall"] for r in rows),
+        f"completeness@{k}": mean(r["complete"] for r in rows),
+        "completeness@K": mean(r["complete_K"] for r in rows),
+        "mean_k": mean(r["K"] for r in rows),
+        "schema_tokens": mean(r["tokens"] for r in rows),
+    }
+    if adaptive and rows:
+        fixed = max(1, int(round(out["mean_k"])))
+        out["fixed_k_at_mean_k"] = fixed
+        out["completeness@fixed_k_at_mean_k"] = mean(completeness_at_k(r["ranked"], r["gold"], fixed) for r in rows)
+        out["schema_tokens@fixed_k_at_mean_k"] = mean(token_cost(r["ranked"][:fixed]) for r in rows)
+    return out
+
+
+def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(), bundle: str | Path | None = None,
+             progress: bool = True, base: Selector | None = None) -> dict[str, Any]:
+    """Evaluate the pipeline on a benchmark folder; returns the report (see module docstring)."""
+    bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark)
+    queries = bench.queries
+    if config.limit is not None and config.limit < len(queries):
+        rng = np.random.default_rng(config.seed)  # a seeded sample, so limited runs are comparable
+        queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
+    cut = config.cut if config.adaptive else CutConfig(rule="fixed", fixed_k=config.k)
+    candidates = max(config.k, cut.k_max if config.adaptive else config.k, 30)
+    sel_config = SelectorConfig(history=config.history, candidates=candidates, cut=cut)
+    t0 = time.perf_counter()
+    if base is None:
+        base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress))
+    selector = selector_for_catalog(base, bench.catalog, sel_config)
+    bm25 = BM25Ranker(bench.catalog) if config.retriever in ("bm25", "hybrid") else None
+    cost = {t.id: schema_tokens(t) for t in bench.catalog}
+
+    def token_cost(ids: Sequence[str]) -> int:
+        return sum(cost[i] for i in ids)
+
+    rows = []
+    bar = _progress(len(queries), f"eval {bench.name}", progress)
+    for q in queries:
+        if config.retriever == "dense":
+            sel = selector.select(q.query, q.history)
+            ranked, K = sel.ranked_ids, sel.k
+        else:
+            text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), config.history,
+                                  sel_config.history_turns)
+            ids, scores = bm25.rank(text, candidates)
+            if config.retriever == "hybrid":
+                sel = selector.select(q.query, q.history)
+                fused = reciprocal_rank_fusion([RankedList(sel.ranked_ids, sel.ranked_scores), RankedList(ids, scores)])
+                ids, scores = fused.ids[:candidates], fused.scores[:candidates]
+            emb = selector.index.vectors(ids) if cut.rule != "fixed" else None
+            ranked, K = list(ids), apply_cut(cut, np.asarray(scores), emb).k
+        rows.append({
+            "category": q.category, "gold": q.gold, "ranked": ranked, "K": K,
+            "ndcg": ndcg_at_k(ranked, q.gold, config.k), "recall": recall_at_k(ranked, q.gold, config.k),
+            "complete": completeness_at_k(ranked, q.gold, config.k),
+            "complete_K": completeness_at_k(ranked, q.gold, K), "tokens": token_cost(ranked[:K]),
+        })
+        bar.update()
+    bar.close()
+    by_cat: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_cat[r["category"]].append(r)
+    report = {
+        "dataset": str(bench.path),
+        "overall": _summarise(rows, config.k, config.adaptive, token_cost),
+        "by_category": {c: _summarise(rs, config.k, config.adaptive, token_cost) for c, rs in sorted(by_cat.items())},
+        "config": {**asdict(config), "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,
+                   "tools": len(bench.catalog), "seconds": round(time.perf_counter() - t0, 2)},
+    }
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A plain-text table of a report: overall, then per category."""
+    k = report["config"]["k"]
+    adaptive = report["config"]["adaptive"]
+    cols = [f"ndcg@{k}", f"recall@{k}", f"completeness@{k}", "completeness@K", "mean_k", "schema_tokens"]
+    if adaptive:
+        cols += ["fixed_k_at_mean_k", "completeness@fixed_k_at_mean_k"]
+    head = f"{'category':<22} {'n':>6} " + " ".join(f"{c:>{max(8, len(c))}}" for c in cols)
+    lines = [f"{report['dataset']}  retriever={report['config']['retriever']} history={report['config']['history']} "
+             f"adaptive={adaptive} tools={report['config']['tools']}", head]
+
+    def line(name: str, m: dict[str, Any]) -> str:
+        vals = []
+        for c in cols:
+            v = m.get(c, float("nan"))
+            vals.append(f"{v:>{max(8, len(c))}.3f}" if isinstance(v, float) else f"{v:>{max(8, len(c))}}")
+        return f"{name:<22} {m['queries']:>6} " + " ".join(vals)
+
+    lines.append(line("overall", report["overall"]))
+    for cat, m in report["by_category"].items():
+        lines.append(line(cat[:22], m))
+    return "\n".join(lines)

@@ -1,0 +1,22 @@
+"""magicselector: on-device tool selection for phone assistants.
+
+    from magicselector import Selector
+    selector = Selector.from_bundle()            # the default bundle, built and cached on first use
+    selection = selector.select("turn on bluetooth and play some jazz")
+    print([t.name for t in selection.tools], selection.k, selection.timings_ms)
+"""
+from .bundle import Bundle, default_bundle_dir, ensure_default_bundle
+from .catalog import Catalog, Tool, load_catalog, load_phone_catalog, tool_text
+from .config import SelectorConfig
+from .errors import BundleError, CatalogError, InputError, MagicSelectorError, UnknownToolError
+from .selector import SelectedTool, Selection, Selector
+from .stages.cut import Cut, CutConfig, paper_cut
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bundle", "BundleError", "Catalog", "CatalogError", "Cut", "CutConfig", "InputError",
+    "MagicSelectorError", "SelectedTool", "Selection", "Selector", "SelectorConfig", "Tool",
+    "UnknownToolError", "default_bundle_dir", "ensure_default_bundle", "load_catalog",
+    "load_phone_catalog", "paper_cut", "tool_text",
+]

@@ -1,0 +1,198 @@
+"""The ``magicselector`` command. Export, bench and train code is imported only by the
+subcommands that need it, so the runtime commands stay lean."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import InputError, MagicSelectorError
+
+DEMO_FILE = Path(__file__).resolve().parent / "demo" / "dialogue.json"
+
+
+def _selector(args: argparse.Namespace, **config: Any):
+    from .config import SelectorConfig
+    from .selector import Selector
+    from .stages.cut import CutConfig
+
+    cut = CutConfig(rule=getattr(args, "cut", "paper"), k_min=getattr(args, "k_min", 1), k_max=getattr(args, "k_max", 20),
+                    fixed_k=getattr(args, "k", 10))
+    cfg = SelectorConfig(history=getattr(args, "history_mode", "none"), cut=cut, threads=getattr(args, "threads", 1),
+                         **config)
+    return Selector.from_bundle(args.bundle, config=cfg, progress=True)
+
+
+def _print_selection(sel, indent: str = "  ") -> None:
+    names = ", ".join(f"{t.name} ({t.score:.2f})" for t in sel.tools)
+    stages = " ".join(f"{k}={v:.1f}" for k, v in sel.timings_ms.items() if k != "total")
+    print(f"{indent}sub-tasks [{sel.decomposer}]: {' | '.join(sel.subtasks)}")
+    print(f"{indent}tools (K={sel.k}, k_score={sel.cut.k_score}, k_sim={sel.cut.k_sim}): {names}")
+    print(f"{indent}ms: {stages} total={sel.timings_ms['total']:.1f}")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    script = json.loads(DEMO_FILE.read_text(encoding="utf-8"))
+    selector = _selector(args)
+    history: list[dict[str, str]] = []
+    out = []
+    print(f"{script['title']}  (bundle: {selector.bundle.path if selector.bundle else '-'}, "
+          f"{len(selector.catalog)} tools, history={selector.config.history})")
+    for n, turn in enumerate(script["turns"], 1):
+        sel = selector.select(turn["user"], history)
+        if args.json:
+            out.append({"turn": n, "user": turn["user"], **sel.to_dict()})
+        else:
+            print(f"\n[{n}] user: {turn['user']}")
+            _print_selection(sel)
+            print(f"  assistant: {turn['assistant']}")
+        history += [{"role": "user", "content": turn["user"]}, {"role": "assistant", "content": turn["assistant"]}]
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+def _read_history(path: str | None) -> list[dict[str, str]]:
+    if not path:
+        return []
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such history file") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from None
+    if isinstance(data, dict):
+        data = data.get("history", data.get("turns"))
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a JSON list of {{role, content}} turns")
+    return data
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    history = _read_history(args.history)
+    selector = _selector(args)
+    sel = selector.select(args.utterance, history)
+    if args.json:
+        print(json.dumps({**sel.to_dict(), "schemas": selector.schemas(sel)}, indent=2))
+    else:
+        _print_selection(sel, indent="")
+    return 0
+
+
+def cmd_bundle_build(args: argparse.Namespace) -> int:
+    from .bundle import default_bundle_dir
+
+    out = Path(args.out) if args.out else default_bundle_dir()
+    if (out / "manifest.json").exists() and not args.force:
+        print(f"bundle already built: {out} (use --force to rebuild)")
+        return 0
+    from magicselector.export.bundle import build_default_bundle
+
+    build_default_bundle(out, progress=True)
+    print(out)
+    return 0
+
+
+def cmd_bundle_verify(args: argparse.Namespace) -> int:
+    from .bundle_check import verify_bundle
+
+    checks = verify_bundle(args.dir)
+    print(json.dumps({"ok": True, **checks}, indent=2))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from magicselector.bench.evaluate import EvalConfig, evaluate, format_report
+
+    from .stages.cut import CutConfig
+
+    config = EvalConfig(k=args.k, adaptive=args.adaptive, history=args.history, retriever=args.retriever,
+                        cut=CutConfig(rule="paper", k_min=args.k_min, k_max=args.k_max), limit=args.limit)
+    report = evaluate(args.dataset, config, bundle=args.bundle, progress=not args.quiet)
+    print(format_report(report))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from magicselector.bench.mobile import GeneratorConfig, generate_benchmark
+
+    summary = generate_benchmark(args.out, GeneratorConfig(seed=args.seed, dialogues=args.dialogues))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def selector_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--bundle", help="bundle folder (default: the embedded default bundle, built on first use)")
+        sp.add_argument("--history-mode", choices=["none", "user", "all"], default="none",
+                        help="what of the dialogue retrieval sees (default: none)")
+        sp.add_argument("--cut", choices=["paper", "fixed"], default="paper", help="Top-K rule (default: paper)")
+        sp.add_argument("--k", type=int, default=10, help="k for --cut fixed")
+        sp.add_argument("--k-min", type=int, default=1)
+        sp.add_argument("--k-max", type=int, default=20)
+        sp.add_argument("--threads", type=int, default=1)
+
+    sp = sub.add_parser("demo", help="a scripted multi-turn phone dialogue: tools, K and stage times per turn")
+    selector_args(sp)
+    sp.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sp.set_defaults(func=cmd_demo)
+
+    sp = sub.add_parser("select", help="select tools for one utterance")
+    sp.add_argument("utterance")
+    sp.add_argument("--history", help="JSON file: a list of {role, content} turns before the utterance")
+    sp.add_argument("--json", action="store_true", help="print the selection (and tool schemas) as JSON")
+    selector_args(sp)
+    sp.set_defaults(func=cmd_select)
+
+    bp = sub.add_parser("bundle", help="build or verify bundles").add_subparsers(dest="bundle_command", required=True)
+    sp = bp.add_parser("build", help="build the default bundle (needs the export extra)")
+    sp.add_argument("--out", help="output folder (default: the cache folder the runtime loads from)")
+    sp.add_argument("--force", action="store_true", help="rebuild even if the bundle exists")
+    sp.set_defaults(func=cmd_bundle_build)
+    sp = bp.add_parser("verify", help="check hashes, load every artifact, re-run the golden vectors")
+    sp.add_argument("dir")
+    sp.set_defaults(func=cmd_bundle_verify)
+
+    sp = sub.add_parser("eval", help="evaluate on a benchmark folder (tools.jsonl + queries.jsonl)")
+    sp.add_argument("dataset")
+    sp.add_argument("--k", type=int, default=10)
+    sp.add_argument("--adaptive", action="store_true", help="cut with the adaptive Top-K rule")
+    sp.add_argument("--k-min", type=int, default=1)
+    sp.add_argument("--k-max", type=int, default=20)
+    sp.add_argument("--history", choices=["none", "user", "all"], default="none")
+    sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default="dense")
+    sp.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    sp.add_argument("--bundle")
+    sp.add_argument("--limit", type=int, help="evaluate a seeded sample of this many queries")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.set_defaults(func=cmd_eval)
+
+    sp = sub.add_parser("generate", help="generate the mobile multi-turn benchmark (train/dev/test/test_ood)")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--dialogues", type=int, default=1200)
+    sp.set_defaults(func=cmd_generate)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MagicSelectorError as e:
+        print(f"magicselector: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The Selector: decompose -> embed -> search -> (rerank) -> fuse -> cut, with per-stage timings."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .bundle import Bundle, ensure_default_bundle
+from .catalog import Catalog, Tool, load_catalog, tool_text
+from .config import SelectorConfig
+from .dialogue import validate_history, validate_query
+from .errors import BundleError
+from .stages.cut import Cut, apply_cut
+from .stages.decompose import Decomposer, PassthroughDecomposer
+from .stages.embed import Embedder, OnnxEmbedder
+from .stages.fuse import FUSIONS, RankedList
+from .stages.index import ToolIndex
+
+
+@dataclass(frozen=True)
+class SelectedTool:
+    id: str
+    name: str
+    score: float
+    subtask: str  # the sub-task (or the utterance itself) under which the tool ranked best
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the Selector chose for one turn."""
+
+    tools: list[SelectedTool]
+    k: int
+    cut: Cut
+    subtasks: list[str]
+    candidates: int
+    timings_ms: dict[str, float]
+    decomposer: str = "none"
+    ranked_ids: list[str] = field(default_factory=list)  # the whole ranked list before the cut
+    ranked_scores: list[float] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[str]:
+        return [t.id for t in self.tools]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tools": [{"id": t.id, "name": t.name, "score": round(float(t.score), 6), "subtask": t.subtask}
+                      for t in self.tools],
+            "k": self.k,
+            "cut": {"rule": self.cut.rule, "k_score": self.cut.k_score, "k_sim": self.cut.k_sim},
+            "subtasks": list(self.subtasks),
+            "candidates": self.candidates,
+            "decomposer": self.decomposer,
+            "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
+        }
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._t0 = time.perf_counter()
+
+    def lap(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.ms[stage] = self.ms.get(stage, 0.0) + (now - since) * 1e3
+        return now
+
+    def total(self) -> None:
+        self.ms["total"] = (time.perf_counter() - self._t0) * 1e3
+
+
+class Selector:
+    """Selects the tools a phone assistant needs for a dialogue turn.
+
+    One Selector can be shared across threads: inference sessions are thread-safe, and catalog
+    changes (add_tool / remove_tool) swap the catalog under a lock.
+    """
+
+    def __init__(self, catalog: Catalog, embedder: Embedder, index: ToolIndex,
+                 config: SelectorConfig | None = None, decomposer: Decomposer | None = None,
+                 bundle: Bundle | None = None) -> None:
+        self.config = config or SelectorConfig()
+        self.catalog = catalog
+        self.embedder = embedder
+        self.index = index
+        self.decomposer = decomposer or PassthroughDecomposer(self.config.history, self.config.history_turns)
+        self.bundle = bundle
+        self._lock = threading.RLock()
+        missing = [t.id for t in catalog if t.id not in index]
+        if missing or len(index) != len(catalog):
+            raise BundleError(f"index and catalog disagree ({len(index)} vs {len(catalog)} tools; "
+                              f"e.g. {missing[:3]} not indexed)")
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_bundle(cls, path: str | Path | None = None, config: SelectorConfig | None = None,
+                    verify: bool = True, progress: bool = False) -> "Selector":
+        """Load a bundle folder (the default bundle, built on first use, when ``path`` is None)."""
+        config = config or SelectorConfig()
+        bundle = Bundle.open(path if path is not None else ensure_default_bundle(progress=progress), verify=verify)
+        emb = bundle.section("embedder")
+        idx = bundle.section("index")
+        cat = bundle.section("catalog")
+        if not (emb and idx and cat):
+            raise BundleError(f"{bundle.path}: manifest lacks an embedder, index or catalog section")
+        catalog = load_catalog(bundle.file(cat["file"]))
+        embedder = OnnxEmbedder.from_path(bundle.file(emb["file"]), bundle.file(emb["tokenizer"]),
+                                          dim=int(emb["dim"]), max_length=int(emb.get("max_length", 128)),
+                                          threads=config.threads)
+        index = ToolIndex.view(bundle.file(idx["file"]), catalog.ids)
+        return cls(catalog, embedder, index, config=config, bundle=bundle)
+
+    def with_config(self, **changes: Any) -> "Selector":
+        """A Selector sharing this one's models and index, with some settings changed."""
+        config = replace(self.config, **changes)
+        return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
+                        decomposer=None if "history" in changes else self.decomposer)
+
+    # -- catalog changes at run time ------------------------------------------------------------
+    def add_tool(self, tool: Tool) -> None:
+        """Add a tool, or replace the tool with the same id, without rebuilding anything."""
+        vec = self.embedder.embed([tool_text(tool)])
+        with self._lock:
+            self.index.add([tool.id], vec)
+            self.catalog = self.catalog.with_tool(tool)
+
+    def remove_tool(self, tool_id: str) -> None:
+        with self._lock:
+            self.catalog.get(tool_id)  # raises UnknownToolError with the id
+            self.index.remove(tool_id)
+            self.catalog = self.catalog.without(tool_id)
+
+    # -- selection ----------------------------------------------------------------------------
+    def select(self, query: str, history: Iterable[Any] | None = ()) -> Selection:
+        timer = _Timer()
+        t = time.perf_counter()
+        query = validate_query(query, self.config.max_query_chars)
+        turns = validate_history(history)
+        subtasks = self.decomposer.decompose(query, turns) or [query]
+        t = timer.lap("decompose", t)
+
+        # The plain utterance is always retrieved too, as the anchor list (ToolQP).
+        texts = list(dict.fromkeys([query, *subtasks]))
+        vectors = self.embedder.embed(texts)
+        t = timer.lap("embed", t)
+
+        with self._lock:
+            catalog, index = self.catalog, self.index
+            results = index.search(vectors, self.config.candidates)
+            t = timer.lap("search", t)
+            lists = [RankedList(ids, scores) for ids, scores in results]
+            if len(lists) == 1:
+                ids, scores, source = list(lists[0].ids), np.asarray(lists[0].scores), [0] * len(lists[0].ids)
+            else:
+                fused = FUSIONS[self.config.fusion](lists)
+                ids, scores, source = fused.ids, fused.scores, fused.source
+            t = timer.lap("fuse", t)
+            embeddings = index.vectors(ids) if self.config.cut.rule != "fixed" else None
+        cut = apply_cut(self.config.cut, scores, embeddings)
+        timer.lap("cut", t)
+        chosen = [SelectedTool(i, catalog.get(i).name, float(s), texts[src])
+                  for i, s, src in zip(ids[:cut.k], scores[:cut.k], source[:cut.k])]
+        timer.total()
+        return Selection(tools=chosen, k=cut.k, cut=cut, subtasks=subtasks, candidates=len(ids),
+                         timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
+                         ranked_scores=[float(x) for x in scores])
+
+    def schemas(self, selection: Selection) -> list[dict[str, Any]]:
+        """The MCP tool entries to hand to the assistant's LLM for a selection."""
+        return [self.catalog.get(t.id).to_mcp() for t in selection.tools]

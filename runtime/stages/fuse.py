@@ -1,0 +1,56 @@
+"""Fusing several ranked candidate lists (one per sub-task, plus the original utterance as anchor).
+
+``peak_rank_fusion`` is ToolQP's aggregation: a tool's fused rank is the best rank it reached in
+any single list, so a sub-task that produced many lists does not outvote the others. Ties (the
+same best rank in several lists) go to the higher score, then to the earlier list.
+``reciprocal_rank_fusion`` (Cormack et al.) is kept for comparison.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RankedList:
+    """One retrieval result: ids best first, with their scores."""
+
+    ids: Sequence[str]
+    scores: Sequence[float]
+
+
+@dataclass(frozen=True)
+class Fused:
+    ids: list[str]
+    scores: np.ndarray  # the score each tool had where it reached its peak
+    source: list[int]   # index of the list where each tool reached its peak
+
+
+def peak_rank_fusion(lists: Sequence[RankedList]) -> Fused:
+    best: dict[str, tuple[int, float, int]] = {}
+    for li, lst in enumerate(lists):
+        for rank, (tid, score) in enumerate(zip(lst.ids, lst.scores)):
+            key = (rank, -float(score), li)
+            if tid not in best or key < best[tid]:
+                best[tid] = key
+    order = sorted(best.items(), key=lambda kv: kv[1])
+    return Fused([t for t, _ in order], np.array([-k[1] for _, k in order], dtype=np.float32),
+                 [k[2] for _, k in order])
+
+
+def reciprocal_rank_fusion(lists: Sequence[RankedList], k: int = 60) -> Fused:
+    total: dict[str, float] = {}
+    peak: dict[str, tuple[int, int]] = {}
+    for li, lst in enumerate(lists):
+        for rank, tid in enumerate(lst.ids):
+            total[tid] = total.get(tid, 0.0) + 1.0 / (k + rank + 1)
+            if tid not in peak or rank < peak[tid][0]:
+                peak[tid] = (rank, li)
+    order = sorted(total.items(), key=lambda kv: (-kv[1], peak[kv[0]]))
+    return Fused([t for t, _ in order], np.array([s for _, s in order], dtype=np.float32),
+                 [peak[t][1] for t, _ in order])
+
+
+FUSIONS = {"peak": peak_rank_fusion, "rrf": reciprocal_rank_fusion}

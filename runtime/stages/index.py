@@ -1,0 +1,168 @@
+"""The tool index: a usearch index over tool embeddings, one file, memory-mapped on load.
+
+Keys are a stable 63-bit hash of the tool id, so the index file needs no side table: the catalog
+gives the ids, and loading checks that the index holds exactly those ids. A viewed (memory-mapped)
+index is immutable; the first add or remove copies it into memory (copy-on-write).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import BundleError, InputError, UnknownToolError
+
+DTYPES = ("f32", "f16", "i8")
+
+
+def tool_key(tool_id: str) -> int:
+    """Stable uint64 key of a tool id (blake2b, top bit cleared)."""
+    digest = hashlib.blake2b(tool_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class ToolIndex:
+    """Cosine nearest-neighbour search over tool vectors, addressed by tool id."""
+
+    def __init__(self, ndim: int, dtype: str = "f16", *, _index=None, _path: Path | None = None) -> None:
+        from usearch.index import Index
+
+        if dtype not in DTYPES:
+            raise InputError(f"index dtype must be one of {DTYPES}, got {dtype!r}")
+        self.ndim = int(ndim)
+        self.dtype = dtype
+        self._index = _index if _index is not None else Index(ndim=self.ndim, metric="cos", dtype=dtype)
+        self._path = _path
+        self._viewed = _index is not None and _path is not None
+        self._id_by_key: dict[int, str] = {}
+
+    # -- persistence ---------------------------------------------------------------------------
+    @classmethod
+    def view(cls, path: str | Path, ids: Sequence[str]) -> "ToolIndex":
+        """Memory-map an index file and bind it to the catalog's ids (which must match exactly)."""
+        return cls._open(path, ids, view=True)
+
+    @classmethod
+    def load(cls, path: str | Path, ids: Sequence[str]) -> "ToolIndex":
+        return cls._open(path, ids, view=False)
+
+    @classmethod
+    def _open(cls, path: str | Path, ids: Sequence[str], view: bool) -> "ToolIndex":
+        from usearch.index import Index
+
+        path = Path(path)
+        if not path.is_file():
+            raise BundleError(f"index file not found: {path}")
+        try:
+            raw = Index.restore(str(path), view=view)
+        except Exception as e:  # usearch raises plain RuntimeError/ValueError on bad files
+            raise BundleError(f"{path}: not a readable usearch index ({e})") from None
+        if raw is None:
+            raise BundleError(f"{path}: not a readable usearch index")
+        dtype = str(raw.dtype).split(".")[-1].lower()
+        index = cls(raw.ndim, dtype if dtype in DTYPES else "f32", _index=raw, _path=path)
+        index._viewed = view
+        index._bind(ids)
+        return index
+
+    def _bind(self, ids: Sequence[str]) -> None:
+        keys = {tool_key(i): i for i in ids}
+        if len(keys) != len(ids):
+            raise BundleError("tool ids collide on their index keys (or repeat)")
+        if len(self._index) != len(keys):
+            raise BundleError(f"index holds {len(self._index)} tools but the catalog has {len(keys)}: "
+                              "the index and catalog are out of step; rebuild the bundle")
+        missing = [i for k, i in keys.items() if not self._index.contains(k)]
+        if missing:
+            raise BundleError(f"index lacks {len(missing)} catalog tools, e.g. {missing[:3]}; rebuild the bundle")
+        self._id_by_key = keys
+
+    def save(self, path: str | Path) -> None:
+        self._index.save(str(path))
+
+    # -- mutation ------------------------------------------------------------------------------
+    def _writable(self):
+        if self._viewed:  # copy-on-write: a memory-mapped index cannot change in place
+            from usearch.index import Index
+
+            copy = Index(ndim=self.ndim, metric="cos", dtype=self.dtype)
+            keys = np.array(list(self._id_by_key), dtype=np.uint64)
+            if len(keys):
+                copy.add(keys, self._get_raw(keys))
+            self._index, self._viewed = copy, False
+        return self._index
+
+    def add(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Add tools; an id already present is replaced."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape != (len(ids), self.ndim):
+            raise InputError(f"expected vectors of shape ({len(ids)}, {self.ndim}), got {vectors.shape}")
+        if len(set(ids)) != len(ids):
+            raise InputError("add(): the same tool id appears twice")
+        index = self._writable()
+        keys = [tool_key(i) for i in ids]
+        for k, i in zip(keys, ids):
+            other = self._id_by_key.get(k)
+            if other is not None and other != i:
+                raise InputError(f"tool ids {i!r} and {other!r} collide on their index key")
+            if other is not None:
+                index.remove(k)
+        if keys:
+            index.add(np.array(keys, dtype=np.uint64), vectors)
+        self._id_by_key.update(zip(keys, ids))
+
+    def remove(self, tool_id: str) -> None:
+        key = tool_key(tool_id)
+        if key not in self._id_by_key:
+            raise UnknownToolError(f"unknown tool id {tool_id!r} (not in the index)")
+        self._writable().remove(key)
+        del self._id_by_key[key]
+
+    # -- queries -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._id_by_key)
+
+    def __contains__(self, tool_id: object) -> bool:
+        return isinstance(tool_id, str) and tool_key(tool_id) in self._id_by_key
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._id_by_key.values())
+
+    def search(self, queries: np.ndarray, count: int) -> list[tuple[list[str], np.ndarray]]:
+        """For each query vector, the ``count`` nearest tools as (ids, cosine similarities), best first."""
+        queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
+        count = min(int(count), len(self))
+        if count <= 0 or len(queries) == 0:
+            return [([], np.zeros(0, np.float32)) for _ in range(len(queries))]
+        matches = self._index.search(queries, count)
+        keys = np.atleast_2d(matches.keys)
+        dists = np.atleast_2d(matches.distances)
+        counts = np.atleast_1d(matches.counts) if hasattr(matches, "counts") else [keys.shape[1]] * len(keys)
+        out = []
+        for row_keys, row_d, n in zip(keys, dists, counts):
+            n = int(n)
+            ids = [self._id_by_key[int(k)] for k in row_keys[:n]]
+            out.append((ids, (1.0 - row_d[:n]).astype(np.float32)))
+        return out
+
+    def vectors(self, ids: Iterable[str]) -> np.ndarray:
+        """The stored vectors of these tools, as float32 unit vectors (for the adaptive cut's K_sim)."""
+        ids = list(ids)
+        keys = []
+        for i in ids:
+            k = tool_key(i)
+            if k not in self._id_by_key:
+                raise UnknownToolError(f"unknown tool id {i!r} (not in the index)")
+            keys.append(k)
+        if not keys:
+            return np.zeros((0, self.ndim), dtype=np.float32)
+        vecs = self._get_raw(np.array(keys, dtype=np.uint64))
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        return (vecs / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+    def _get_raw(self, keys: np.ndarray) -> np.ndarray:
+        got = self._index.get(keys, dtype=np.float32)
+        return np.stack(got) if isinstance(got, (tuple, list)) else np.atleast_2d(got)

@@ -1,0 +1,69 @@
+import json
+import shutil
+
+import pytest
+
+from magicselector import Bundle, BundleError, Selector
+from magicselector.bundle_check import verify_bundle
+
+
+@pytest.mark.slow
+def test_default_bundle_manifest(bundle_dir):
+    manifest = Bundle.open(bundle_dir).manifest
+    emb = manifest["embedder"]
+    assert emb["dim"] == 384 and emb["pooling"] == "mean" and emb["normalize"] is True
+    assert emb["quantization"]["type"] == "dynamic-int8" and emb["quantization"]["per_channel"] is True
+    # INT8 must stay close to the FP32 PyTorch model it came from.
+    assert emb["parity"]["mean_cosine"] > 0.98 and emb["parity"]["min_cosine"] > 0.97
+    assert emb["size_bytes"] < emb["fp32_size_bytes"] / 3
+    assert manifest["index"]["dtype"] in ("f16", "i8")
+    assert set(manifest["index"]["recall_at_10_vs_exact"]) == {"f16", "i8"}
+    for rel, entry in manifest["files"].items():
+        assert (bundle_dir / rel).stat().st_size == entry["size"] and len(entry["sha256"]) == 64
+
+
+@pytest.mark.slow
+def test_verify_runs_golden_vectors(bundle_dir):
+    checks = verify_bundle(bundle_dir)
+    assert checks["golden_embeddings_min_cosine"] > 0.999
+    assert checks["golden_adaptive_k"] >= 3
+
+
+@pytest.fixture()
+def bundle_copy(bundle_dir, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(bundle_dir, dst)
+    return dst
+
+
+@pytest.mark.slow
+def test_tampered_file_is_named(bundle_copy):
+    catalog = bundle_copy / "catalog.jsonl"
+    text = catalog.read_text()
+    catalog.write_text(text.replace("alarm", "alarn", 1))  # same size, different bytes
+    with pytest.raises(BundleError, match="catalog.jsonl.*sha256"):
+        Selector.from_bundle(bundle_copy)
+    with pytest.raises(BundleError, match="catalog.jsonl"):
+        verify_bundle(bundle_copy)
+
+
+@pytest.mark.slow
+def test_missing_and_truncated_files_are_named(bundle_copy):
+    (bundle_copy / "index.usearch").unlink()
+    with pytest.raises(BundleError, match="index.usearch.*missing"):
+        Bundle.open(bundle_copy)
+    model = bundle_copy / "embedder" / "model.onnx"
+    model.write_bytes(model.read_bytes()[:1000])
+    shutil.copy(bundle_copy / "catalog.jsonl", bundle_copy / "index.usearch")
+    with pytest.raises(BundleError, match="size"):
+        Bundle.open(bundle_copy)
+
+
+def test_not_a_bundle(tmp_path):
+    with pytest.raises(BundleError, match="no such bundle"):
+        Bundle.open(tmp_path / "nothing")
+    with pytest.raises(BundleError, match="no manifest.json"):
+        Bundle.open(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "magicselector-bundle", "format_version": 99}))
+    with pytest.raises(BundleError, match="format version"):
+        Bundle.open(tmp_path)

@@ -1,0 +1,68 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from magicselector.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "magicselector", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+def test_select_json(bundle_dir, tmp_path, capsys):
+    history = tmp_path / "h.json"
+    history.write_text(json.dumps([{"role": "user", "content": "turn on bluetooth"},
+                                   {"role": "assistant", "content": "Bluetooth is on."}]))
+    assert main(["select", "connect my headphones", "--bundle", str(bundle_dir), "--history", str(history),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["k"] == len(out["tools"]) == len(out["schemas"]) >= 1
+    assert {"embed", "search", "cut", "total"} <= set(out["timings_ms"])
+    assert out["schemas"][0]["inputSchema"]["type"] == "object"
+
+
+def test_demo_runs_the_scripted_dialogue(bundle_dir, capsys):
+    assert main(["demo", "--bundle", str(bundle_dir)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("user:") == 8 and "K=" in out and "ms:" in out
+
+
+def test_eval_writes_the_json_contract(bundle_dir, tiny_benchmark, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--adaptive", "--json", str(out),
+                 "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    assert {"ndcg@10", "recall@10", "completeness@10", "completeness@K", "mean_k", "schema_tokens"} <= set(report["overall"])
+    assert set(report["by_category"]) == {"single", "multi", "followup"}
+    assert report["config"]["retriever"] == "dense" and report["config"]["adaptive"] is True
+    assert report["overall"]["completeness@10"] == 1.0  # 6 tools: every gold tool is in the top 10
+    table = capsys.readouterr().out
+    assert "overall" in table and "completeness@K" in table
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--k", "3", "--retriever", "bm25",
+                 "--json", str(out), "--quiet"]) == 0
+    assert "ndcg@3" in json.loads(out.read_text())["overall"]
+
+
+def test_errors_exit_2_with_a_message(bundle_dir, tmp_path):
+    r = run_cli("select", "   ", "--bundle", str(bundle_dir))
+    assert r.returncode == 2 and "empty" in r.stderr
+    r = run_cli("select", "hi", "--bundle", str(tmp_path / "nope"))
+    assert r.returncode == 2 and "no such bundle" in r.stderr
+    bad = tmp_path / "h.json"
+    bad.write_text("{broken")
+    r = run_cli("select", "hi", "--bundle", str(bundle_dir), "--history", str(bad))
+    assert r.returncode == 2 and "not valid JSON" in r.stderr
+    r = run_cli("eval", str(tmp_path), "--bundle", str(bundle_dir))
+    assert r.returncode == 2 and "tools.jsonl" in r.stderr
+
+
+def test_bundle_verify_cli(bundle_dir):
+    r = run_cli("bundle", "verify", str(bundle_dir))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ok"] is True

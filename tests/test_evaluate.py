@@ -1,0 +1,35 @@
+import json
+
+import pytest
+
+from magicselector.bench.datasets import load_benchmark
+from magicselector.bench.evaluate import EvalConfig, evaluate
+from magicselector.errors import InputError
+
+
+def test_benchmark_validation(tiny_benchmark):
+    bench = load_benchmark(tiny_benchmark)
+    assert len(bench.catalog) == 6 and len(bench.queries) == 4
+    q = tiny_benchmark / "queries.jsonl"
+    rows = [json.loads(line) for line in q.read_text().splitlines()]
+    rows[0]["gold"] = ["no_such_tool"]
+    q.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match="no_such_tool"):
+        load_benchmark(tiny_benchmark)
+    rows[0]["gold"] = []
+    q.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match="non-empty list"):
+        load_benchmark(tiny_benchmark)
+
+
+@pytest.mark.slow
+def test_hybrid_and_history(bundle_dir, tiny_benchmark):
+    none = evaluate(tiny_benchmark, EvalConfig(k=1, retriever="dense"), bundle=bundle_dir, progress=False)
+    user = evaluate(tiny_benchmark, EvalConfig(k=1, retriever="dense", history="user"), bundle=bundle_dir, progress=False)
+    # "and tomorrow?" only finds the weather tool when the earlier user turn is carried along.
+    assert user["by_category"]["followup"]["ndcg@1"] == 1.0
+    assert user["by_category"]["followup"]["ndcg@1"] >= none["by_category"]["followup"]["ndcg@1"]
+    hybrid = evaluate(tiny_benchmark, EvalConfig(k=5, retriever="hybrid", adaptive=True), bundle=bundle_dir,
+                      progress=False)
+    assert 0.0 <= hybrid["overall"]["ndcg@5"] <= 1.0
+    assert 1 <= hybrid["overall"]["mean_k"] <= 6

@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from magicselector.errors import BundleError, InputError, UnknownToolError
+from magicselector.stages.index import ToolIndex, tool_key
+
+
+def unit(rng, n, d=16):
+    v = rng.normal(size=(n, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_add_search_remove_replace():
+    rng = np.random.default_rng(0)
+    vecs = unit(rng, 50)
+    ids = [f"tool_{i}" for i in range(50)]
+    index = ToolIndex(16, "f16")
+    index.add(ids, vecs)
+    (got, sims), = index.search(vecs[7], 3)
+    assert got[0] == "tool_7" and sims[0] == pytest.approx(1.0, abs=1e-2)
+    index.remove("tool_7")
+    assert "tool_7" not in index and len(index) == 49
+    (got, _), = index.search(vecs[7], 5)
+    assert "tool_7" not in got
+    # Replacing keeps one entry per id and moves it.
+    index.add(["tool_3"], vecs[10:11])
+    assert len(index) == 49
+    (got, _), = index.search(vecs[10], 2)
+    assert set(got) == {"tool_3", "tool_10"}
+    with pytest.raises(UnknownToolError):
+        index.remove("nope")
+    with pytest.raises(InputError):
+        index.add(["a", "a"], vecs[:2])
+    with pytest.raises(InputError):
+        index.add(["a"], vecs[:2])
+
+
+def test_persist_and_view_copy_on_write(tmp_path):
+    rng = np.random.default_rng(1)
+    vecs = unit(rng, 30)
+    ids = [f"t{i}" for i in range(30)]
+    index = ToolIndex(16, "f16")
+    index.add(ids, vecs)
+    path = tmp_path / "tools.usearch"
+    index.save(path)
+    viewed = ToolIndex.view(path, ids)
+    assert len(viewed) == 30
+    (got, _), = viewed.search(vecs[4], 1)
+    assert got == ["t4"]
+    np.testing.assert_allclose(viewed.vectors(["t4"])[0], vecs[4], atol=2e-3)
+    # A memory-mapped index is immutable; the first change copies it into memory, the file stays.
+    viewed.add(["new"], vecs[:1])
+    viewed.remove("t0")
+    assert "new" in viewed and "t0" not in viewed and len(viewed) == 30
+    again = ToolIndex.view(path, ids)
+    assert "t0" in again
+
+
+def test_view_refuses_an_index_out_of_step_with_the_catalog(tmp_path):
+    rng = np.random.default_rng(2)
+    index = ToolIndex(16, "i8")
+    index.add(["a", "b", "c"], unit(rng, 3))
+    path = tmp_path / "i.usearch"
+    index.save(path)
+    with pytest.raises(BundleError, match="out of step"):
+        ToolIndex.view(path, ["a", "b"])
+    with pytest.raises(BundleError, match="lacks"):
+        ToolIndex.view(path, ["a", "b", "zzz"])
+    (tmp_path / "bad.usearch").write_bytes(b"not an index")
+    with pytest.raises(BundleError):
+        ToolIndex.view(tmp_path / "bad.usearch", ["a"])
+
+
+def test_keys_are_stable():
+    assert tool_key("set_alarm") == tool_key("set_alarm")
+    assert tool_key("set_alarm") != tool_key("set_alarms")
+    assert tool_key("x") < 2**63
