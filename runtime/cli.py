@@ -175,6 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=cmd_eval)
 
+    # `magicselector bench ...` lives in magicselector.bench.cli (registered here; its heavy
+    # imports happen inside its commands, so parsing stays lean).
+    try:
+        from magicselector.bench.cli import register as register_bench
+    except ImportError:
+        register_bench = None
+    if register_bench is not None:
+        register_bench(sub)
+
     sp = sub.add_parser("generate", help="generate the mobile multi-turn benchmark (train/dev/test/test_ood)")
     sp.add_argument("--out", required=True)
     sp.add_argument("--seed", type=int, default=0)
