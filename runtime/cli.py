@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
         register_bench = None
     if register_bench is not None:
         register_bench(sub)
+    try:  # `magicselector train ...` (needs the train extra only when a command runs)
+        from magicselector.train.cli import register as register_train
+    except ImportError:
+        register_train = None
+    if register_train is not None:
+        register_train(sub)
 
     sp = sub.add_parser("generate", help="generate the mobile multi-turn benchmark (train/dev/test/test_ood)")
     sp.add_argument("--out", required=True)

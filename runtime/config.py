@@ -16,6 +16,9 @@ class SelectorConfig:
     history: what of the dialogue the retrieval query carries: ``none`` (the utterance only),
       ``user`` (plus earlier user turns) or ``all`` (plus the whole dialogue).
     candidates: how many tools each retrieval list returns before fusion and the cut.
+    rerank: run the bundle's cross-encoder (when it has one) over each list's top
+      ``rerank_candidates`` tools; ``rerank_weight`` mixes its z-scored logits with the z-scored
+      retrieval similarity (1.0 = cross-encoder alone).
     """
 
     history: str = "none"
@@ -23,6 +26,9 @@ class SelectorConfig:
     candidates: int = 30
     cut: CutConfig = field(default_factory=CutConfig)
     fusion: str = "peak"
+    rerank: bool = True
+    rerank_candidates: int = 20
+    rerank_weight: float = 1.0
     threads: int = 1
     max_query_chars: int = 2000
 
@@ -33,5 +39,9 @@ class SelectorConfig:
             raise InputError("candidates must be >= 1")
         if self.fusion not in ("peak", "rrf"):
             raise InputError(f"fusion must be 'peak' or 'rrf', got {self.fusion!r}")
+        if self.rerank_candidates < 1:
+            raise InputError("rerank_candidates must be >= 1")
+        if not 0.0 <= self.rerank_weight <= 1.0:
+            raise InputError("rerank_weight must be within [0, 1]")
         if self.threads < 1:
             raise InputError("threads must be >= 1")

@@ -19,6 +19,9 @@ from .stages.decompose import Decomposer, PassthroughDecomposer
 from .stages.embed import Embedder, OnnxEmbedder
 from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
+from .stages.rerank import OnnxCrossEncoder, Reranker, mix_scores
+
+RERANK_DESCRIPTION_CHARS = 200  # keeps a pair near 96 tokens; more text costs rerank time, not quality
 
 
 @dataclass(frozen=True)
@@ -83,13 +86,14 @@ class Selector:
 
     def __init__(self, catalog: Catalog, embedder: Embedder, index: ToolIndex,
                  config: SelectorConfig | None = None, decomposer: Decomposer | None = None,
-                 bundle: Bundle | None = None) -> None:
+                 bundle: Bundle | None = None, reranker: Reranker | None = None) -> None:
         self.config = config or SelectorConfig()
         self.catalog = catalog
         self.embedder = embedder
         self.index = index
         self.decomposer = decomposer or PassthroughDecomposer(self.config.history, self.config.history_turns)
         self.bundle = bundle
+        self.reranker = reranker
         self._lock = threading.RLock()
         missing = [t.id for t in catalog if t.id not in index]
         if missing or len(index) != len(catalog):
@@ -113,13 +117,18 @@ class Selector:
                                           dim=int(emb["dim"]), max_length=int(emb.get("max_length", 128)),
                                           threads=config.threads)
         index = ToolIndex.view(bundle.file(idx["file"]), catalog.ids)
-        return cls(catalog, embedder, index, config=config, bundle=bundle)
+        reranker = None
+        rr = bundle.section("reranker")
+        if rr:
+            reranker = OnnxCrossEncoder.from_path(bundle.file(rr["file"]), bundle.file(rr["tokenizer"]),
+                                                  max_length=int(rr.get("max_length", 96)), threads=config.threads)
+        return cls(catalog, embedder, index, config=config, bundle=bundle, reranker=reranker)
 
     def with_config(self, **changes: Any) -> "Selector":
         """A Selector sharing this one's models and index, with some settings changed."""
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
-                        decomposer=None if "history" in changes else self.decomposer)
+                        decomposer=None if "history" in changes else self.decomposer, reranker=self.reranker)
 
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
@@ -154,6 +163,9 @@ class Selector:
             results = index.search(vectors, self.config.candidates)
             t = timer.lap("search", t)
             lists = [RankedList(ids, scores) for ids, scores in results]
+            if self.reranker is not None and self.config.rerank:
+                lists = [self._rerank(text, lst, catalog) for text, lst in zip(texts, lists)]
+                t = timer.lap("rerank", t)
             if len(lists) == 1:
                 ids, scores, source = list(lists[0].ids), np.asarray(lists[0].scores), [0] * len(lists[0].ids)
             else:
@@ -169,6 +181,16 @@ class Selector:
         return Selection(tools=chosen, k=cut.k, cut=cut, subtasks=subtasks, candidates=len(ids),
                          timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
                          ranked_scores=[float(x) for x in scores])
+
+    def _rerank(self, text: str, lst: RankedList, catalog: Catalog) -> RankedList:
+        """Cross-encoder scores for the list's head; the rest of the list is dropped."""
+        ids = list(lst.ids)[: self.config.rerank_candidates]
+        if not ids:
+            return lst
+        ce = self.reranker.score(text, [tool_text(catalog.get(i), RERANK_DESCRIPTION_CHARS) for i in ids])
+        final = mix_scores(ce, np.asarray(lst.scores[: len(ids)]), self.config.rerank_weight)
+        order = np.argsort(-final, kind="stable")
+        return RankedList([ids[i] for i in order], final[order])
 
     def schemas(self, selection: Selection) -> list[dict[str, Any]]:
         """The MCP tool entries to hand to the assistant's LLM for a selection."""
