@@ -135,5 +135,6 @@ def test_rerank_seam_reorders_each_lists_head(bundle_dir):
     scores = rr.score("start navigation home", rr.calls[0][1])
     best = max(range(7), key=lambda i: (scores[i], -i))  # stable: first of the highest
     assert out.ranked_ids[0] == base.select("start navigation home").ranked_ids[best]
+    calls = len(rr.calls)
     off = sel.with_config(rerank=False).select("start navigation home")
-    assert "rerank" not in off.timings_ms and len(rr.calls) == 1
+    assert "rerank" not in off.timings_ms and len(rr.calls) == calls
