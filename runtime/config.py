@@ -30,7 +30,7 @@ class SelectorConfig:
     rerank_candidates: int = 20
     rerank_weight: float = 1.0
     threads: int = 1
-    max_query_chars: int = 2000
+    max_query_chars: int = 16_000
 
     def __post_init__(self) -> None:
         if self.history not in HISTORY_MODES:
