@@ -173,7 +173,7 @@ class Selector:
                 ids, scores, source = fused.ids, fused.scores, fused.source
             t = timer.lap("fuse", t)
             embeddings = index.vectors(ids) if self.config.cut.rule != "fixed" else None
-        cut = apply_cut(self.config.cut, scores, embeddings)
+        cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
         timer.lap("cut", t)
         chosen = [SelectedTool(i, catalog.get(i).name, float(s), texts[src])
                   for i, s, src in zip(ids[:cut.k], scores[:cut.k], source[:cut.k])]

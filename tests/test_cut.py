@@ -7,11 +7,11 @@ from magicselector.errors import InputError
 from magicselector.stages.cut import CutConfig, apply_cut, paper_cut
 
 
-def reference_cut(scores, embeddings, k_min, k_max, tol=1e-9):
+def reference_cut(scores, embeddings, k_min, k_max, tol=1e-5):
     """Algorithm 2 written out with loops, straight from the paper.
 
     Returns every K the rule can give when gaps within ``tol`` of the largest are counted as ties
-    (floating-point sums in another order can flip such near-ties); the exact first-index tie rule
+    (the rule runs in float32, and sums in another order can flip such near-ties); the exact first-index tie rule
     is tested separately on exact values.
     """
     n = len(scores)

@@ -50,24 +50,30 @@ def _clamp(k: int, n: int, k_min: int, k_max: int) -> int:
     return int(min(n, max(k_min, min(k_max, k))))
 
 
-def paper_cut(scores: np.ndarray, embeddings: np.ndarray | None, k_min: int = 1, k_max: int = 20) -> Cut:
-    """Algorithm 2 of the MagicSelector paper (see the module docstring for the exact reading)."""
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
-    n = len(s)
+def paper_cut(scores: np.ndarray, embeddings: np.ndarray | None, k_min: int = 1, k_max: int = 20,
+              normalized: bool = False) -> Cut:
+    """Algorithm 2 of the MagicSelector paper (see the module docstring for the exact reading).
+
+    Computed in float32 (as a phone port would). ``normalized=True`` skips re-normalising
+    embeddings that are already unit vectors (the index returns them so).
+    """
+    s = np.asarray(scores, dtype=np.float32).reshape(-1)
+    n = s.shape[0]
     if n == 0:
         return Cut(0, 0, 0, "paper")
     if n == 1:
         return Cut(_clamp(1, 1, k_min, k_max), 1, 0, "paper")
-    k_score = int(np.argmax(s[:-1] - s[1:])) + 1
+    k_score = int((s[:-1] - s[1:]).argmax()) + 1
     k_sim = 0
     if embeddings is not None and n >= 3:
-        e = np.asarray(embeddings, dtype=np.float64)
+        e = np.asarray(embeddings, dtype=np.float32)
         if e.shape[0] != n:
             raise InputError(f"paper_cut: {n} scores but {e.shape[0]} embeddings")
-        norms = np.linalg.norm(e, axis=1)
-        e = e / np.clip(norms, 1e-12, None)[:, None]
         sim = np.einsum("ij,ij->i", e[:-1], e[1:])  # sim_i = cos(e_i, e_{i+1}), one pass
-        k_sim = int(np.argmax(sim[:-1] - sim[1:])) + 1
+        if not normalized:
+            norms = np.sqrt(np.einsum("ij,ij->i", e, e))
+            sim = sim / np.maximum(norms[:-1] * norms[1:], 1e-12)
+        k_sim = int((sim[:-1] - sim[1:]).argmax()) + 1
     return Cut(_clamp(max(k_score, k_sim), n, k_min, k_max), k_score, k_sim, "paper")
 
 
@@ -76,10 +82,11 @@ def fixed_cut(scores: np.ndarray, embeddings: np.ndarray | None = None, k: int =
     return Cut(min(n, k), 0, 0, "fixed")
 
 
-def apply_cut(config: CutConfig, scores: np.ndarray, embeddings: np.ndarray | None) -> Cut:
+def apply_cut(config: CutConfig, scores: np.ndarray, embeddings: np.ndarray | None,
+              normalized: bool = False) -> Cut:
     if config.rule == "fixed":
         return fixed_cut(scores, embeddings, config.fixed_k)
-    return paper_cut(scores, embeddings, config.k_min, config.k_max)
+    return paper_cut(scores, embeddings, config.k_min, config.k_max, normalized)
 
 
 CUT_RULES = {"paper": paper_cut, "fixed": fixed_cut}

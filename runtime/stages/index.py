@@ -37,6 +37,7 @@ class ToolIndex:
         self._path = _path
         self._viewed = _index is not None and _path is not None
         self._id_by_key: dict[int, str] = {}
+        self._key_by_id: dict[str, int] = {}  # saves re-hashing ids on every vectors() call
 
     # -- persistence ---------------------------------------------------------------------------
     @classmethod
@@ -78,6 +79,7 @@ class ToolIndex:
         if missing:
             raise BundleError(f"index lacks {len(missing)} catalog tools, e.g. {missing[:3]}; rebuild the bundle")
         self._id_by_key = keys
+        self._key_by_id = {i: k for k, i in keys.items()}
 
     def save(self, path: str | Path) -> None:
         self._index.save(str(path))
@@ -112,6 +114,7 @@ class ToolIndex:
         if keys:
             index.add(np.array(keys, dtype=np.uint64), vectors)
         self._id_by_key.update(zip(keys, ids))
+        self._key_by_id.update(zip(ids, keys))
 
     def remove(self, tool_id: str) -> None:
         key = tool_key(tool_id)
@@ -119,6 +122,7 @@ class ToolIndex:
             raise UnknownToolError(f"unknown tool id {tool_id!r} (not in the index)")
         self._writable().remove(key)
         del self._id_by_key[key]
+        del self._key_by_id[tool_id]
 
     # -- queries -------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -151,12 +155,10 @@ class ToolIndex:
     def vectors(self, ids: Iterable[str]) -> np.ndarray:
         """The stored vectors of these tools, as float32 unit vectors (for the adaptive cut's K_sim)."""
         ids = list(ids)
-        keys = []
-        for i in ids:
-            k = tool_key(i)
-            if k not in self._id_by_key:
-                raise UnknownToolError(f"unknown tool id {i!r} (not in the index)")
-            keys.append(k)
+        try:
+            keys = [self._key_by_id[i] for i in ids]
+        except KeyError as e:
+            raise UnknownToolError(f"unknown tool id {e.args[0]!r} (not in the index)") from None
         if not keys:
             return np.zeros((0, self.ndim), dtype=np.float32)
         vecs = self._get_raw(np.array(keys, dtype=np.uint64))

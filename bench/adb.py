@@ -1,0 +1,729 @@
+"""Latency on an Android phone over ADB: find the device, describe it, push the bundle, run the
+lean latency runner there (one process per run, so every run has its own cold start), pull the
+results back and merge them into the ``magicselector-latency/1`` schema of a local run.
+
+    from magicselector.bench.adb import run_latency_on_device
+    results = run_latency_on_device("path/to/bundle", serial=None, runs=5, warmup=2, out_dir="bench-out")
+
+The phone needs a Python that ``adb shell`` can start, with the lean runtime installed
+(``pip install magicselector``); see ``android_demo/README.md``. The remote Python command, working
+folder and environment are parameters. Only the ``adb`` client (platform-tools) is needed here.
+
+Layers, each usable alone: :class:`Adb` runs ``adb [-s SERIAL] ...`` with timeouts and turns failures
+into :class:`DeviceError`; :func:`list_devices` / :func:`pick_device` parse ``adb devices -l``;
+:func:`describe_device` reads ``getprop`` and the cpufreq tables; :func:`push_bundle` pushes only
+the files whose sha256 differs on the device; :func:`read_thermal` / :func:`wait_for_cool_down` read
+``/sys/class/thermal``; :func:`run_latency_on_device` does the whole run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from magicselector.errors import MagicSelectorError
+
+DEFAULT_REMOTE_DIR = "/data/local/tmp/magicselector"
+RUNNER_MODULE = "magicselector.bench.latency_runner"
+MEM_PROBES = ("runner", "proc", "dumpsys")
+
+# adb's own error lines (never the remote command's output): the device is gone or not usable.
+_GONE_RE = re.compile(r"^(?:adb: )?error: (?:failed to get feature set: )?"
+                      r"(?:device '[^']*' not found|no devices/emulators found|device offline|closed|"
+                      r"protocol fault|device still (?:connecting|authorizing))", re.M)
+_UNAUTHORIZED_RE = re.compile(r"^(?:adb: )?error: (?:failed to get feature set: )?device unauthorized", re.M)
+_SEVERAL_RE = re.compile(r"^(?:adb: )?error: (?:failed to get feature set: )?more than one device", re.M)
+
+
+class DeviceError(MagicSelectorError):
+    """Something about the phone or the adb link that stops the run (says which device and what to do)."""
+
+
+class DeviceDisconnected(DeviceError):
+    """The device is no longer reachable over adb (cable pulled, adbd restarted, went offline)."""
+
+
+class RemoteCommandError(DeviceError):
+    """A command run with ``adb shell`` exited non-zero while the device stayed connected."""
+
+    def __init__(self, message: str, returncode: int, stdout: str = "", stderr: str = "") -> None:
+        super().__init__(message)
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _print_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _tail(text: str, lines: int = 6) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    return " | ".join(kept)
+
+
+# -- the adb client ----------------------------------------------------------------------------------
+def find_adb(adb_path: str | os.PathLike | None = None) -> str:
+    """The adb executable: ``adb_path``, else $ADB, else ``adb`` on PATH."""
+    cand = str(adb_path) if adb_path else os.environ.get("ADB") or shutil.which("adb")
+    if not cand or not (os.path.isfile(cand) or shutil.which(cand)):
+        raise DeviceError("the adb client was not found: install Android platform-tools (Debian/Ubuntu: "
+                          "apt-get install adb) or pass adb_path / set $ADB")
+    return cand
+
+
+class Adb:
+    """``adb [-s SERIAL] ...`` through subprocess, with a timeout on every call.
+
+    Failures become :class:`DeviceError` (or :class:`DeviceDisconnected` when the device is gone,
+    :class:`RemoteCommandError` when a shell command exits non-zero on a connected device).
+    """
+
+    def __init__(self, serial: str | None = None, *, adb_path: str | os.PathLike | None = None,
+                 timeout_s: float = 120.0, env: Mapping[str, str] | None = None) -> None:
+        self.serial = serial
+        self.adb_path = find_adb(adb_path)
+        self.timeout_s = float(timeout_s)
+        self.env = {**os.environ, **(env or {})}
+
+    @property
+    def who(self) -> str:
+        return f"device {self.serial}" if self.serial else "the device"
+
+    def run(self, args: Sequence[str], *, timeout_s: float | None = None, check: bool = True,
+            serial: bool = True) -> subprocess.CompletedProcess:
+        argv = [self.adb_path, *(["-s", self.serial] if serial and self.serial else []), *map(str, args)]
+        limit = self.timeout_s if timeout_s is None else float(timeout_s)
+        shown = " ".join(shlex.quote(a) for a in argv[1:])
+        if len(shown) > 160:
+            shown = shown[:157] + "..."
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=limit,
+                                  env=self.env, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise DeviceError(f"cannot run the adb client {self.adb_path!r}: not found") from None
+        except subprocess.TimeoutExpired:
+            raise DeviceError(f"`adb {shown}` did not finish within {limit:.0f} s on {self.who}; "
+                              "is the device asleep or the USB link stalled? (raise the timeout for long runs)"
+                              ) from None
+        if check and proc.returncode != 0:
+            raise self.error_for(proc, shown)
+        return proc
+
+    def adb_error(self, proc: subprocess.CompletedProcess) -> DeviceError | None:
+        """The error adb itself reported (as opposed to the remote command's), if any."""
+        text = f"{proc.stderr}\n{proc.stdout}"
+        if _UNAUTHORIZED_RE.search(text):
+            return DeviceError(f"{self.who} is unauthorized: unlock the phone and accept the 'Allow USB "
+                               "debugging?' prompt (tick 'Always allow'), then run again")
+        if _SEVERAL_RE.search(text):
+            return DeviceError("more than one device is attached: pick one with serial=... (--device adb:SERIAL); "
+                               "`adb devices -l` lists them")
+        m = _GONE_RE.search(text)
+        if m:
+            return DeviceDisconnected(f"{self.who} is not reachable over adb ({m.group(0).strip()}); "
+                                      "check the cable / `adb devices -l`")
+        return None
+
+    def error_for(self, proc: subprocess.CompletedProcess, shown: str) -> DeviceError:
+        err = self.adb_error(proc)
+        if err is not None:
+            return err
+        return DeviceError(f"`adb {shown}` failed on {self.who} (exit status {proc.returncode}): "
+                           f"{_tail(proc.stderr + proc.stdout) or 'no output'}")
+
+    # -- commands ------------------------------------------------------------------------------
+    def devices(self) -> list["DeviceInfo"]:
+        return parse_devices(self.run(["devices", "-l"], serial=False, timeout_s=30).stdout)
+
+    def get_state(self) -> str:
+        return self.run(["get-state"], timeout_s=30).stdout.strip()
+
+    def is_connected(self) -> bool:
+        try:
+            return self.get_state() == "device"
+        except DeviceError:
+            return False
+
+    def shell(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        """Run one ``sh -c`` command line on the device (adb passes it to the device's shell as is).
+
+        With ``check``, a non-zero exit raises: :class:`DeviceDisconnected` when adb says the device
+        is gone (or ``get-state`` no longer answers ``device``), else :class:`RemoteCommandError`.
+        """
+        proc = self.run(["shell", command], timeout_s=timeout_s, check=False)
+        if proc.returncode == 0 or not check:
+            return proc
+        err = self.adb_error(proc)
+        if err is None and not self.is_connected():
+            err = DeviceDisconnected(f"{self.who} disconnected (adb shell exited {proc.returncode}; "
+                                     "`adb get-state` no longer answers 'device')")
+        if err is not None:
+            raise err
+        cmd = command if len(command) <= 120 else command[:117] + "..."
+        raise RemoteCommandError(f"`{cmd}` exited {proc.returncode} on {self.who}: "
+                                 f"{_tail(proc.stderr + proc.stdout) or 'no output'}",
+                                 proc.returncode, proc.stdout, proc.stderr)
+
+    def push(self, local: str | os.PathLike, remote: str, *, timeout_s: float | None = None) -> str:
+        return self.run(["push", os.fspath(local), remote], timeout_s=timeout_s).stdout.strip()
+
+    def pull(self, remote: str, local: str | os.PathLike, *, timeout_s: float | None = None) -> str:
+        return self.run(["pull", remote, os.fspath(local)], timeout_s=timeout_s).stdout.strip()
+
+
+# -- devices -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One line of ``adb devices -l``."""
+
+    serial: str
+    state: str                     # device | offline | unauthorized | authorizing | no permissions | ...
+    model: str | None = None       # sanitized by adb: non-alphanumerics become '_'
+    product: str | None = None
+    device: str | None = None
+    devpath: str | None = None     # e.g. usb:1-1
+    transport_id: int | None = None
+    transport: str = "unknown"     # usb | tcp | emulator | unknown
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_TCP_SERIAL = re.compile(r"^[\w.\-\[\]:]+:\d+$|\._adb-tls-connect\._tcp")
+
+
+def parse_devices(text: str) -> list[DeviceInfo]:
+    """Parse ``adb devices -l`` (or plain ``adb devices``) output."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("*") or line.startswith("List of devices") or line.startswith("adb "):
+            continue
+        parts = line.split()
+        serial, rest = parts[0], parts[1:]
+        if not rest:
+            continue
+        if rest[0] == "no" and rest[1:2] == ["permissions"]:
+            state = "no permissions"
+        else:
+            state = rest[0]
+        fields: dict[str, str] = {}
+        devpath = None
+        for tok in rest[1:]:
+            key, sep, value = tok.partition(":")
+            if not sep:
+                continue
+            if key in ("product", "model", "device", "transport_id"):
+                fields[key] = value
+            elif key in ("usb", "pci") or key.startswith("usb"):
+                devpath = tok
+        if devpath:
+            transport = "usb"
+        elif serial.startswith("emulator-"):
+            transport = "emulator"
+        elif _TCP_SERIAL.search(serial):
+            transport = "tcp"
+        else:
+            transport = "unknown"
+        tid = fields.get("transport_id")
+        out.append(DeviceInfo(serial=serial, state=state, model=fields.get("model"), product=fields.get("product"),
+                              device=fields.get("device"), devpath=devpath,
+                              transport_id=int(tid) if tid and tid.isdigit() else None, transport=transport))
+    return out
+
+
+def list_devices(adb_path: str | os.PathLike | None = None) -> list[DeviceInfo]:
+    """Every device ``adb devices -l`` lists, whatever its state."""
+    return Adb(adb_path=adb_path).devices()
+
+
+def _state_problem(d: DeviceInfo) -> str | None:
+    if d.state == "device":
+        return None
+    if d.state in ("unauthorized", "authorizing"):
+        return (f"device {d.serial} is {d.state}: unlock the phone and accept the 'Allow USB debugging?' "
+                "prompt (tick 'Always allow'), then run again")
+    if d.state == "offline":
+        return f"device {d.serial} is offline: replug it or run `adb reconnect`, then check `adb devices -l`"
+    if d.state == "no permissions":
+        return (f"device {d.serial}: no permissions to open the USB device (udev rules / plugdev group); "
+                "see https://developer.android.com/studio/run/device")
+    return f"device {d.serial} is in state {d.state!r}, not 'device' (booted with USB debugging on)"
+
+
+def pick_device(serial: str | None = None, adb_path: str | os.PathLike | None = None) -> DeviceInfo:
+    """The device to use: the one with ``serial``, or the only one attached. Raises DeviceError otherwise."""
+    devices = list_devices(adb_path)
+    listing = ", ".join(f"{d.serial} ({d.state}{', ' + d.model if d.model else ''})" for d in devices)
+    if serial:
+        match = [d for d in devices if d.serial == serial]
+        if not match:
+            raise DeviceError(f"device {serial} is not attached; `adb devices -l` lists "
+                              f"{listing or 'no devices'}")
+        d = match[0]
+    else:
+        if not devices:
+            raise DeviceError("no Android device found by `adb devices -l`: connect one over USB with USB "
+                              "debugging on (Settings > Developer options), or `adb connect HOST:PORT`")
+        if len(devices) > 1:
+            raise DeviceError(f"{len(devices)} devices are attached ({listing}); pick one with serial=... "
+                              "(--device adb:SERIAL)")
+        d = devices[0]
+    problem = _state_problem(d)
+    if problem:
+        raise DeviceError(problem)
+    return d
+
+
+# -- describing the device ---------------------------------------------------------------------------
+PROPS = ("ro.product.manufacturer", "ro.product.model", "ro.product.device", "ro.soc.manufacturer", "ro.soc.model",
+         "ro.board.platform", "ro.hardware", "ro.product.cpu.abi", "ro.build.version.release",
+         "ro.build.version.sdk", "ro.build.fingerprint")
+
+_DESCRIBE = ("for p in {props}; do echo \"prop:$p=$(getprop $p)\"; done; "
+             "for d in /sys/devices/system/cpu/cpu[0-9]*; do "
+             "echo \"cpu:${{d##*/cpu}}=$(cat $d/cpufreq/cpuinfo_max_freq 2>/dev/null)\"; done; "
+             "echo \"online:$(cat /sys/devices/system/cpu/online 2>/dev/null)\"")
+
+
+def big_cores(max_freq_khz: Mapping[int, int | None]) -> list[int]:
+    """Cores above the slowest cluster's max frequency (big + prime); all cores on a uniform CPU."""
+    known = {c: f for c, f in max_freq_khz.items() if f}
+    if not known:
+        return sorted(max_freq_khz)
+    low = min(known.values())
+    big = sorted(c for c, f in known.items() if f > low)
+    return big or sorted(max_freq_khz)
+
+
+def cpu_mask(cores: Sequence[int]) -> str:
+    """taskset's hex mask for these cores (toybox and util-linux both take it)."""
+    return format(sum(1 << int(c) for c in cores), "x")
+
+
+def describe_device(adb: Adb) -> dict[str, Any]:
+    """Model, SoC, ABI, Android version and the CPU layout (max frequency per core, big cores)."""
+    text = adb.shell(_DESCRIBE.format(props=" ".join(PROPS)), timeout_s=30).stdout
+    props: dict[str, str] = {}
+    freqs: dict[int, int | None] = {}
+    online = ""
+    for line in text.splitlines():
+        kind, _, rest = line.partition(":")
+        key, _, value = rest.partition("=")
+        value = value.strip()
+        if kind == "prop":
+            props[key] = value
+        elif kind == "cpu" and key.isdigit():
+            freqs[int(key)] = int(value) if value.isdigit() else None
+        elif kind == "online":
+            online = rest.strip()
+    soc = " ".join(x for x in (props.get("ro.soc.manufacturer"), props.get("ro.soc.model")) if x)
+    big = big_cores(freqs)
+    sdk = props.get("ro.build.version.sdk", "")
+    return {
+        "serial": adb.serial,
+        "manufacturer": props.get("ro.product.manufacturer") or None,
+        "model": props.get("ro.product.model") or None,
+        "product_device": props.get("ro.product.device") or None,
+        "soc": soc or props.get("ro.board.platform") or props.get("ro.hardware") or None,
+        "board_platform": props.get("ro.board.platform") or None,
+        "hardware": props.get("ro.hardware") or None,
+        "abi": props.get("ro.product.cpu.abi") or None,
+        "android_release": props.get("ro.build.version.release") or None,
+        "sdk": int(sdk) if sdk.isdigit() else None,
+        "fingerprint": props.get("ro.build.fingerprint") or None,
+        "cores": len(freqs) or None,
+        "cpus_online": online or None,
+        "cpu_max_freq_khz": {str(c): f for c, f in sorted(freqs.items())},
+        "big_cores": big,
+        "big_cores_mask": cpu_mask(big) if big else None,
+    }
+
+
+# -- thermal -----------------------------------------------------------------------------------------
+_THERMAL = ("for z in /sys/class/thermal/thermal_zone*; do t=$(cat $z/temp 2>/dev/null) || continue; "
+            "echo \"${z##*/} $t $(cat $z/type 2>/dev/null)\"; done; true")
+
+
+def _celsius(raw: int) -> float | None:
+    c = raw / 1000.0 if abs(raw) >= 1000 else float(raw)  # most zones report millidegrees
+    return c if -40.0 <= c <= 150.0 else None               # disabled zones report junk
+
+
+def read_thermal(adb: Adb) -> list[dict[str, Any]]:
+    """Every readable thermal zone as {zone, type, temp_c} (unreadable or absurd values left out)."""
+    zones = []
+    for line in adb.shell(_THERMAL, timeout_s=30).stdout.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not re.fullmatch(r"-?\d+", parts[1]):
+            continue
+        c = _celsius(int(parts[1]))
+        if c is not None:
+            zones.append({"zone": parts[0], "type": parts[2].strip() if len(parts) > 2 else "", "temp_c": c})
+    return zones
+
+
+def hottest(zones: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    return max(zones, key=lambda z: z["temp_c"], default=None)
+
+
+def wait_for_cool_down(adb: Adb, max_wait_s: float, below_c: float = 40.0, poll_s: float = 2.0, *,
+                       sleep: Callable[[float], None] = time.sleep,
+                       clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Wait until the hottest thermal zone is below ``below_c`` or ``max_wait_s`` has passed."""
+    t0 = clock()
+    start = hottest(read_thermal(adb))
+    now = start
+    while now is not None and now["temp_c"] >= below_c and clock() - t0 < max_wait_s:
+        sleep(max(0.0, min(poll_s, max_wait_s - (clock() - t0))))
+        now = hottest(read_thermal(adb))
+    return {"waited_s": round(clock() - t0, 2), "below_c": below_c,
+            "hottest_before_c": start["temp_c"] if start else None,
+            "hottest_after_c": now["temp_c"] if now else None,
+            "hottest_zone": (now or {}).get("type") or (now or {}).get("zone"),
+            "reached": now is None or now["temp_c"] < below_c}
+
+
+# -- pushing the bundle ------------------------------------------------------------------------------
+def remote_sha256(adb: Adb, remote_dir: str, rels: Sequence[str]) -> dict[str, str] | None:
+    """sha256 of the files (relative to remote_dir) that exist on the device; None when the device
+    has no ``sha256sum`` (toybox has it since Android 6), in which case everything is pushed."""
+    if not rels:
+        return {}
+    quoted = " ".join(shlex.quote(r) for r in rels)
+    cmd = (f"command -v sha256sum >/dev/null 2>&1 || {{ echo NO_SHA256SUM; exit 0; }}; "
+           f"cd {shlex.quote(remote_dir)} 2>/dev/null || exit 0; sha256sum {quoted} 2>/dev/null; true")
+    out = adb.shell(cmd, timeout_s=300).stdout
+    if "NO_SHA256SUM" in out:
+        return None
+    hashes = {}
+    for line in out.splitlines():
+        m = re.match(r"^([0-9a-f]{64})\s+\*?(?:\./)?(.+?)\s*$", line)
+        if m:
+            hashes[m.group(2)] = m.group(1)
+    return hashes
+
+
+def push_bundle(adb: Adb, bundle_dir: str | os.PathLike, remote_dir: str, *, verify: bool = True,
+                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Push a bundle folder to ``remote_dir``, skipping files whose sha256 already matches there.
+
+    The local bundle is verified against its manifest first; ``manifest.json`` goes last, so an
+    interrupted push leaves a bundle that fails verification rather than a silently mixed one.
+    With ``verify`` the pushed files are hashed again on the device.
+    """
+    from magicselector.bundle import MANIFEST, Bundle, sha256_file
+
+    bundle = Bundle.open(bundle_dir, verify=True)
+    local = {rel: str(entry["sha256"]) for rel, entry in bundle.manifest["files"].items()}
+    local[MANIFEST] = sha256_file(bundle.path / MANIFEST)
+    rels = sorted(r for r in local if r != MANIFEST) + [MANIFEST]
+    t0 = time.perf_counter()
+    remote = remote_sha256(adb, remote_dir, rels)
+    has_sha = remote is not None
+    remote = remote or {}
+    pushed, skipped, nbytes = [], [], 0
+    for rel in rels:
+        if remote.get(rel) == local[rel]:
+            skipped.append(rel)
+            continue
+        size = (bundle.path / rel).stat().st_size
+        if progress:
+            progress(f"[adb] push {rel} ({size / 1e6:.1f} MB)")
+        try:
+            adb.push(bundle.path / rel, posixpath.join(remote_dir, rel), timeout_s=max(120.0, size / 2e6))
+        except DeviceDisconnected as e:
+            raise DeviceDisconnected(f"{adb.who} disconnected while pushing {rel} ({e})") from None
+        pushed.append(rel)
+        nbytes += size
+    if verify and pushed and has_sha:
+        again = remote_sha256(adb, remote_dir, pushed) or {}
+        bad = [r for r in pushed if again.get(r) != local[r]]
+        if bad:
+            raise DeviceError(f"after pushing, {bad} on {adb.who} under {remote_dir} do not match their sha256; "
+                              "the device may be out of space (`adb shell df /data`)")
+    return {"remote_dir": remote_dir, "pushed": pushed, "skipped": skipped, "bytes_pushed": nbytes,
+            "seconds": round(time.perf_counter() - t0, 3), "sha256sum_on_device": has_sha}
+
+
+# -- memory probes -----------------------------------------------------------------------------------
+def parse_vmhwm_mb(text: str) -> float | None:
+    """The largest ``VmHWM:  N kB`` in a /proc/PID/status text (or several samples of it), in MB."""
+    kb = [int(m.group(1)) for m in re.finditer(r"VmHWM:\s*(\d+)\s*kB", text)]
+    return max(kb) / 1024 if kb else None
+
+
+def parse_dumpsys_meminfo_mb(text: str) -> tuple[float, str] | None:
+    """(MB, what) from ``dumpsys meminfo PID``: TOTAL RSS if reported, else TOTAL PSS (App Summary),
+    else the first column (Pss Total) of the ``TOTAL`` row of the table."""
+    m = re.search(r"TOTAL RSS:\s*(\d+)", text)
+    if m:
+        return int(m.group(1)) / 1024, "dumpsys TOTAL RSS"
+    m = re.search(r"TOTAL PSS:\s*(\d+)", text) or re.search(r"^\s*TOTAL\s+(\d+)", text, re.M)
+    if m:
+        return int(m.group(1)) / 1024, "dumpsys TOTAL PSS"
+    return None
+
+
+# -- the runner on the device ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RemotePython:
+    """How to start Python in ``adb shell``: the command (a shell fragment, e.g. ``python`` or
+    ``/data/local/tmp/py/bin/python3``), the folder to run in, extra environment variables."""
+
+    command: str = "python"
+    workdir: str | None = None
+    env: Mapping[str, str] | None = None
+
+    def prefix(self, default_workdir: str) -> str:
+        parts = [f"cd {shlex.quote(self.workdir or default_workdir)} || exit 97"]
+        for k, v in (self.env or {}).items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise DeviceError(f"bad environment variable name {k!r}")
+            parts.append(f"export {k}={shlex.quote(str(v))}")
+        return "; ".join(parts)
+
+
+def _wrap_with_probe(prefix: str, command: str, probe: str, poll_s: float) -> str:
+    """Start ``command`` in the background and sample its memory until it exits (zombie-safe)."""
+    sample = ('echo "$st" | grep "^VmHWM" | sed "s/^/__MS_S /"' if probe == "proc" else
+              'echo "__MS_S ---"; dumpsys meminfo $pid 2>/dev/null | grep TOTAL | sed "s/^/__MS_S /"')
+    return (f"{prefix}; {command} & pid=$!; "
+            f"while st=$(cat /proc/$pid/status 2>/dev/null); do "
+            f'case "$st" in *"(zombie)"*) break;; esac; {sample}; sleep {poll_s:g}; done; '
+            f"wait $pid; rc=$?; exit $rc")
+
+
+def remote_preflight(adb: Adb, python: RemotePython, default_workdir: str,
+                     module: str | None = RUNNER_MODULE) -> dict[str, Any]:
+    """Check that the device's Python starts and imports magicselector (and ``module``, when given);
+    returns the versions found there."""
+    code = ("import json, sys, importlib.util as u\n"
+            "try:\n import magicselector as m\nexcept Exception as e:\n"
+            " print(json.dumps({'error': repr(e)})); sys.exit(0)\n"
+            f"print(json.dumps({{'python': sys.version.split()[0], 'magicselector': m.__version__, "
+            f"'runner': {module!r} is None or u.find_spec({module!r}) is not None, 'executable': sys.executable}}))")
+    cmd = f"{python.prefix(default_workdir)}; {python.command} -c {shlex.quote(code)}"
+    try:
+        proc = adb.shell(cmd, timeout_s=120)
+    except RemoteCommandError as e:
+        hint = ("not found in adb shell's PATH" if e.returncode == 127 or "not found" in e.stderr
+                else f"failed (exit {e.returncode}): {_tail(e.stderr + e.stdout)}")
+        raise DeviceError(f"the device's Python `{python.command}` {hint}. adb shell needs a Python it can run "
+                          "(see android_demo/README.md); pass python_cmd=... / --python-cmd") from None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    info = json.loads(lines[-1]) if lines else {"error": f"no answer ({_tail(proc.stdout + proc.stderr)})"}
+    if "error" in info:
+        raise DeviceError(f"`{python.command}` on {adb.who} cannot import magicselector ({info['error']}): "
+                          "install the lean runtime there (pip install magicselector)")
+    if not info.get("runner"):
+        raise DeviceError(f"magicselector {info.get('magicselector')} on {adb.who} has no {module}; "
+                          "install a version that ships the latency runner")
+    return info
+
+
+def _merge_stage(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One stage over several runs. Runs report percentiles, not samples: p50/p90/p99 are the median
+    of the runs' percentiles; mean is weighted by n; min/max are exact; n is the total."""
+    n = sum(int(e.get("n", 0)) for e in entries)
+    med = {q: float(statistics.median(float(e[q]) for e in entries)) for q in ("p50", "p90", "p99")}
+    mean = (sum(float(e["mean"]) * int(e.get("n", 0)) for e in entries) / n) if n else \
+        float(statistics.fmean(float(e["mean"]) for e in entries))
+    out = {**med, "mean": mean}
+    if all("min" in e for e in entries):
+        out["min"] = min(float(e["min"]) for e in entries)
+    if all("max" in e for e in entries):
+        out["max"] = max(float(e["max"]) for e in entries)
+    out["n"] = n
+    return out
+
+
+def merge_runs(runs: Sequence[Mapping[str, Any]], run_meta: Sequence[Mapping[str, Any]],
+               device: Mapping[str, Any], harness: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge per-process runner results into one ``magicselector-latency/1`` dict (plus ``runs``)."""
+    from magicselector.bench.latency import SCHEMA, STAGE_ORDER, percentiles
+
+    first = runs[0] if runs else {}
+    colds = [float(r["cold_start_ms"]) for r in runs]
+    names = [s for s in STAGE_ORDER if any(s in r.get("stages", {}) for r in runs)]
+    names += sorted({s for r in runs for s in r.get("stages", {})} - set(names))
+    stages = {s: _merge_stage([r["stages"][s] for r in runs if s in r.get("stages", {})]) for s in names}
+    breakdown = {}
+    for key in ("import_ms", "load_ms", "first_select_ms"):
+        vals = [r.get("cold_start_breakdown", {}).get(key) for r in runs]
+        vals = [float(v) for v in vals if v is not None]
+        breakdown[key] = float(statistics.median(vals)) if vals else None
+    peaks = [m["peak_rss_mb"] for m in run_meta if m.get("peak_rss_mb") is not None]
+    rss = [float(r["rss_mb"]) for r in runs if r.get("rss_mb") is not None]
+    config = dict(first.get("config", {}))
+    config.update(runs=harness.get("runs_requested", len(run_meta)), runs_completed=len(runs),
+                  passes_per_run=config.get("runs"), adb=dict(harness))
+    config.pop("runner_wall_s", None)
+    return {
+        "schema": SCHEMA,
+        "device": {**first.get("device", {}), **device},  # the runner's view, then adb's getprop / sysfs
+        "config": config,
+        "cold_start_ms": float(statistics.median(colds)) if colds else None,
+        "cold_start_breakdown": breakdown,
+        "cold_start_runs": percentiles(colds) if colds else None,
+        "peak_rss_mb": max(peaks) if peaks else None,
+        "rss_mb": float(statistics.median(rss)) if rss else None,
+        "artifacts": first.get("artifacts", {}),
+        "stages": stages,
+        "runs": list(run_meta),
+    }
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = None, runs: int = 20, warmup: int = 3,
+                          threads: int = 1, out_dir: str | os.PathLike = "bench-out", cool_down_s: float = 0.0,
+                          pin_big_cores: bool = False, *, passes_per_run: int = 1, python_cmd: str = "python",
+                          workdir: str | None = None, remote_env: Mapping[str, str] | None = None,
+                          remote_dir: str = DEFAULT_REMOTE_DIR, adb_path: str | os.PathLike | None = None,
+                          runner_module: str = RUNNER_MODULE, history_mode: str | None = None,
+                          cool_down_below_c: float = 40.0, mem_probe: str = "runner", mem_poll_s: float = 0.5,
+                          run_timeout_s: float = 900.0,
+                          progress: Callable[[str], None] | None = _print_stderr) -> dict[str, Any]:
+    """Measure latency on an Android device: ``runs`` fresh runner processes, merged.
+
+    Each run is one ``python -m magicselector.bench.latency_runner`` process on the device with
+    ``--runs passes_per_run --warmup warmup --threads threads``, so every run measures a cold start
+    and ``passes_per_run`` timed passes over the runner's workload. Before every run but the first,
+    with ``cool_down_s`` > 0, the harness waits until the hottest thermal zone is below
+    ``cool_down_below_c`` or ``cool_down_s`` has passed. ``pin_big_cores`` starts the runner under
+    ``taskset`` on the cores above the slowest cluster.
+
+    Peak memory: the runner's own VmHWM; ``mem_probe='proc'`` also samples ``/proc/PID/status``
+    VmHWM from the shell every ``mem_poll_s``, ``'dumpsys'`` samples ``dumpsys meminfo PID`` (used
+    when the runner reports none; both are in ``runs``).
+
+    Writes ``out_dir/runs/run-N.json`` (pulled) and ``run-N.log`` (the runner's stderr), then
+    ``out_dir/latency.json`` (the merged dict, also returned). If the device disconnects or a run
+    fails, the runs gathered so far are merged into ``out_dir/partial.json`` before DeviceError.
+    """
+    if runs < 1 or warmup < 0 or threads < 1 or passes_per_run < 1:
+        raise DeviceError("need runs >= 1, warmup >= 0, threads >= 1, passes_per_run >= 1")
+    if mem_probe not in MEM_PROBES:
+        raise DeviceError(f"mem_probe must be one of {MEM_PROBES}, got {mem_probe!r}")
+    say = progress or (lambda line: None)
+    out = Path(out_dir)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    info = pick_device(serial, adb_path)
+    adb = Adb(info.serial, adb_path=adb_path)
+    device = {**describe_device(adb), "adb": info.to_dict()}
+    say(f"[adb] {info.serial}: {device.get('manufacturer') or ''} {device.get('model') or info.model or '?'}, "
+        f"{device.get('soc') or '?'}, Android {device.get('android_release') or '?'} (SDK {device.get('sdk')}), "
+        f"{device.get('cores')} cores, big cores {device.get('big_cores')}")
+    remote_bundle = posixpath.join(remote_dir, "bundle")
+    remote_runs = posixpath.join(remote_dir, "runs")
+    adb.shell(f"mkdir -p {shlex.quote(remote_runs)}", timeout_s=30)
+    pushed = push_bundle(adb, bundle_dir, remote_bundle, progress=say)
+    say(f"[adb] bundle at {remote_bundle}: pushed {len(pushed['pushed'])} file(s), "
+        f"{len(pushed['skipped'])} unchanged")
+    python = RemotePython(python_cmd, workdir, remote_env)
+    remote_py = remote_preflight(adb, python, remote_dir, runner_module)
+    mask = device.get("big_cores_mask") if pin_big_cores else None
+    if pin_big_cores and not mask:
+        raise DeviceError(f"cannot pin to big cores on {adb.who}: no cpufreq information")
+    harness = {"serial": info.serial, "remote_dir": remote_dir, "remote_bundle": remote_bundle,
+               "python_cmd": python_cmd, "workdir": workdir or remote_dir, "remote_env": dict(remote_env or {}),
+               "remote_python": remote_py, "runner_module": runner_module,
+               "pinned_cores": device.get("big_cores") if mask else None, "taskset_mask": mask,
+               "cool_down_s": cool_down_s, "cool_down_below_c": cool_down_below_c, "mem_probe": mem_probe,
+               "runs_requested": runs, "push": pushed,
+               "merge": "one runner process per run; cold_start_ms is the median over runs; stage p50/p90/p99 "
+                        "are medians of the per-run percentiles, mean is n-weighted, min/max/n exact"}
+
+    results: list[dict[str, Any]] = []
+    meta: list[dict[str, Any]] = []
+    partial = out / "partial.json"
+    for i in range(1, runs + 1):
+        try:
+            cool = None
+            if cool_down_s > 0 and i > 1:
+                cool = wait_for_cool_down(adb, cool_down_s, cool_down_below_c)
+            remote_out = posixpath.join(remote_runs, f"run-{i}.json")
+            argv = ["-m", runner_module, "--bundle", remote_bundle, "--runs", str(passes_per_run),
+                    "--warmup", str(warmup), "--threads", str(threads), "--out", remote_out]
+            if history_mode:
+                argv += ["--history-mode", history_mode]
+            command = f"{python.command} {' '.join(shlex.quote(a) for a in argv)}"
+            if mask:
+                command = f"taskset {mask} {command}"
+            prefix = f"{python.prefix(remote_dir)}; rm -f {shlex.quote(remote_out)}"
+            script = (f"{prefix}; {command}" if mem_probe == "runner"
+                      else _wrap_with_probe(prefix, command, mem_probe, mem_poll_s))
+            say(f"[adb] run {i}/{runs}" + (f" (cooled {cool['waited_s']:.0f} s to {cool['hottest_after_c']} C)"
+                                            if cool else ""))
+            t0 = time.perf_counter()
+            try:
+                proc = adb.shell(script, timeout_s=run_timeout_s)
+            except RemoteCommandError as e:
+                (out / "runs" / f"run-{i}.log").write_text(e.stderr + e.stdout, encoding="utf-8")
+                raise
+            wall = time.perf_counter() - t0
+            (out / "runs" / f"run-{i}.log").write_text(proc.stderr, encoding="utf-8")
+            local_out = out / "runs" / f"run-{i}.json"
+            adb.pull(remote_out, local_out, timeout_s=120)
+            data = json.loads(local_out.read_text(encoding="utf-8"))
+            from magicselector.bench.latency import validate_results
+
+            problems = validate_results(data)
+            if problems:
+                raise DeviceError(f"run {i}: the runner's results do not follow the schema: {problems}")
+            samples = "\n".join(line[7:] for line in proc.stdout.splitlines() if line.startswith("__MS_S "))
+            probe_mb, probe_src = None, None
+            if mem_probe == "proc":
+                probe_mb, probe_src = parse_vmhwm_mb(samples), "/proc/PID/status VmHWM (sampled)"
+            elif mem_probe == "dumpsys":
+                got = [parse_dumpsys_meminfo_mb(s) for s in samples.split("---")]
+                got = [g for g in got if g]
+                if got:
+                    probe_mb, probe_src = max(g[0] for g in got), got[0][1] + " (sampled max)"
+            peak = data.get("peak_rss_mb")
+            results.append(data)
+            meta.append({"run": i, "cold_start_ms": data["cold_start_ms"],
+                         "cold_start_breakdown": data.get("cold_start_breakdown"),
+                         "peak_rss_mb": peak if peak is not None else probe_mb,
+                         "peak_rss_source": "runner VmHWM" if peak is not None else probe_src,
+                         "probe_peak_mb": probe_mb, "probe": probe_src,
+                         "total_p50_ms": data["stages"].get("total", {}).get("p50"),
+                         "wall_s": round(wall, 3), "cool_down": cool, "file": f"runs/run-{i}.json"})
+            say(f"[adb] run {i}/{runs}: cold start {data['cold_start_ms']:.0f} ms, total p50 "
+                f"{meta[-1]['total_p50_ms'] or 0:.2f} ms, peak RSS {meta[-1]['peak_rss_mb'] or 0:.0f} MB")
+        except KeyboardInterrupt:
+            merged = merge_runs(results, meta, device, harness)
+            merged.update(complete=False, error="interrupted", failed_run=i)
+            _write_json(partial, merged)
+            raise
+        except (DeviceError, OSError, ValueError) as e:
+            gone = isinstance(e, DeviceDisconnected) or not adb.is_connected()
+            merged = merge_runs(results, meta, device, harness)
+            merged.update(complete=False, error=str(e), failed_run=i)
+            _write_json(partial, merged)
+            kept = f"{len(results)} result{'s' if len(results) != 1 else ''} kept in {partial}"
+            if gone:
+                raise DeviceDisconnected(f"device {info.serial} disconnected during run {i} of {runs}; {kept} "
+                                         f"({e})") from e
+            raise DeviceError(f"run {i} of {runs} on device {info.serial} failed: {e}; {kept}") from e
+    merged = merge_runs(results, meta, device, harness)
+    merged.update(complete=True, error=None)
+    _write_json(out / "latency.json", merged)
+    if partial.exists():
+        partial.unlink()
+    return merged

@@ -1,0 +1,363 @@
+"""``magicselector bench latency|scaling``: registered by ``magicselector.cli``.
+
+Only the standard library is imported at module level: the CLI imports this module on every
+invocation, so numpy, onnxruntime, torch and matplotlib are imported inside the commands.
+
+``bench latency`` runs the latency runner in a fresh process (locally) or on a phone over ADB
+(``--device adb[:SERIAL]``, through ``magicselector.bench.adb``), optionally the side-by-side
+compare on this machine, and writes ``results.json`` (the ``magicselector-latency/1`` dict, plus
+``compare`` when run), ``results.csv`` (one row per stage), ``summary.md`` and PNG plots.
+``bench scaling`` writes ``scaling.json``, ``scaling.csv``, ``scaling.md`` and PNG plots.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+DEFAULT_OUT = "bench-out"
+
+# The latency targets of the on-device runtime, checked in summary.md / scaling.md.
+TARGETS = {
+    "embed_p50_ms": 4.0,          # embed one query (<= 32 tokens), 1 thread
+    "embed_vs_pytorch_x": 3.0,    # >= 3x faster than FP32 PyTorch
+    "search_10k_p50_ms": 0.3,
+    "search_1m_p50_ms": 3.0,
+    "search_1m_recall": 0.99,     # recall@50 against exact search
+    "cut_100_us": 20.0,           # adaptive Top-K over 100 candidates
+    "total_p50_ms": 150.0,        # end to end without decomposer
+    "cold_start_ms": 1500.0,
+    "peak_rss_mb": 200.0,
+}
+
+
+def _err(msg: str) -> int:
+    print(f"magicselector: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _mark(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("pass" if ok else "**miss**")
+
+
+# -- latency --------------------------------------------------------------------------------------
+def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
+    if args.pin_big_cores:
+        print("bench latency: --pin-big-cores applies to phones (--device adb); ignored locally",
+              file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="ms-latency-") as tmp:
+        out = Path(tmp) / "latency.json"
+        cmd = [sys.executable, "-m", "magicselector.bench.latency_runner", "--bundle", bundle,
+               "--runs", str(args.runs), "--warmup", str(args.warmup), "--threads", str(args.threads),
+               "--out", str(out), "--cool-down-s", str(args.cool_down_s)]
+        proc = subprocess.run(cmd)  # progress lines stream straight to our stderr
+        if proc.returncode != 0 or not out.is_file():
+            raise RuntimeError(f"the latency runner failed (exit {proc.returncode}): {' '.join(cmd)}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _run_adb(bundle: str, serial: str | None, out_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        from magicselector.bench.adb import run_latency_on_device
+    except ImportError as e:
+        raise LookupError(f"the ADB harness is not installed (magicselector.bench.adb could not be imported: {e})")
+    return run_latency_on_device(bundle, serial=serial, runs=args.runs, warmup=args.warmup, threads=args.threads,
+                                 out_dir=out_dir, cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores)
+
+
+def write_stage_csv(results: Mapping[str, Any], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["stage", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "min_ms", "max_ms", "n"])
+        for stage, st in results["stages"].items():
+            w.writerow([stage] + [f"{st.get(k, 0):.4f}" for k in ("p50", "p90", "p99", "mean", "min", "max")]
+                       + [st.get("n", 0)])
+
+
+def latency_targets(results: Mapping[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """(target, measured, threshold, ok) rows for the targets the results can answer."""
+    rows: list[tuple[str, str, str, bool | None]] = []
+    stages = results.get("stages", {})
+    cmp_ = results.get("compare")
+    if cmp_ and "ours_embed" in cmp_.get("variants", {}):
+        e = cmp_["variants"]["ours_embed"]["p50"]
+        toks = cmp_["config"]["tokens"]
+        rows.append((f"embed one query p50, 1 thread (tokens mean {toks['mean']:.1f}, max {toks['max']})",
+                     f"{e:.2f} ms", f"<= {TARGETS['embed_p50_ms']} ms", e <= TARGETS["embed_p50_ms"]))
+        r = cmp_.get("ratios", {}).get("pytorch_fp32_embed / ours_embed")
+        if r is not None:
+            rows.append(("embed vs FP32 PyTorch (p50 ratio)", f"{r:.2f}x", f">= {TARGETS['embed_vs_pytorch_x']}x",
+                         r >= TARGETS["embed_vs_pytorch_x"]))
+    elif "embed" in stages:
+        e = stages["embed"]["p50"] + stages.get("tokenize", {}).get("p50", 0.0)
+        rows.append(("embed stage p50 (tokenize + model, per turn)", f"{e:.2f} ms", f"<= {TARGETS['embed_p50_ms']} ms",
+                     e <= TARGETS["embed_p50_ms"]))
+    if "total" in stages:
+        t = stages["total"]["p50"]
+        rows.append((f"end to end p50 (decomposer: {results.get('config', {}).get('decomposer')})", f"{t:.2f} ms",
+                     f"<= {TARGETS['total_p50_ms']:.0f} ms", t <= TARGETS["total_p50_ms"]))
+    c = results.get("cold_start_ms")
+    if c is not None:
+        rows.append(("cold start (from_bundle -> first selection)", f"{c:.0f} ms",
+                     f"<= {TARGETS['cold_start_ms']:.0f} ms", c <= TARGETS["cold_start_ms"]))
+    m = results.get("peak_rss_mb")
+    if m is not None:
+        rows.append(("peak RSS (VmHWM)", f"{m:.1f} MB", f"<= {TARGETS['peak_rss_mb']:.0f} MB",
+                     m <= TARGETS["peak_rss_mb"]))
+    return rows
+
+
+def latency_summary(results: Mapping[str, Any]) -> str:
+    dev, cfg = results.get("device", {}), results.get("config", {})
+    lines = ["# magicselector latency", ""]
+    lines.append(f"Device: {dev.get('cpu_model')} ({dev.get('machine')}, {dev.get('cores')} cores, "
+                 f"{dev.get('cores_usable')} usable, load avg {dev.get('loadavg')}), {dev.get('platform')}; "
+                 f"python {dev.get('python')}, onnxruntime {dev.get('onnxruntime')}, usearch {dev.get('usearch')}.")
+    lines.append(f"Config: {cfg.get('runs')} runs x {cfg.get('turns')} turns after {cfg.get('warmup')} warm-up "
+                 f"passes, {cfg.get('threads')} thread(s), history={cfg.get('history_mode')}, "
+                 f"candidates={cfg.get('candidates')}, cut={cfg.get('cut')}, decomposer={cfg.get('decomposer')}, "
+                 f"tokens per text mean {((cfg.get('tokens') or {}).get('mean') or 0):.1f} "
+                 f"(max {(cfg.get('tokens') or {}).get('max')}), fresh process: {cfg.get('fresh_process')}.")
+    lines += ["", "| stage | p50 ms | p90 ms | p99 ms | mean ms | n |", "|---|---:|---:|---:|---:|---:|"]
+    for stage, st in results["stages"].items():
+        lines.append(f"| {stage} | {st['p50']:.3f} | {st['p90']:.3f} | {st['p99']:.3f} | {st['mean']:.3f} | {st['n']} |")
+    cb = results.get("cold_start_breakdown") or {}
+    imp = cb.get("import_ms")
+    lines += ["", f"Cold start: {results['cold_start_ms']:.0f} ms (load {cb.get('load_ms', 0):.0f} ms + first "
+              f"selection {cb.get('first_select_ms', 0):.0f} ms"
+              + (f"; runtime imports before it: {imp:.0f} ms" if imp is not None else "") + "; warm file cache). "
+              f"Peak RSS: {results['peak_rss_mb']:.1f} MB."]
+    a = results.get("artifacts") or {}
+
+    def mb(x: Any) -> str:
+        return f"{x / 2**20:.2f} MB" if isinstance(x, (int, float)) else "-"
+
+    lines.append(f"Artifacts: embedder {mb(a.get('embedder_bytes'))} ({a.get('embedder_quantization')}), "
+                 f"tokenizer {mb(a.get('tokenizer_bytes'))}, index {mb(a.get('index_bytes'))} "
+                 f"({a.get('index_dtype')}, {a.get('tools')} tools), catalog {mb(a.get('catalog_bytes'))}; "
+                 f"bundle total {mb(a.get('total_bytes'))}.")
+    cmp_ = results.get("compare")
+    if cmp_:
+        cc = cmp_["config"]
+        lines += ["", "## Side by side (one query at a time, 1 thread, same process, interleaved)", "",
+                  f"{cc['queries']} texts x {cc['runs']} runs, tokens mean {cc['tokens']['mean']:.1f} "
+                  f"(max {cc['tokens']['max']}), {cc['tools']} tools, index {cc['index_dtype']}, "
+                  f"{cc['candidates']} candidates. Ran on: {cmp_.get('host', 'this machine')}.", "",
+                  "| variant | p50 ms | p90 ms | mean ms | n |", "|---|---:|---:|---:|---:|"]
+        for name, st in sorted(cmp_["variants"].items()):
+            lines.append(f"| {name} | {st['p50']:.3f} | {st['p90']:.3f} | {st['mean']:.3f} | {st['n']} |")
+        lines += ["", "Ratios (p50; > 1 means ours is faster; means in brackets):", ""]
+        for k, v in cmp_["ratios"].items():
+            lines.append(f"- {k} = {v:.2f}x ({cmp_['ratios_mean'].get(k, float('nan')):.2f}x)")
+        ag = cmp_.get("agreement") or {}
+        if ag:
+            lines.append("- agreement: " + ", ".join(f"{k} {v:.3f}" for k, v in ag.items() if v is not None))
+        lines.append(f"- rerank: {cmp_['rerank']['note']}")
+    lines += ["", "## Targets", "", "| target | measured | threshold | result |", "|---|---:|---:|---|"]
+    for name, meas, thr, ok in latency_targets(results):
+        lines.append(f"| {name} | {meas} | {thr} | {_mark(ok)} |")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_latency(args: argparse.Namespace) -> int:
+    from magicselector.bundle import ensure_default_bundle
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bundle = str(args.bundle) if args.bundle else str(ensure_default_bundle(progress=True))
+    if not Path(bundle, "manifest.json").is_file():
+        return _err(f"{bundle}: not a bundle folder (no manifest.json)")
+    device = args.device
+    try:
+        if device == "local":
+            results = _run_local(bundle, args)
+        elif device == "adb" or device.startswith("adb:"):
+            serial = device.split(":", 1)[1] or None if ":" in device else None
+            results = _run_adb(bundle, serial, out, args)
+        else:
+            return _err(f"--device must be local or adb[:SERIAL], got {device!r}")
+    except LookupError as e:
+        return _err(str(e))
+    except RuntimeError as e:
+        return _err(str(e))
+
+    from .latency import validate_results
+
+    problems = validate_results(results)
+    if problems:
+        print("bench latency: warning: results do not follow the schema: " + "; ".join(problems), file=sys.stderr)
+    results = dict(results)
+    if args.compare:
+        from .compare import compare_latency
+
+        cmp_ = compare_latency(bundle, runs=args.runs, warmup=args.warmup,
+                               history_mode=results.get("config", {}).get("history_mode", "user"),
+                               progress=_progress)
+        cmp_["host"] = "this machine" if device == "local" else "the host (not the phone): compare needs torch"
+        results["compare"] = cmp_
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_stage_csv(results, out / "results.csv")
+    summary = latency_summary(results)
+    (out / "summary.md").write_text(summary, encoding="utf-8")
+    written = ["results.json", "results.csv", "summary.md"]
+    try:
+        from .plots import plot_compare, plot_stage_latency
+
+        plot_stage_latency(results, out / "stages.png")
+        written.append("stages.png")
+        if args.compare:
+            plot_compare(results["compare"], out / "compare.png")
+            written.append("compare.png")
+    except ImportError as e:
+        print(f"bench latency: no plots (matplotlib missing: {e}); pip install 'magicselector[bench]'",
+              file=sys.stderr)
+    print(summary)
+    print(f"wrote {', '.join(written)} to {out}")
+    return 0
+
+
+# -- scaling --------------------------------------------------------------------------------------
+def scaling_summary(res: Mapping[str, Any]) -> str:
+    cfg, dev = res["config"], res["device"]
+    lines = ["# magicselector scaling", "",
+             f"Device: {dev.get('cpu_model')}, {dev.get('cores')} cores (load avg at end {dev.get('loadavg')}). "
+             f"Synthetic {cfg['data']} unit vectors, dim {cfg['dim']}; usearch cos, connectivity "
+             f"{cfg['connectivity']}, expansion_add {cfg['expansion_add']}, built with {cfg['build_threads']} "
+             f"threads; search one query at a time, 1 thread, k={cfg['k']}; recall@{cfg['k']} against exact "
+             f"numpy search. Wall time {cfg['wall_s']} s.", "",
+             "## Search", "",
+             "| n | dtype | build s | file MB | RSS delta MB | expansion_search | p50 ms | p90 ms | recall@50 | queries |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res["search"]:
+        if r.get("aborted"):
+            lines.append(f"| {r['n']:,} | {r['dtype']} | stopped at {r['built']:,} after {r['build_s']:.0f} s | - | "
+                         f"{r['rss_delta_mb']:.0f} | - | - | - | - | - |")
+        for s in r["settings"]:
+            star = " (chosen)" if s["expansion_search"] == r["chosen"]["expansion_search"] else ""
+            lines.append(f"| {r['n']:,} | {r['dtype']} | {r['build_s']:.1f} | {r['file_bytes'] / 2**20:.1f} | "
+                         f"{r['rss_delta_mb']:.0f} | {s['expansion_search']}{star} | {s['p50_ms']:.3f} | "
+                         f"{s['p90_ms']:.3f} | {s['recall@50']:.4f} | {r['queries']} |")
+    cut = res["cut"]
+    lines += ["", f"## Adaptive Top-K (paper_cut, dim {cut['dim']})", "",
+              "| n | median us | min us | scores only us |", "|---:|---:|---:|---:|"]
+    for p in cut["points"]:
+        lines.append(f"| {p['n']:,} | {p['us']:.1f} | {p['us_min']:.1f} | {p['us_scores_only']:.1f} |")
+    for label, f in (("median", cut.get("fit")), ("min", cut.get("fit_min"))):
+        if f:
+            ll_big = f.get("loglog_slope_n_ge_1000")
+            lines.append(f"\nFit over the {label}s: time = {f['slope_us_per_item']:.4g} us/item x n + "
+                         f"{f['intercept_us']:.4g} us, R^2 = {f['r2']:.4f} (linear space); log-log slope "
+                         f"{f['loglog_slope']:.3f}" + (f", over n >= 1000: {ll_big:.3f}" if ll_big is not None else "")
+                         + ".")
+    lines += ["", "## Targets", "", "| target | measured | threshold | result |", "|---|---:|---:|---|"]
+    for r in res["search"]:
+        c = r["chosen"]
+        if c is None:
+            lines.append(f"| search {r['n']:,} tools ({r['dtype']}) | not measured: build stopped at "
+                         f"{r['built']:,} vectors after {r['build_s']:.0f} s | - | n/a |")
+            continue
+        if r["n"] == 10_000:
+            lines.append(f"| search 10k tools p50 ({r['dtype']}, es={c['expansion_search']}, recall "
+                         f"{c['recall@50']:.3f}) | {c['p50_ms']:.3f} ms | <= {TARGETS['search_10k_p50_ms']} ms | "
+                         f"{_mark(c['p50_ms'] <= TARGETS['search_10k_p50_ms'])} |")
+        if r["n"] == 1_000_000:
+            ok = c["p50_ms"] <= TARGETS["search_1m_p50_ms"] and c["recall@50"] >= TARGETS["search_1m_recall"]
+            lines.append(f"| search 1M tools p50 + recall@50 ({r['dtype']}, es={c['expansion_search']}) | "
+                         f"{c['p50_ms']:.3f} ms, {c['recall@50']:.4f} | <= {TARGETS['search_1m_p50_ms']} ms, "
+                         f">= {TARGETS['search_1m_recall']} | {_mark(ok)} |")
+    p100 = next((p for p in cut["points"] if p["n"] == 100), None)
+    if p100:
+        lines.append(f"| adaptive Top-K, 100 candidates (median; min {p100['us_min']:.1f} us) | {p100['us']:.1f} us | "
+                     f"<= {TARGETS['cut_100_us']:.0f} us | {_mark(p100['us'] <= TARGETS['cut_100_us'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_scaling_csv(res: Mapping[str, Any], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["kind", "n", "dtype", "expansion_search", "p50_ms", "p90_ms", "mean_ms", "recall@50",
+                    "build_s", "file_bytes", "rss_delta_mb", "chosen"])
+        for r in res["search"]:
+            for s in r["settings"]:
+                w.writerow(["search", r["n"], r["dtype"], s["expansion_search"], f"{s['p50_ms']:.5f}",
+                            f"{s['p90_ms']:.5f}", f"{s['mean_ms']:.5f}", f"{s['recall@50']:.5f}",
+                            f"{r['build_s']:.3f}", r["file_bytes"], f"{r['rss_delta_mb']:.1f}",
+                            int(s["expansion_search"] == r["chosen"]["expansion_search"])])
+        for p in res["cut"]["points"]:
+            w.writerow(["cut", p["n"], "", "", f"{p['us'] / 1e3:.6f}", "", "", "", "", "", "", ""])
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    from .scaling import DEFAULT_CUT_NS, DEFAULT_NS, run_scaling
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ns = [int(x) for x in args.ns.split(",")] if args.ns else list(DEFAULT_NS)
+    cut_ns = [int(x) for x in args.cut_ns.split(",")] if args.cut_ns else list(DEFAULT_CUT_NS)
+    es = [int(x) for x in args.expansion_search.split(",")]
+    res = run_scaling(ns, cut_ns, max_n=args.max_n, dtypes=args.dtypes.split(","), kind=args.data,
+                      queries=args.queries, expansion_search=es, connectivity=args.connectivity,
+                      expansion_add=args.expansion_add, threads=args.build_threads,
+                      build_budget_s=args.build_budget_s, progress=_progress)
+    (out / "scaling.json").write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    write_scaling_csv(res, out / "scaling.csv")
+    summary = scaling_summary(res)
+    (out / "scaling.md").write_text(summary, encoding="utf-8")
+    written = ["scaling.json", "scaling.csv", "scaling.md"]
+    try:
+        from .plots import plot_cut_fit, plot_search_scaling
+
+        if res["search"]:
+            plot_search_scaling(res, out / "search_scaling.png")
+            written.append("search_scaling.png")
+        plot_cut_fit(res, out / "cut_fit.png")
+        written.append("cut_fit.png")
+    except ImportError as e:
+        print(f"bench scaling: no plots (matplotlib missing: {e})", file=sys.stderr)
+    print(summary)
+    print(f"wrote {', '.join(written)} to {out}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``bench latency`` and ``bench scaling`` to the ``magicselector`` command."""
+    bp = subparsers.add_parser("bench", help="latency and scaling benchmarks (local or on a phone over ADB)")
+    bsub = bp.add_subparsers(dest="bench_command", required=True)
+
+    sp = bsub.add_parser("latency", help="cold start, per-stage latency percentiles and peak RSS on a fixed workload")
+    sp.add_argument("--bundle", help="bundle folder (default: the default bundle, built on first use)")
+    sp.add_argument("--device", default="local", help="local (default) or adb[:SERIAL] for a phone")
+    sp.add_argument("--runs", type=int, default=20)
+    sp.add_argument("--warmup", type=int, default=3)
+    sp.add_argument("--threads", type=int, default=1)
+    sp.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}/)")
+    sp.add_argument("--compare", action="store_true",
+                    help="also time FP32 PyTorch, BM25 and exact numpy search side by side (on this machine)")
+    sp.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
+    sp.add_argument("--pin-big-cores", action="store_true", help="pin the runner to the big cores (phones)")
+    sp.set_defaults(func=cmd_latency)
+
+    sp = bsub.add_parser("scaling", help="search latency / memory / recall vs n, and adaptive Top-K time vs n")
+    sp.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}/)")
+    sp.add_argument("--max-n", type=int, help="skip index sizes above this (e.g. 100000 to skip 1M)")
+    sp.add_argument("--ns", help="comma-separated index sizes (default: 1000,10000,100000,1000000)")
+    sp.add_argument("--cut-ns", help="comma-separated candidate counts for the cut (default: 10,...,100000)")
+    sp.add_argument("--dtypes", default="f16,i8")
+    sp.add_argument("--data", choices=["clustered", "uniform"], default="clustered")
+    sp.add_argument("--queries", type=int, default=100)
+    sp.add_argument("--expansion-search", default="64,128,256", help="comma-separated values to try")
+    sp.add_argument("--connectivity", type=int, default=16)
+    sp.add_argument("--expansion-add", type=int, default=64)
+    sp.add_argument("--build-threads", type=int, default=2)
+    sp.add_argument("--build-budget-s", type=float,
+                    help="stop building an index (>200k vectors, checked every 100k) once it took this long")
+    sp.set_defaults(func=cmd_scaling)
