@@ -17,7 +17,9 @@ from .errors import CatalogError, UnknownToolError
 
 PHONE_CATALOG_DIR = Path(__file__).resolve().parent / "catalogs" / "phone"
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-:/ ]{1,128}$")
+# Names are shown to an LLM and used as identifiers: printable, one line, bounded. Real catalogs
+# use more than MCP's [A-Za-z0-9_-] (MetaTool has "PDF&URLTool"), so only control characters fail.
+_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 
 
 @dataclass(frozen=True)

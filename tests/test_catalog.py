@@ -36,7 +36,8 @@ def write(tmp_path, name, data):
 @pytest.mark.parametrize("entry, message", [
     ({"description": "no name"}, "no 'name'"),
     ({"name": "", "description": "x"}, "no 'name'"),
-    ({"name": "bad name!", "description": "x"}, "characters"),
+    ({"name": "bad\nname", "description": "x"}, "characters"),
+    ({"name": "x" * 200, "description": "x"}, "characters"),
     ({"name": "a", "description": 5}, "'description' must be a string"),
     ({"name": "a", "description": "x", "inputSchema": []}, "must be a JSON object"),
     ({"name": "a", "description": "x", "inputSchema": {"properties": []}}, "'properties' must be an object"),
