@@ -1,0 +1,57 @@
+"""``magicselector train ...`` subcommands. Registered by ``magicselector.cli``; nothing heavy
+(torch, transformers) is imported until a command runs."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def cmd_train_reranker(args: argparse.Namespace) -> int:
+    from .reranker import RerankerTrainConfig, train_reranker
+
+    fields: dict[str, Any] = {
+        "seed": args.seed, "epochs_pointwise": args.epochs_pointwise, "epochs_listwise": args.epochs_listwise,
+        "rounds": args.rounds, "negatives": args.negatives, "list_size": args.list_size, "pool": args.pool,
+        "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length, "layers": args.layers,
+        "history": args.history, "max_queries": args.max_queries, "threads": args.threads,
+        "base_model": args.base_model, "include_tasks": not args.no_tasks, "truncation": args.truncation,
+    }
+    config = RerankerTrainConfig(**{k: v for k, v in fields.items() if v is not None})
+    summary = train_reranker(args.data, args.out, config, bundle=args.bundle, progress=not args.quiet,
+                             overwrite=args.force)
+    short = {k: summary[k] for k in ("out_dir", "layers", "counts", "loss_summary", "probe_loss_before",
+                                     "probe_loss_after", "final_loss", "wall_seconds")}
+    print(json.dumps(short, indent=2))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``train`` (with ``train reranker``) to the ``magicselector`` command's subparsers."""
+    tp = subparsers.add_parser("train", help="train models (needs the train extra)")
+    tsub = tp.add_subparsers(dest="train_command", required=True)
+    sp = tsub.add_parser("reranker", help="train the cross-encoder reranker (point-wise, list-wise, "
+                                          "self-distillation hard-negative mining)")
+    sp.add_argument("--data", nargs="+", required=True, metavar="DIR", help="benchmark folders to train on")
+    sp.add_argument("--out", required=True, metavar="DIR", help="output checkpoint folder")
+    sp.add_argument("--bundle", help="bundle whose dense retriever gives the candidate pools (default bundle)")
+    sp.add_argument("--base-model", help="BERT-style checkpoint to start from (default: the packaged MiniLM)")
+    sp.add_argument("--seed", type=int)
+    sp.add_argument("--epochs-pointwise", type=int)
+    sp.add_argument("--epochs-listwise", type=int)
+    sp.add_argument("--rounds", type=int, help="hard-negative mining rounds after the initial model")
+    sp.add_argument("--negatives", type=int, help="negatives per gold tool (and hard negatives mined per query)")
+    sp.add_argument("--list-size", type=int, help="items per list-wise list (1 gold + L-1 negatives)")
+    sp.add_argument("--pool", type=int, help="retriever candidates per query")
+    sp.add_argument("--batch-size", type=int, help="pairs per optimizer step")
+    sp.add_argument("--lr", type=float)
+    sp.add_argument("--layers", type=int, help="keep only the first N encoder layers")
+    sp.add_argument("--max-length", type=int, help="tokens per (query, tool) pair (default 96)")
+    sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
+    sp.add_argument("--threads", type=int, help="torch threads")
+    sp.add_argument("--history", choices=["none", "user", "all"], help="history mode of the query text (default user)")
+    sp.add_argument("--truncation", choices=["query_capped", "longest_first"])
+    sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")
+    sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
+    sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    sp.set_defaults(func=cmd_train_reranker)
