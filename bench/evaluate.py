@@ -44,10 +44,18 @@ class EvalConfig:
     cut: CutConfig = field(default_factory=lambda: CutConfig(rule="paper"))
     limit: int | None = None
     seed: int = 0
+    decompose: str = "none"  # none | rules | llm | auto (dense retriever only)
+    fusion: str = "peak"     # peak | rrf
+    cut_scope: str = "fused"  # fused | subtask
+    decompose_deadline_ms: float | None = 1500.0
+    llm_threads: int = 2
+    decomposer_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.retriever not in RETRIEVERS:
             raise InputError(f"retriever must be one of {RETRIEVERS}, got {self.retriever!r}")
+        if self.decompose != "none" and self.retriever != "dense":
+            raise InputError("decomposition is evaluated with the dense retriever only (--retriever dense)")
         if self.k < 1:
             raise InputError("k must be >= 1")
 
@@ -153,11 +161,15 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
     cut = config.cut if config.adaptive else CutConfig(rule="fixed", fixed_k=config.k)
     candidates = max(config.k, cut.k_max if config.adaptive else config.k, 30)
-    sel_config = SelectorConfig(history=config.history, candidates=candidates, cut=cut)
+    sel_config = SelectorConfig(history=config.history, candidates=candidates, cut=cut, fusion=config.fusion,
+                                decompose=config.decompose, cut_scope=config.cut_scope,
+                                decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
+                                decomposer_model=config.decomposer_model)
     t0 = time.perf_counter()
     if base is None:
         base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress))
     selector = selector_for_catalog(base, bench.catalog, sel_config)
+    raw_selector = selector.with_config(decompose="none") if config.decompose != "none" else None
     bm25 = BM25Ranker(bench.catalog) if config.retriever in ("bm25", "hybrid") else None
     cost = {t.id: schema_tokens(t) for t in bench.catalog}
 
@@ -167,9 +179,12 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     rows = []
     bar = _progress(len(queries), f"eval {bench.name}", progress)
     for q in queries:
+        extra: dict[str, Any] = {}
         if config.retriever == "dense":
             sel = selector.select(q.query, q.history)
             ranked, K = sel.ranked_ids, sel.k
+            if raw_selector is not None:
+                extra = _counterfactual_row(q, sel, raw_selector.select(q.query, q.history), selector, config.k)
         else:
             text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), config.history,
                                   sel_config.history_turns)
@@ -185,6 +200,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
             "ndcg": ndcg_at_k(ranked, q.gold, config.k), "recall": recall_at_k(ranked, q.gold, config.k),
             "complete": completeness_at_k(ranked, q.gold, config.k),
             "complete_K": completeness_at_k(ranked, q.gold, K), "tokens": token_cost(ranked[:K]),
+            **extra,
         })
         bar.update()
     bar.close()
@@ -198,7 +214,71 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         "config": {**asdict(config), "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,
                    "tools": len(bench.catalog), "seconds": round(time.perf_counter() - t0, 2)},
     }
+    if raw_selector is not None:
+        report["counterfactual"] = {**_counterfactual(rows, config.k),
+                                    "by_category": {c: _counterfactual(rs, config.k) for c, rs in sorted(by_cat.items())}}
+        quality = _decomposition_quality(rows, config.k)
+        if quality:
+            report["decomposition"] = quality
     return report
+
+
+def _counterfactual_row(q: Query, sel, raw, selector: Selector, k: int) -> dict[str, Any]:
+    """Per turn: NDCG and completeness with (atom) and without (raw) decomposition; the
+    sub-task lists' own gold coverage; the decomposition time."""
+    row: dict[str, Any] = {
+        "ndcg_raw": ndcg_at_k(raw.ranked_ids, q.gold, k), "complete_raw": completeness_at_k(raw.ranked_ids, q.gold, k),
+        "subtasks": list(sel.subtasks), "decompose_ms": sel.timings_ms.get("decompose", 0.0),
+        "ran": getattr(getattr(selector.decomposer, "last", None), "ran", "") or selector.decomposer.name,
+    }
+    tasks = q.extra.get("tasks")
+    if isinstance(tasks, list) and tasks:
+        row["gold_tasks"] = len(tasks)
+        vecs = selector.embedder.embed(list(sel.subtasks))
+        union: set[str] = set()
+        for ids, _ in selector.index.search(vecs, k):
+            union.update(ids)
+        row["subtask_complete"] = float(set(q.gold) <= union)
+    return row
+
+
+def _counterfactual(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    """MagicSelector eq. 4 both ways: N_raw (no decomposition) vs N_atom, per turn."""
+    rows = [r for r in rows if "ndcg_raw" in r]
+    if not rows:
+        return {}
+    gains = [r["ndcg"] - r["ndcg_raw"] for r in rows]
+    eps = 1e-9
+    ms = sorted(r["decompose_ms"] for r in rows)
+    return {
+        "queries": len(rows),
+        f"ndcg_raw@{k}": mean(r["ndcg_raw"] for r in rows),
+        f"ndcg_atom@{k}": mean(r["ndcg"] for r in rows),
+        "mean_gain": mean(gains),
+        "helps": mean(float(g > eps) for g in gains),
+        "hurts": mean(float(g < -eps) for g in gains),
+        "same": mean(float(abs(g) <= eps) for g in gains),
+        f"completeness_raw@{k}": mean(r["complete_raw"] for r in rows),
+        f"completeness_atom@{k}": mean(r["complete"] for r in rows),
+        "decompose_ms_p50": float(np.percentile(ms, 50)),
+        "decompose_ms_p90": float(np.percentile(ms, 90)),
+        "llm_share": mean(float(r.get("ran") == "llm") for r in rows),
+    }
+
+
+def _decomposition_quality(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    rows = [r for r in rows if "gold_tasks" in r]
+    if not rows:
+        return {}
+    multi = [r for r in rows if r["gold_tasks"] > 1]
+    return {
+        "turns": len(rows),
+        "task_count_right": mean(float(len(r["subtasks"]) == r["gold_tasks"]) for r in rows),
+        "task_count_right_multi": mean(float(len(r["subtasks"]) == r["gold_tasks"]) for r in multi),
+        "mean_subtasks": mean(len(r["subtasks"]) for r in rows),
+        "mean_gold_tasks": mean(r["gold_tasks"] for r in rows),
+        f"subtask_completeness@{k}": mean(r["subtask_complete"] for r in rows),
+    }
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -222,4 +302,24 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(line("overall", report["overall"]))
     for cat, m in report["by_category"].items():
         lines.append(line(cat[:22], m))
+    cf = report.get("counterfactual")
+    if cf:
+        lines.append(f"\ncounterfactual (decompose={report['config'].get('decompose')} vs none, "
+                     f"fusion={report['config'].get('fusion')})")
+        ccols = [f"ndcg_raw@{k}", f"ndcg_atom@{k}", "mean_gain", "helps", "hurts", "same",
+                 f"completeness_raw@{k}", f"completeness_atom@{k}", "decompose_ms_p50", "llm_share"]
+        lines.append(f"{'category':<22} {'n':>6} " + " ".join(f"{c:>{max(8, len(c))}}" for c in ccols))
+
+        def cline(name: str, m: dict[str, Any]) -> str:
+            return f"{name:<22} {m['queries']:>6} " + " ".join(
+                f"{m.get(c, float('nan')):>{max(8, len(c))}.3f}" for c in ccols)
+
+        lines.append(cline("overall", cf))
+        for cat, m in cf.get("by_category", {}).items():
+            if m:
+                lines.append(cline(cat[:22], m))
+    dq = report.get("decomposition")
+    if dq:
+        lines.append("decomposition vs gold tasks: " + ", ".join(
+            f"{key}={v:.3f}" if isinstance(v, float) else f"{key}={v}" for key, v in dq.items()))
     return "\n".join(lines)

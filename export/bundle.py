@@ -66,6 +66,13 @@ def _versions() -> dict[str, str]:
             out[mod] = __import__(mod).__version__
         except Exception:  # a missing optional exporter is simply not recorded
             pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("executorch", "torchao", "llama-cpp-python"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
     import magicselector
     out["magicselector"] = magicselector.__version__
     return out
@@ -114,20 +121,27 @@ def golden_vectors(embedder: OnnxEmbedder, tokenizer: TextTokenizer) -> dict[str
 
 def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: str | Path, catalog: Catalog,
                  embedder_meta: dict[str, Any], index_dtype: str | None = None,
-                 extra: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+                 extra: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+                 reranker: dict[str, Any] | None = None, decomposer: dict[str, Any] | None = None,
+                 build_check: Callable[[Path], None] | None = None) -> dict[str, Any]:
     """Write a bundle folder from an exported embedder and a catalog; returns the manifest.
 
+    ``embedder_onnx`` may be an ``.onnx`` or an ExecuTorch ``.pte`` file. ``reranker``
+    (``{"file", "tokenizer", "meta"}``, from ``export_reranker``) and ``decomposer``
+    (``{"gguf", "meta", "golden"}``, from ``magicselector.export.gguf.export_decomposer``) add their
+    artifacts, manifest sections and golden probes. ``build_check`` runs on the finished folder
+    before it is moved into place (an exception there leaves nothing behind).
     The folder appears only when everything succeeded (built aside, then moved into place).
     """
     out = Path(out)
     with staged_dir(out) as root:
         (root / "embedder").mkdir()
-        shutil.copy2(embedder_onnx, root / "embedder" / "model.onnx")
+        emb_rel = "embedder/model" + (".pte" if str(embedder_onnx).endswith(".pte") else ".onnx")
+        shutil.copy2(embedder_onnx, root / emb_rel)
         shutil.copy2(tokenizer_file, root / "embedder" / "tokenizer.json")
         max_length = int(embedder_meta.get("max_length", 128))
         tokenizer = TextTokenizer(root / "embedder" / "tokenizer.json", max_length)
-        embedder = OnnxEmbedder(root / "embedder" / "model.onnx", tokenizer, dim=int(embedder_meta["dim"]),
-                                threads=2)
+        embedder = _embedder_class(emb_rel)(root / emb_rel, tokenizer, dim=int(embedder_meta["dim"]), threads=2)
         log(f"embedding {len(catalog)} tools")
         tool_vecs = embedder.embed([tool_text(t) for t in catalog])
         recall = measure_index_recall(tool_vecs, embedder.embed(PROBE_QUERIES))
@@ -136,10 +150,16 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         index.add(catalog.ids, tool_vecs)
         index.save(root / "index.usearch")
         catalog.write_jsonl(root / "catalog.jsonl")
-        (root / "golden.json").write_text(json.dumps(golden_vectors(embedder, tokenizer)) + "\n")
+        golden = golden_vectors(embedder, tokenizer)
+        rr_section = dec_section = None
+        if reranker:
+            rr_section = _add_reranker(root, reranker, catalog, golden, log)
+        if decomposer:
+            dec_section = _add_decomposer(root, decomposer, golden)
+        (root / "golden.json").write_text(json.dumps(golden) + "\n")
         manifest = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "embedder": {"file": "embedder/model.onnx", "tokenizer": "embedder/tokenizer.json",
+            "embedder": {"file": emb_rel, "tokenizer": "embedder/tokenizer.json",
                          "pooling": "mean", "normalize": True, "max_length": max_length, **embedder_meta},
             "index": {"file": "index.usearch", "metric": "cos", "dtype": dtype, "ndim": int(tool_vecs.shape[1]),
                       "recall_at_10_vs_exact": recall,
@@ -147,13 +167,81 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             "catalog": {"file": "catalog.jsonl", "tools": len(catalog), "source": catalog.source,
                         "tool_text": "name (de-snake-cased): description (parameters: names)"},
             "golden": {"file": "golden.json"},
-            "reranker": None,
-            "decomposer": None,
+            "reranker": rr_section,
+            "decomposer": dec_section,
             "exporters": _versions(),
             **(extra or {}),
         }
         log("hashing artifacts into manifest.json")
-        return write_manifest(root, manifest)
+        manifest = write_manifest(root, manifest)
+        if build_check is not None:
+            build_check(root)
+        return manifest
+
+
+def _embedder_class(rel: str):
+    if str(rel).endswith(".pte"):
+        from magicselector.stages.pte import PteEmbedder
+
+        return PteEmbedder
+    return OnnxEmbedder
+
+
+def _reranker_class(rel: str):
+    if str(rel).endswith(".pte"):
+        from magicselector.stages.pte import PteCrossEncoder
+
+        return PteCrossEncoder
+    from magicselector.stages.rerank import OnnxCrossEncoder
+
+    return OnnxCrossEncoder
+
+
+def rerank_probe_groups(catalog: Catalog, queries: Sequence[str] = PROBE_QUERIES[:8], per_query: int = 10,
+                        chars: int = 200) -> dict[str, list[str]]:
+    """Query lists for reranker parity: each probe query against a rotating slice of catalog tools."""
+    tools = list(catalog)
+    if not tools:
+        return {}
+    out = {}
+    for i, q in enumerate(queries):
+        start = (i * per_query) % len(tools)
+        picked = [tools[(start + j) % len(tools)] for j in range(min(per_query, len(tools)))]
+        out[q] = [tool_text(t, chars) for t in picked]
+    return out
+
+
+def _add_reranker(root: Path, reranker: dict[str, Any], catalog: Catalog, golden: dict[str, Any],
+                  log: Callable[[str], None]) -> dict[str, Any]:
+    src = Path(reranker["file"])
+    rel = "reranker/model" + (".pte" if src.suffix == ".pte" else ".onnx")
+    (root / "reranker").mkdir()
+    shutil.copy2(src, root / rel)
+    shutil.copy2(reranker["tokenizer"], root / "reranker" / "tokenizer.json")
+    meta = dict(reranker.get("meta", {}))
+    max_length = int(meta.get("max_length", 96))
+    scorer = _reranker_class(rel)(root / rel, TextTokenizer(root / "reranker" / "tokenizer.json", max_length), threads=2)
+    log("golden reranker scores")
+    groups = rerank_probe_groups(catalog, PROBE_QUERIES[:3], per_query=5)
+    cases = []
+    for q, texts in groups.items():
+        scores = scorer.score(q, texts)
+        cases.extend({"query": q, "text": t, "score": round(float(s), 6)} for t, s in zip(texts, scores))
+    golden["reranker"] = cases
+    # Same artifact, another CPU: INT8 kernels may differ slightly; ranks must hold.
+    golden["reranker_tolerance"] = {"spearman_min": 0.9, "max_abs_diff_of_range": 0.1}
+    return {"file": rel, "tokenizer": "reranker/tokenizer.json", "max_length": max_length,
+            "output": "one relevance logit per (query, tool text) pair", **meta}
+
+
+def _add_decomposer(root: Path, decomposer: dict[str, Any], golden: dict[str, Any]) -> dict[str, Any]:
+    (root / "decomposer").mkdir()
+    rel = "decomposer/model.gguf"
+    shutil.copy2(decomposer["gguf"], root / rel)
+    golden["decomposer"] = [{"prompt": c["prompt"], "input_ids": list(map(int, c["input_ids"])),
+                             "expected": list(map(int, c["expected"]))} for c in decomposer.get("golden", [])]
+    golden["decomposer_tolerance"] = {"first_token_agreement_min": 0.5}
+    return {"file": rel, **decomposer.get("meta", {})}
 
 
 def export_embedder(checkpoint: str | Path, workdir: str | Path, preset: str | None = None,
@@ -204,4 +292,180 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=checkpoint / "tokenizer.json",
                                 catalog=catalog, embedder_meta=emb["meta"], log=log)
     log("done")
+    return manifest
+
+
+# -- release export: embedder + reranker (+ decomposer) in ONNX or ExecuTorch form -----------------
+
+MIN_RERANKER_SPEARMAN = 0.9  # parity floor (overall Spearman vs PyTorch FP32) for a shipped reranker
+FORMATS = ("onnx", "pte")
+
+
+def _tokenizer_next_to(model: Path) -> Path:
+    tok = model.parent / "tokenizer.json"
+    if not tok.is_file():
+        raise ExportError(f"{model}: no tokenizer.json next to the model; put the tokenizer the model was "
+                          "trained with (tokenizer.save_pretrained(dir)) in the same folder")
+    return tok
+
+
+def _prebuilt(model: Path, fmt: str, role: str) -> None:
+    if model.suffix not in (".onnx", ".pte"):
+        raise ExportError(f"{model}: the {role} must be a Hugging Face checkpoint folder, an .onnx or a .pte file")
+    if model.suffix != f".{fmt}":
+        raise ExportError(f"{model}: a prebuilt {model.suffix} {role} cannot go into a --format {fmt} bundle; "
+                          f"pass the checkpoint folder so it is exported, or use --format {model.suffix[1:]}")
+
+
+def export_embedder_for(source: str | Path, workdir: str | Path, fmt: str = "onnx", preset: str | None = None,
+                        probe_texts: Sequence[str] = (), max_length: int = 128,
+                        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Checkpoint (or a ready .onnx/.pte with tokenizer.json beside it) -> the bundle's embedder:
+    ``{"onnx": model file, "tokenizer": tokenizer.json, "meta": manifest fields}``."""
+    source, workdir = Path(source), Path(workdir)
+    if source.is_file():
+        _prebuilt(source, fmt, "embedder")
+        tok = _tokenizer_next_to(source)
+        probe = _embedder_class(source.name)(source, TextTokenizer(tok, max_length), dim=0).embed(["dimension probe"])
+        return {"onnx": str(source), "tokenizer": str(tok),
+                "meta": {"dim": int(probe.shape[1]), "max_length": max_length, "format": fmt,
+                         "quantization": {"type": "prebuilt"}, "parity": {"against": "none (prebuilt model)"},
+                         "size_bytes": source.stat().st_size}}
+    if not source.is_dir():
+        raise ExportError(f"{source}: no such embedder checkpoint or model file")
+    if fmt == "onnx":
+        emb = export_embedder(source, workdir, preset=preset, probe_texts=probe_texts, log=log)
+        emb["meta"].update(format="onnx", max_length=max_length)
+        return {**emb, "tokenizer": str(source / "tokenizer.json")}
+    from .executorch import MIN_PTE_COSINE, export_encoder_pte
+
+    log(f"exporting {source.name} to ExecuTorch (XNNPACK, INT8)")
+    rep = export_encoder_pte(source, workdir / "embedder.int8.pte", kind="embedder", quantize="int8",
+                             max_length=max_length, calibration_texts=list(probe_texts)[:8])
+    log(f"parity against the PyTorch model on {len(probe_texts)} probes")
+    parity = embedder_parity(source, rep.output, list(probe_texts), max_length=max_length)
+    floor = MIN_PTE_COSINE["int8"]
+    if parity["min_cosine"] < floor:
+        raise ExportError(f"ExecuTorch INT8 embedder parity too low: worst cosine {parity['min_cosine']:.4f} < "
+                          f"{floor}; export FP32 (export_encoder_pte(quantize='fp32')) or use --format onnx")
+    config = json.loads((source / "config.json").read_text())
+    return {"onnx": rep.output, "tokenizer": str(source / "tokenizer.json"),
+            "meta": {"dim": int(config["hidden_size"]), "architecture": config.get("model_type"),
+                     "layers": int(config.get("num_hidden_layers", 0)), "format": "pte", "max_length": max_length,
+                     "quantization": {"type": "pt2e-int8", "scheme": rep.extra.get("scheme")},
+                     "shapes": rep.shapes, "max_batch": rep.max_batch, "backend": "xnnpack",
+                     "parity": {"against": "pytorch-fp32", **parity}, "size_bytes": rep.size_bytes,
+                     "export_seconds": round(rep.seconds, 2)}}
+
+
+def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", preset: str | None = None,
+                    groups: dict[str, list[str]] | None = None, max_length: int = 96,
+                    min_spearman: float = MIN_RERANKER_SPEARMAN, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Cross-encoder checkpoint (or a ready .onnx/.pte) -> INT8 reranker with a parity report:
+    ``{"file", "tokenizer", "meta"}``. Parity below ``min_spearman`` stops the export."""
+    from .onnx import reranker_parity
+
+    source, workdir = Path(source), Path(workdir)
+    if source.is_file():
+        _prebuilt(source, fmt, "reranker")
+        return {"file": str(source), "tokenizer": str(_tokenizer_next_to(source)),
+                "meta": {"max_length": max_length, "format": fmt, "quantization": {"type": "prebuilt"},
+                         "parity": {"against": "none (prebuilt model)"}, "size_bytes": source.stat().st_size}}
+    if not source.is_dir():
+        raise ExportError(f"{source}: no such reranker checkpoint or model file")
+    pairs = [(q, t) for q, texts in (groups or {}).items() for t in texts]
+    if not pairs:
+        raise ExportError("reranker parity needs probe (query, tool text) pairs; pass a non-empty catalog")
+    workdir.mkdir(parents=True, exist_ok=True)
+    if fmt == "onnx":
+        log(f"exporting reranker {source.name} to ONNX (FP32)")
+        fp32 = export_encoder_onnx(source, workdir / "reranker.fp32.onnx", kind="reranker")
+        log(f"quantizing the reranker to INT8 ({preset or host_preset()})")
+        q = quantize_onnx_int8(fp32.output, workdir / "reranker.int8.onnx", preset)
+        model, quant = q.output, {"type": "dynamic-int8", **q.extra}
+        sizes = {"fp32_size_bytes": fp32.size_bytes, "size_bytes": q.size_bytes}
+        seconds, shapes = fp32.seconds + q.seconds, {"shapes": "dynamic"}
+    else:
+        from .executorch import export_encoder_pte
+
+        log(f"exporting reranker {source.name} to ExecuTorch (XNNPACK, INT8)")
+        rep = export_encoder_pte(source, workdir / "reranker.int8.pte", kind="reranker", quantize="int8",
+                                 max_length=max_length, calibration_texts=pairs[:8])
+        model, quant = rep.output, {"type": "pt2e-int8", "scheme": rep.extra.get("scheme")}
+        sizes, seconds = {"size_bytes": rep.size_bytes}, rep.seconds
+        shapes = {"shapes": rep.shapes, "max_batch": rep.max_batch, "backend": "xnnpack"}
+    log(f"reranker parity against the PyTorch model on {len(pairs)} pairs")
+    parity = reranker_parity(source, model, pairs, max_length=max_length)
+    if parity["spearman"] < min_spearman:
+        raise ExportError(f"{fmt} INT8 reranker parity too low: Spearman {parity['spearman']:.3f} < {min_spearman} "
+                          f"(top-1 agreement {parity['top1_agreement']:.2f}); try another --preset (per-channel "
+                          "vs per-tensor), static QDQ (quantize_onnx_static) or ship the reranker in FP32")
+    config = json.loads((source / "config.json").read_text())
+    return {"file": model, "tokenizer": str(source / "tokenizer.json"),
+            "meta": {"architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
+                     "format": fmt, "max_length": max_length, "quantization": quant, **shapes,
+                     "parity": {"against": "pytorch-fp32", "min_spearman": min_spearman, **parity},
+                     **sizes, "export_seconds": round(seconds, 2)}}
+
+
+def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path | Catalog,
+                  reranker: str | Path | None = None, decomposer: str | Path | None = None,
+                  fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
+                  min_reranker_spearman: float = MIN_RERANKER_SPEARMAN,
+                  min_decomposer_first_token: float | None = None, verify: bool = True,
+                  log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``magicselector export bundle``: export every model, check parity, write and verify the bundle.
+
+    Every argument is checked before any export work; any failure (parity below its floor,
+    unsupported architecture, missing tokenizer, unknown quantization) raises ExportError and
+    leaves no output folder behind."""
+    import tempfile
+
+    from magicselector.catalog import load_catalog
+
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown bundle format {fmt!r}; choose one of {list(FORMATS)}")
+    if preset is not None:
+        from .onnx import get_preset
+
+        get_preset(preset)
+    if decomposer is not None:
+        from .gguf import check_quant_name
+
+        quant = check_quant_name(quant)
+    for role, path in (("embedder", embedder), ("reranker", reranker), ("decomposer", decomposer)):
+        if path is not None and not Path(path).exists():
+            raise ExportError(f"{path}: no such {role} checkpoint or model file")
+    cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
+    if len(cat) == 0:
+        raise ExportError(f"{catalog}: the catalog holds no tools")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="magicselector-export-") as work:
+        work = Path(work)
+        probes = PROBE_QUERIES + [tool_text(t) for t in list(cat)[:40]]
+        emb = export_embedder_for(embedder, work / "embedder", fmt=fmt, preset=preset, probe_texts=probes, log=log)
+        rr = None
+        if reranker is not None:
+            rr = export_reranker(reranker, work / "reranker", fmt=fmt, preset=preset,
+                                 groups=rerank_probe_groups(cat), min_spearman=min_reranker_spearman, log=log)
+        dec = None
+        if decomposer is not None:
+            from .gguf import export_decomposer
+
+            dec = export_decomposer(decomposer, work / "decomposer", quant=quant,
+                                    min_first_token=min_decomposer_first_token, log=log)
+
+        def check(root: Path) -> None:
+            if verify:
+                from magicselector.bundle_check import verify_bundle
+
+                log("verifying the bundle (hashes, loading, golden vectors)")
+                verify_bundle(root)
+
+        manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"], catalog=cat,
+                                embedder_meta=emb["meta"], reranker=rr, decomposer=dec, log=log,
+                                extra={"export": {"format": fmt, "preset": preset, "decomposer_quant":
+                                                  quant if decomposer is not None else None,
+                                                  "seconds": round(time.perf_counter() - t0, 1)}},
+                                build_check=check)
     return manifest

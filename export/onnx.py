@@ -190,6 +190,165 @@ def embedder_parity(checkpoint: str | Path, onnx_model: str | Path, probe_texts:
             hidden = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).last_hidden_state.numpy()
             ref.append(mean_pool_normalize(hidden, batch["attention_mask"]))
     ref_v = np.concatenate(ref)
-    got = OnnxEmbedder(onnx_model, tok, dim=ref_v.shape[1], threads=1).embed(list(probe_texts))
+    cls = OnnxEmbedder
+    if str(onnx_model).endswith(".pte"):  # the same check for an ExecuTorch program
+        from magicselector.stages.pte import PteEmbedder as cls
+    got = cls(onnx_model, tok, dim=ref_v.shape[1], threads=1).embed(list(probe_texts))
     cos = (ref_v * got).sum(axis=1)
     return {"mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()), "probes": len(probe_texts)}
+
+
+# -- rerankers ------------------------------------------------------------------------------------
+
+def rankdata(x: Sequence[float]):
+    """Ranks 1..n with ties given their average rank (as scipy.stats.rankdata)."""
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    sx = x[order]
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and sx[j + 1] == sx[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation; 1.0 when both sides are constant, 0.0 when only one is."""
+    import numpy as np
+
+    ra, rb = rankdata(a), rankdata(b)
+    sa, sb = ra.std(), rb.std()
+    if sa == 0 or sb == 0:
+        return 1.0 if sa == sb else 0.0
+    return float(((ra - ra.mean()) * (rb - rb.mean())).mean() / (sa * sb))
+
+
+def group_pairs(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """(query, text) pairs -> {query: [texts]} in first-seen order."""
+    groups: dict[str, list[str]] = {}
+    for q, t in pairs:
+        groups.setdefault(q, []).append(t)
+    return groups
+
+
+def reranker_scores_torch(checkpoint: str | Path, groups: dict[str, list[str]], max_length: int = 96):
+    """The PyTorch cross-encoder's logit per (query, text), per query list."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from magicselector.stages.embed import TextTokenizer
+
+    checkpoint = Path(checkpoint)
+    tok = TextTokenizer(checkpoint / "tokenizer.json", max_length)
+    model = AutoModelForSequenceClassification.from_pretrained(str(checkpoint)).eval()
+    out = {}
+    with torch.no_grad():
+        for q, texts in groups.items():
+            batch = tok.encode_pairs([(q, t or " ") for t in texts])
+            logits = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits[:, 0]
+            out[q] = np.asarray(logits.numpy(), dtype=np.float32)
+    return out
+
+
+def compare_rerank_scores(ref: dict[str, Any], got: dict[str, Any]) -> dict[str, float]:
+    """Spearman per query list (mean and worst) and overall, top-1 agreement, max |diff|."""
+    import numpy as np
+
+    per_list, top1, diffs = [], [], []
+    for q, r in ref.items():
+        g = np.asarray(got[q], dtype=np.float32)
+        r = np.asarray(r, dtype=np.float32)
+        diffs.append(float(np.abs(r - g).max()) if len(r) else 0.0)
+        if len(r) > 1:
+            per_list.append(spearman(r, g))
+        if len(r):
+            top1.append(int(np.argmax(r)) == int(np.argmax(g)))
+    all_r = np.concatenate([np.asarray(v, dtype=np.float32) for v in ref.values()])
+    all_g = np.concatenate([np.asarray(got[q], dtype=np.float32) for q in ref])
+    return {
+        "spearman": spearman(all_r, all_g),
+        "spearman_per_list_mean": float(np.mean(per_list)) if per_list else 1.0,
+        "spearman_per_list_min": float(np.min(per_list)) if per_list else 1.0,
+        "top1_agreement": float(np.mean(top1)) if top1 else 1.0,
+        "max_abs_diff": float(max(diffs)) if diffs else 0.0,
+        "lists": len(ref),
+        "probes": int(len(all_r)),
+    }
+
+
+def reranker_parity(checkpoint: str | Path, onnx_model: str | Path, pairs: Sequence[tuple[str, str]],
+                    max_length: int = 96) -> dict[str, float]:
+    """Scores of the PyTorch cross-encoder against the exported one (``.onnx`` or ``.pte``) on
+    (query, text) pairs: Spearman overall and per query list, top-1 agreement over the query lists,
+    the largest absolute logit difference."""
+    from magicselector.stages.embed import TextTokenizer
+    from magicselector.stages.rerank import OnnxCrossEncoder
+
+    checkpoint = Path(checkpoint)
+    groups = group_pairs(pairs)
+    if not groups:
+        raise ExportError("reranker parity needs at least one (query, text) pair")
+    ref = reranker_scores_torch(checkpoint, groups, max_length)
+    cls = OnnxCrossEncoder
+    if str(onnx_model).endswith(".pte"):
+        from magicselector.stages.pte import PteCrossEncoder as cls
+    scorer = cls(onnx_model, TextTokenizer(checkpoint / "tokenizer.json", max_length), threads=1)
+    got = {q: scorer.score(q, texts) for q, texts in groups.items()}
+    return compare_rerank_scores(ref, got)
+
+
+# -- static (QDQ) quantization --------------------------------------------------------------------
+
+def quantize_onnx_static(fp32: str | Path, output: str | Path, calibration_texts: Sequence[Any],
+                         tokenizer_file: str | Path, preset: str | None = None, max_length: int = 128,
+                         limit: int = 128) -> OnnxExportReport:
+    """Static INT8 in QDQ form: weights and activations quantized, activation ranges calibrated
+    (MinMax) on ``calibration_texts`` (strings for an embedder, (query, text) pairs for a
+    reranker; typically catalog tool texts). Needs no run-time range computation, so it is the
+    form NPU / DSP delegates expect; on CPUs dynamic INT8 is usually at least as accurate."""
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
+
+    from magicselector.stages.embed import TextTokenizer
+
+    qp = get_preset(preset or host_preset())
+    fp32, output = Path(fp32), Path(output)
+    if not fp32.is_file():
+        raise ExportError(f"{fp32}: no such ONNX file to quantize")
+    texts = list(calibration_texts)[:limit]
+    if not texts:
+        raise ExportError("static quantization needs calibration texts (e.g. the catalog's tool texts)")
+    tok = TextTokenizer(tokenizer_file, max_length)
+    names = {i.name for i in onnx.load(str(fp32), load_external_data=False).graph.input}
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(texts)
+
+        def get_next(self):
+            item = next(self._it, None)
+            if item is None:
+                return None
+            enc = tok.encode_pairs([tuple(item)]) if isinstance(item, (tuple, list)) else tok.encode([item])
+            return {k: np.ascontiguousarray(v) for k, v in enc.items() if k in names}
+
+    t0 = time.perf_counter()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    quantize_static(str(fp32), str(output), Reader(), quant_format=QuantFormat.QDQ,
+                    per_channel=qp.per_channel, reduce_range=qp.reduce_range,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    op_types_to_quantize=["MatMul", "Gemm", "Gather"], calibrate_method=CalibrationMethod.MinMax)
+    return OnnxExportReport(str(fp32), str(output), "int8-static-qdq", 0, time.perf_counter() - t0,
+                            output.stat().st_size,
+                            extra={"preset": qp.name, "per_channel": qp.per_channel, "reduce_range": qp.reduce_range,
+                                   "calibration_texts": len(texts), "format": "QDQ",
+                                   "fp32_size_bytes": fp32.stat().st_size})

@@ -38,6 +38,75 @@ def verify_bundle(path: str | Path) -> dict[str, Any]:
                 raise BundleError(f"golden adaptive K differs: {c.k} != {case['k']} for scores {case['scores']}")
         checks.update(golden_tokenizer=len(golden["tokenizer"]), golden_embeddings_min_cosine=round(min(cos), 5),
                       golden_adaptive_k=len(golden["adaptive_k"]))
+        if golden.get("reranker"):
+            checks.update(_check_golden_reranker(selector, golden))
+        if golden.get("decomposer"):
+            checks.update(_check_golden_decomposer(bundle, golden))
+    if selector.reranker is not None and "golden_reranker_spearman" not in checks:
+        checks["reranker_smoke"] = [round(float(x), 4) for x in
+                                    selector.reranker.score("turn on bluetooth", ["bluetooth toggle", "set alarm"])]
     sel = selector.select("turn on bluetooth")
     checks["smoke_selection"] = sel.ids[:3]
     return checks
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra = np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(np.float64)
+    rb = np.argsort(np.argsort(b, kind="stable"), kind="stable").astype(np.float64)
+    if ra.std() == 0 or rb.std() == 0:
+        return 1.0 if ra.std() == rb.std() else 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _check_golden_reranker(selector: Selector, golden: dict[str, Any]) -> dict[str, Any]:
+    """Re-score the golden (query, tool text) pairs: ranks must hold and scores stay near."""
+    if selector.reranker is None:
+        raise BundleError("golden.json has reranker probes but the manifest names no reranker")
+    tol = golden.get("reranker_tolerance", {})
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for case in golden["reranker"]:
+        groups.setdefault(case["query"], []).append(case)
+    expected, got = [], []
+    for query, cases in groups.items():
+        expected.extend(c["score"] for c in cases)
+        got.extend(float(x) for x in selector.reranker.score(query, [c["text"] for c in cases]))
+    e, g = np.asarray(expected, dtype=np.float64), np.asarray(got, dtype=np.float64)
+    rho = _spearman(e, g)
+    span = float(e.max() - e.min()) or 1.0
+    worst = float(np.abs(e - g).max())
+    if rho < float(tol.get("spearman_min", 0.9)) or worst > float(tol.get("max_abs_diff_of_range", 0.1)) * span + 1e-3:
+        raise BundleError(f"golden reranker scores differ: Spearman {rho:.3f}, max |diff| {worst:.4f} "
+                          f"(score range {span:.4f})")
+    return {"golden_reranker_pairs": len(e), "golden_reranker_spearman": round(rho, 5),
+            "golden_reranker_max_abs_diff": round(worst, 6)}
+
+
+def _check_golden_decomposer(bundle: Bundle, golden: dict[str, Any]) -> dict[str, Any]:
+    """Load the GGUF decomposer and re-run its greedy probe continuations."""
+    dec = bundle.section("decomposer")
+    if not dec:
+        raise BundleError("golden.json has decomposer probes but the manifest names no decomposer")
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return {"golden_decomposer": "skipped: llama-cpp-python is not installed (pip install llama-cpp-python)"}
+    from .llama_loader import greedy, load_llama
+
+    llm = load_llama(bundle.file(dec["file"]))
+    cases = golden["decomposer"]
+    firsts, prefix = 0, 0
+    for case in cases:
+        out = greedy(llm, case["input_ids"], len(case["expected"]))
+        exp = case["expected"]
+        firsts += bool(out and exp and out[0] == exp[0])
+        n = 0
+        while n < min(len(out), len(exp)) and out[n] == exp[n]:
+            n += 1
+        prefix += n
+    share = firsts / max(1, len(cases))
+    floor = float(golden.get("decomposer_tolerance", {}).get("first_token_agreement_min", 0.5))
+    if share < floor:
+        raise BundleError(f"golden decomposer continuations differ: first tokens agree on {share:.2f} of the "
+                          f"prompts (< {floor})")
+    return {"golden_decomposer_prompts": len(cases), "golden_decomposer_first_token": round(share, 3),
+            "golden_decomposer_mean_prefix": round(prefix / max(1, len(cases)), 3)}

@@ -20,15 +20,21 @@ def _selector(args: argparse.Namespace, **config: Any):
 
     cut = CutConfig(rule=getattr(args, "cut", "paper"), k_min=getattr(args, "k_min", 1), k_max=getattr(args, "k_max", 20),
                     fixed_k=getattr(args, "k", 10))
+    decomposition = {k: getattr(args, a) for k, a in (("decompose", "decompose"), ("decomposer_model", "decomposer_model"),
+                                                       ("decompose_deadline_ms", "deadline_ms"),
+                                                       ("llm_threads", "llm_threads")) if getattr(args, a, None) is not None}
     cfg = SelectorConfig(history=getattr(args, "history_mode", "none"), cut=cut, threads=getattr(args, "threads", 1),
-                         **config)
+                         **decomposition, **config)
     return Selector.from_bundle(args.bundle, config=cfg, progress=True)
 
 
-def _print_selection(sel, indent: str = "  ") -> None:
+def _print_selection(sel, indent: str = "  ", trace=None) -> None:
     names = ", ".join(f"{t.name} ({t.score:.2f})" for t in sel.tools)
     stages = " ".join(f"{k}={v:.1f}" for k, v in sel.timings_ms.items() if k != "total")
-    print(f"{indent}sub-tasks [{sel.decomposer}]: {' | '.join(sel.subtasks)}")
+    ran = f"{sel.decomposer}"
+    if trace is not None and getattr(trace, "ran", ""):
+        ran += f" -> {trace.ran}" + (f", {trace.reason}" if trace.reason else "") if sel.decomposer == "auto" else ""
+    print(f"{indent}sub-tasks [{ran}]: {' | '.join(sel.subtasks)}")
     print(f"{indent}tools (K={sel.k}, k_score={sel.cut.k_score}, k_sim={sel.cut.k_sim}): {names}")
     print(f"{indent}ms: {stages} total={sel.timings_ms['total']:.1f}")
 
@@ -47,7 +53,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             out.append({"turn": n, "user": turn["user"], **sel.to_dict()})
         else:
             print(f"\n[{n}] user: {turn['user']}")
-            _print_selection(sel)
+            _print_selection(sel, trace=getattr(selector.decomposer, "last", None))
             print(f"  assistant: {turn['assistant']}")
         history += [{"role": "user", "content": turn["user"]}, {"role": "assistant", "content": turn["assistant"]}]
     if args.json:
@@ -78,7 +84,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**sel.to_dict(), "schemas": selector.schemas(sel)}, indent=2))
     else:
-        _print_selection(sel, indent="")
+        _print_selection(sel, indent="", trace=getattr(selector.decomposer, "last", None))
     return 0
 
 
@@ -110,7 +116,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .stages.cut import CutConfig
 
     config = EvalConfig(k=args.k, adaptive=args.adaptive, history=args.history, retriever=args.retriever,
-                        cut=CutConfig(rule="paper", k_min=args.k_min, k_max=args.k_max), limit=args.limit)
+                        cut=CutConfig(rule="paper", k_min=args.k_min, k_max=args.k_max), limit=args.limit,
+                        decompose=args.decompose, fusion=args.fusion, cut_scope=args.cut_scope,
+                        decompose_deadline_ms=args.deadline_ms, llm_threads=args.llm_threads,
+                        decomposer_model=args.decomposer_model)
     report = evaluate(args.dataset, config, bundle=args.bundle, progress=not args.quiet)
     print(format_report(report))
     if args.json:
@@ -140,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--k-min", type=int, default=1)
         sp.add_argument("--k-max", type=int, default=20)
         sp.add_argument("--threads", type=int, default=1)
+        decompose_args(sp)
+
+    def decompose_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default="none",
+                        help="sub-task decomposition: none, rules (no model), llm (GGUF), auto (gated LLM, deadline)")
+        sp.add_argument("--decomposer-model", help="a GGUF file for the LLM decomposer (default: the pinned Qwen2.5 0.5B)")
+        sp.add_argument("--deadline-ms", type=float, default=1500.0, help="auto: LLM latency budget per turn")
+        sp.add_argument("--llm-threads", type=int, default=2, help="threads for the LLM decomposer")
 
     sp = sub.add_parser("demo", help="a scripted multi-turn phone dialogue: tools, K and stage times per turn")
     selector_args(sp)
@@ -176,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--bundle")
     sp.add_argument("--limit", type=int, help="evaluate a seeded sample of this many queries")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    decompose_args(sp)
+    sp.add_argument("--fusion", choices=["peak", "rrf"], default="peak", help="how sub-task lists are fused")
+    sp.add_argument("--cut-scope", choices=["fused", "subtask"], default="fused",
+                    help="adaptive cut on the fused list or per sub-task list (then union)")
     sp.set_defaults(func=cmd_eval)
 
     # `magicselector bench ...` lives in magicselector.bench.cli (registered here; its heavy

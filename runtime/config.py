@@ -7,6 +7,7 @@ from .errors import InputError
 from .stages.cut import CutConfig
 
 HISTORY_MODES = ("none", "user", "all")
+DECOMPOSE_MODES = ("none", "rules", "llm", "auto")
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,12 @@ class SelectorConfig:
     rerank: run the bundle's cross-encoder (when it has one) over each list's top
       ``rerank_candidates`` tools; ``rerank_weight`` mixes its z-scored logits with the z-scored
       retrieval similarity (1.0 = cross-encoder alone).
+    decompose: ``none`` (passthrough), ``rules`` (clause split + elliptical carry-over, no model),
+      ``llm`` (the GGUF decomposer, ``decomposer_model`` or the pinned default; ``llm_threads``,
+      ``llm_ctx``) or ``auto`` (the LLM only for multi-clause, long or elliptical turns, abandoned
+      for the rules past ``decompose_deadline_ms``). The LLM loads on first use.
+    cut_scope: the adaptive cut runs on the fused list (``fused``) or on each sub-task's list, the
+      kept tools united (``subtask``).
     """
 
     history: str = "none"
@@ -31,6 +38,13 @@ class SelectorConfig:
     rerank_weight: float = 1.0
     threads: int = 1
     max_query_chars: int = 16_000
+    # decomposition (see stages/decompose.py): none | rules | llm | auto (gated, with a deadline)
+    decompose: str = "none"
+    decomposer_model: str | None = None  # a GGUF path; None = the pinned default (chunk packages)
+    decompose_deadline_ms: float | None = 1500.0  # auto only: past it, fall back to the rules
+    llm_threads: int = 2
+    llm_ctx: int = 2048
+    cut_scope: str = "fused"  # adaptive cut on the fused list, or per sub-task list then union
 
     def __post_init__(self) -> None:
         if self.history not in HISTORY_MODES:
@@ -45,3 +59,11 @@ class SelectorConfig:
             raise InputError("rerank_weight must be within [0, 1]")
         if self.threads < 1:
             raise InputError("threads must be >= 1")
+        if self.decompose not in DECOMPOSE_MODES:
+            raise InputError(f"decompose must be one of {DECOMPOSE_MODES}, got {self.decompose!r}")
+        if self.decompose_deadline_ms is not None and self.decompose_deadline_ms <= 0:
+            raise InputError("decompose_deadline_ms must be > 0 (or None for no deadline)")
+        if self.llm_threads < 1 or self.llm_ctx < 256:
+            raise InputError("llm_threads must be >= 1 and llm_ctx >= 256")
+        if self.cut_scope not in ("fused", "subtask"):
+            raise InputError(f"cut_scope must be 'fused' or 'subtask', got {self.cut_scope!r}")

@@ -17,6 +17,10 @@ class BundleError(MagicSelectorError):
     """A bundle that is missing, incomplete or does not match its manifest."""
 
 
+class ModelError(MagicSelectorError):
+    """A model file (e.g. the decomposer's GGUF) that is missing, truncated, altered or unloadable."""
+
+
 class UnknownToolError(MagicSelectorError, KeyError):
     """A tool id that the catalog or index does not hold."""
 

@@ -15,10 +15,11 @@ from .config import SelectorConfig
 from .dialogue import validate_history, validate_query
 from .errors import BundleError
 from .stages.cut import Cut, apply_cut
-from .stages.decompose import Decomposer, PassthroughDecomposer
+from .stages.decompose import Decomposer, PassthroughDecomposer, build_decomposer
 from .stages.embed import Embedder, OnnxEmbedder
 from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
+from .stages.pte import PteCrossEncoder, PteEmbedder
 from .stages.rerank import OnnxCrossEncoder, Reranker, mix_scores
 
 RERANK_DESCRIPTION_CHARS = 200  # keeps a pair near 96 tokens; more text costs rerank time, not quality
@@ -91,7 +92,7 @@ class Selector:
         self.catalog = catalog
         self.embedder = embedder
         self.index = index
-        self.decomposer = decomposer or PassthroughDecomposer(self.config.history, self.config.history_turns)
+        self.decomposer = decomposer or _decomposer_for(self.config)
         self.bundle = bundle
         self.reranker = reranker
         self._lock = threading.RLock()
@@ -113,14 +114,14 @@ class Selector:
         if not (emb and idx and cat):
             raise BundleError(f"{bundle.path}: manifest lacks an embedder, index or catalog section")
         catalog = load_catalog(bundle.file(cat["file"]))
-        embedder = OnnxEmbedder.from_path(bundle.file(emb["file"]), bundle.file(emb["tokenizer"]),
+        embedder = (PteEmbedder if emb["file"].endswith(".pte") else OnnxEmbedder).from_path(bundle.file(emb["file"]), bundle.file(emb["tokenizer"]),
                                           dim=int(emb["dim"]), max_length=int(emb.get("max_length", 128)),
                                           threads=config.threads)
         index = ToolIndex.view(bundle.file(idx["file"]), catalog.ids)
         reranker = None
         rr = bundle.section("reranker")
         if rr:
-            reranker = OnnxCrossEncoder.from_path(bundle.file(rr["file"]), bundle.file(rr["tokenizer"]),
+            reranker = (PteCrossEncoder if rr["file"].endswith(".pte") else OnnxCrossEncoder).from_path(bundle.file(rr["file"]), bundle.file(rr["tokenizer"]),
                                                   max_length=int(rr.get("max_length", 96)), threads=config.threads)
         return cls(catalog, embedder, index, config=config, bundle=bundle, reranker=reranker)
 
@@ -128,7 +129,7 @@ class Selector:
         """A Selector sharing this one's models and index, with some settings changed."""
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
-                        decomposer=None if "history" in changes else self.decomposer, reranker=self.reranker)
+                        decomposer=_decomposer_for(config, self.decomposer), reranker=self.reranker)
 
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
@@ -150,8 +151,13 @@ class Selector:
         t = time.perf_counter()
         query = validate_query(query, self.config.max_query_chars)
         turns = validate_history(history)
+        llm = _llm_of(self.decomposer)
+        was_loaded = llm is None or llm.loaded
         subtasks = self.decomposer.decompose(query, turns) or [query]
         t = timer.lap("decompose", t)
+        if not was_loaded and llm.loaded:  # the one-off model load is reported on its own
+            timer.ms["decompose_load"] = llm.load_ms
+            timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - llm.load_ms)
 
         # The plain utterance is always retrieved too, as the anchor list (ToolQP).
         texts = list(dict.fromkeys([query, *subtasks]))
@@ -173,7 +179,10 @@ class Selector:
                 ids, scores, source = fused.ids, fused.scores, fused.source
             t = timer.lap("fuse", t)
             embeddings = index.vectors(ids) if self.config.cut.rule != "fixed" else None
-        cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
+        if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed":
+            ids, scores, source, cut = _cut_per_list(self.config.cut, lists, ids, scores, source, index)
+        else:
+            cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
         timer.lap("cut", t)
         chosen = [SelectedTool(i, catalog.get(i).name, float(s), texts[src])
                   for i, s, src in zip(ids[:cut.k], scores[:cut.k], source[:cut.k])]
@@ -195,3 +204,57 @@ class Selector:
     def schemas(self, selection: Selection) -> list[dict[str, Any]]:
         """The MCP tool entries to hand to the assistant's LLM for a selection."""
         return [self.catalog.get(t.id).to_mcp() for t in selection.tools]
+
+
+# -- decomposer and cut helpers ------------------------------------------------------------------
+_DECOMPOSER_KEYS = ("decompose", "history", "history_turns", "decomposer_model", "decompose_deadline_ms",
+                    "llm_threads", "llm_ctx")
+
+
+def _llm_of(decomposer: Any):
+    """The LLM decomposer inside a decomposer (itself, or the one an ``auto`` gate holds), or None."""
+    if hasattr(decomposer, "loaded") and hasattr(decomposer, "load_ms"):
+        return decomposer
+    inner = getattr(decomposer, "llm", None)
+    return inner if inner is not None and hasattr(inner, "loaded") else None
+
+
+def _decomposer_for(config: SelectorConfig, current: Any = None):
+    """The decomposer a config asks for; keeps ``current`` (and its loaded LLM) where it fits."""
+    old = getattr(current, "_ms_config", None)
+    if current is not None and old is not None and all(getattr(old, k) == getattr(config, k) for k in _DECOMPOSER_KEYS):
+        return current
+    if current is not None and old is None and config.decompose == "none":
+        return current  # a decomposer handed in by the caller
+    llm = _llm_of(current)
+    if llm is not None and not (old is not None and (old.decomposer_model, old.llm_threads, old.llm_ctx)
+                                == (config.decomposer_model, config.llm_threads, config.llm_ctx)):
+        llm = None
+    dec = build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
+                           model=config.decomposer_model, deadline_ms=config.decompose_deadline_ms,
+                           threads=config.llm_threads, n_ctx=config.llm_ctx, llm=llm)
+    try:
+        dec._ms_config = config
+    except AttributeError:
+        pass
+    return dec
+
+
+def _cut_per_list(cut_config, lists, ids, scores, source, index):
+    """The adaptive cut on each retrieval list; the union of the kept tools, in fused order,
+    moves to the head of the ranked list."""
+    keep: set[str] = set()
+    parts = []
+    for lst in lists:
+        lid = list(lst.ids)
+        if not lid:
+            continue
+        c = apply_cut(cut_config, np.asarray(lst.scores), index.vectors(lid), normalized=True)
+        keep.update(lid[:c.k])
+        parts.append(c)
+    order = [i for i, t in enumerate(ids) if t in keep] + [i for i, t in enumerate(ids) if t not in keep]
+    k = min(len(keep), cut_config.k_max)
+    cut = Cut(k, max((c.k_score for c in parts), default=0), max((c.k_sim for c in parts), default=0),
+              f"{cut_config.rule}/subtask")
+    return ([ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], cut)
+
