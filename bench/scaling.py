@@ -135,6 +135,9 @@ def cut_scaling(ns: Sequence[int] = DEFAULT_CUT_NS, dim: int = 384, repeats: int
                 min_repeat_s: float = 0.002, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Time paper_cut (scores + embeddings) for each n; fit time against n.
 
+    The embeddings are unit vectors and the cut is called with ``normalized=True``, exactly as the
+    Selector calls it (the index returns unit vectors, so the rule skips re-normalising them).
+
     The repeats are interleaved across n (repeat 1 of every n, then repeat 2, ...), so background
     load on shared cores hits every n alike; each point is the median (and the min) over repeats of
     the mean time of one call. ``fit`` uses the medians, ``fit_min`` the minima.
@@ -148,7 +151,7 @@ def cut_scaling(ns: Sequence[int] = DEFAULT_CUT_NS, dim: int = 384, repeats: int
     for n in ns:
         scores = np.sort(rng.random(n).astype(np.float32))[::-1].copy()
         emb = synthetic_vectors(n, dim, seed=seed + n, kind="uniform")
-        full = (lambda s=scores, e=emb: paper_cut(s, e))
+        full = (lambda s=scores, e=emb: paper_cut(s, e, normalized=True))
         only = (lambda s=scores: paper_cut(s, None))
         cases.append((n, full, only, _calls_per_repeat(full, min_repeat_s), _calls_per_repeat(only, min_repeat_s)))
     times = {n: ([], []) for n, *_ in cases}
