@@ -46,7 +46,7 @@ class EvalConfig:
     seed: int = 0
     decompose: str = "none"  # none | rules | llm | auto (dense retriever only)
     fusion: str = "peak"     # peak | rrf
-    cut_scope: str = "fused"  # fused | subtask
+    cut_scope: str = "subtask"  # subtask | fused
     decompose_deadline_ms: float | None = 1500.0
     llm_threads: int = 2
     decomposer_model: str | None = None

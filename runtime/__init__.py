@@ -5,7 +5,15 @@
     selection = selector.select("turn on bluetooth and play some jazz")
     print([t.name for t in selection.tools], selection.k, selection.timings_ms)
 """
-from .bundle import Bundle, default_bundle_dir, ensure_default_bundle
+import os as _os
+
+# OpenMP runtimes read their wait policy once, when they load: usearch's (numkong's libgomp) loads
+# with the index, llama.cpp's with the LLM decomposer. Spinning workers cost the 2-thread LLM up to
+# 40x on a busy phone-class CPU (measured: 56 s vs 1.2 s for one decomposition), so ask for passive
+# waits before either loads, unless the user chose a policy.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from .bundle import Bundle, default_bundle_dir, ensure_default_bundle  # noqa: E402
 from .catalog import Catalog, Tool, load_catalog, load_phone_catalog, tool_text
 from .config import SelectorConfig
 from .errors import BundleError, CatalogError, InputError, MagicSelectorError, UnknownToolError

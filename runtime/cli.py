@@ -195,8 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     decompose_args(sp)
     sp.add_argument("--fusion", choices=["peak", "rrf"], default="peak", help="how sub-task lists are fused")
-    sp.add_argument("--cut-scope", choices=["fused", "subtask"], default="fused",
-                    help="adaptive cut on the fused list or per sub-task list (then union)")
+    sp.add_argument("--cut-scope", choices=["fused", "subtask"], default="subtask",
+                    help="adaptive cut per sub-task list then union (default), or on the fused list")
     sp.set_defaults(func=cmd_eval)
 
     # `magicselector bench ...` lives in magicselector.bench.cli (registered here; its heavy

@@ -213,7 +213,7 @@ def split_clauses(text: str) -> list[str]:
     return [c for c in clauses if c]
 
 
-_PRONOUN_RE = re.compile(r"\b(it|that|this|them|those|these)\b", re.IGNORECASE)
+_PRONOUN_RE = re.compile(r"\b(it|that|this|them|those|these)\b(?!['’])", re.IGNORECASE)  # not "it's"
 
 
 def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
