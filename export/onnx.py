@@ -110,34 +110,26 @@ def export_encoder_onnx(checkpoint: str | Path, output: str | Path, kind: str = 
         from transformers import AutoModel
 
         model = AutoModel.from_pretrained(str(checkpoint)).eval()
-
-        class Wrapped(torch.nn.Module):
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
-
+        pick = lambda out: out.last_hidden_state  # noqa: E731
         out_name, out_axes = "last_hidden_state", {0: "batch", 1: "seq"}
     elif kind == "reranker":
         from transformers import AutoModelForSequenceClassification
 
         model = AutoModelForSequenceClassification.from_pretrained(str(checkpoint)).eval()
-
-        class Wrapped(torch.nn.Module):
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).logits[:, 0]
-
+        pick = lambda out: out.logits[:, 0]  # noqa: E731
         out_name, out_axes = "logits", {0: "batch"}
     else:
         raise ExportError(f"kind must be 'embedder' or 'reranker', got {kind!r}")
+
+    class Wrapped(torch.nn.Module):
+        """Positional inputs for the exporter; output 0 is the hidden state or the pair logit."""
+
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return pick(self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids))
     ids = torch.ones(2, 16, dtype=torch.long)
     inputs = (ids, torch.ones_like(ids), torch.zeros_like(ids))
     names = ["input_ids", "attention_mask", "token_type_ids"]

@@ -52,6 +52,7 @@ from magicselector.bench.datasets import Benchmark, load_benchmark
 from magicselector.catalog import Catalog, tool_text
 from magicselector.config import HISTORY_MODES
 from magicselector.dialogue import retrieval_text, validate_history
+from magicselector.stages.embed import pad_encodings
 from magicselector.errors import InputError
 
 Retriever = Callable[[Sequence[str], Catalog], Sequence[Sequence[str]]]
@@ -342,17 +343,7 @@ class PairEncoder:
                 if len(t.ids) > room:
                     t.truncate(room)
                 encs.append(self._tok.post_process(q, t, add_special_tokens=True))
-        n = len(encs)
-        width = max((len(e.ids) for e in encs), default=0)
-        ids = np.zeros((n, width), dtype=np.int64)
-        mask = np.zeros((n, width), dtype=np.int64)
-        types = np.zeros((n, width), dtype=np.int64)
-        for i, e in enumerate(encs):
-            m = len(e.ids)
-            ids[i, :m] = e.ids
-            mask[i, :m] = e.attention_mask
-            types[i, :m] = e.type_ids
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        return pad_encodings(encs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,24 +42,25 @@ class TextTokenizer:
         self._tok.no_padding()
 
     def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        return self._pad(self._tok.encode_batch(list(texts)))
+        return pad_encodings(self._tok.encode_batch(list(texts)))
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
-        return self._pad(self._tok.encode_batch([tuple(p) for p in pairs]))
+        return pad_encodings(self._tok.encode_batch([tuple(p) for p in pairs]))
 
-    @staticmethod
-    def _pad(encodings) -> dict[str, np.ndarray]:
-        n = len(encodings)
-        width = max((len(e.ids) for e in encodings), default=0)
-        ids = np.zeros((n, width), dtype=np.int64)
-        mask = np.zeros((n, width), dtype=np.int64)
-        types = np.zeros((n, width), dtype=np.int64)
-        for i, e in enumerate(encodings):
-            m = len(e.ids)
-            ids[i, :m] = e.ids
-            mask[i, :m] = e.attention_mask
-            types[i, :m] = e.type_ids
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+def pad_encodings(encodings) -> dict[str, np.ndarray]:
+    """`tokenizers` encodings -> right-padded int64 input_ids / attention_mask / token_type_ids."""
+    n = len(encodings)
+    width = max((len(e.ids) for e in encodings), default=0)
+    ids = np.zeros((n, width), dtype=np.int64)
+    mask = np.zeros((n, width), dtype=np.int64)
+    types = np.zeros((n, width), dtype=np.int64)
+    for i, e in enumerate(encodings):
+        m = len(e.ids)
+        ids[i, :m] = e.ids
+        mask[i, :m] = e.attention_mask
+        types[i, :m] = e.type_ids
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
 def mean_pool_normalize(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
