@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import BundleError, InputError
 from .embed import TextTokenizer, mean_pool_normalize
+from .rerank import check_rerank_input
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -148,11 +149,7 @@ class PteCrossEncoder(_PteBase):
         return cls(model_path, TextTokenizer(tokenizer_file, max_length), threads=threads)
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
-        if not isinstance(query, str) or not query.strip():
-            raise InputError("rerank: the query is empty")
-        if isinstance(texts, str):
-            raise InputError("rerank: texts must be a list of tool texts, not one string")
-        if len(texts) == 0:
+        if not check_rerank_input(query, texts):
             return np.zeros(0, dtype=np.float32)
         starts, step = self._batches(len(texts))
         out = []

@@ -22,6 +22,15 @@ class Reranker(Protocol):
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
 
 
+def check_rerank_input(query: str, texts: Sequence[str]) -> bool:
+    """Raise InputError for an unusable (query, texts) pair set; False when there is nothing to score."""
+    if not isinstance(query, str) or not query.strip():
+        raise InputError("rerank: the query is empty")
+    if isinstance(texts, str):
+        raise InputError("rerank: texts must be a list of tool texts, not one string")
+    return len(texts) > 0
+
+
 class OnnxCrossEncoder:
     """A cross-encoder exported to ONNX whose output 0 is one relevance logit per pair."""
 
@@ -54,11 +63,7 @@ class OnnxCrossEncoder:
         return self._session
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
-        if not isinstance(query, str) or not query.strip():
-            raise InputError("rerank: the query is empty")
-        if isinstance(texts, str):
-            raise InputError("rerank: texts must be a list of tool texts, not one string")
-        if len(texts) == 0:
+        if not check_rerank_input(query, texts):
             return np.zeros(0, dtype=np.float32)
         session = self.session
         out = []
