@@ -14,6 +14,14 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: str | Path) -> Path:
+    """Lay out, write the PNG and free the figure (pyplot keeps every open figure alive)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
 def plot_stage_latency(results: Mapping[str, Any], path: str | Path) -> Path:
     """Bars of p50 per stage with p90 and p99 marks (ms, log scale: stages span 3 decades)."""
     plt = _plt()
@@ -37,10 +45,7 @@ def plot_stage_latency(results: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_title(f"magicselector per-stage latency: {dev.get('cpu_model', '?')}, "
                  f"{cfg.get('threads', '?')} thread(s), n={stages.get('total', {}).get('n', '?')}", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path)
 
 
 def plot_compare(compare: Mapping[str, Any], path: str | Path) -> Path:
@@ -75,10 +80,7 @@ def plot_compare(compare: Mapping[str, Any], path: str | Path) -> Path:
     a2.set_title("side-by-side ratios", fontsize=9)
     for i, r in enumerate(rn):
         a2.annotate(f" {ratios[r]:.2f}x", (ratios[r], i), va="center", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path)
 
 
 def plot_search_scaling(scaling: Mapping[str, Any], path: str | Path) -> Path:
@@ -104,10 +106,7 @@ def plot_search_scaling(scaling: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_title("usearch search vs n (synthetic 384-d, k=50, chosen expansion_search es)", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path)
 
 
 def plot_cut_fit(scaling: Mapping[str, Any], path: str | Path) -> Path:
@@ -142,7 +141,4 @@ def plot_cut_fit(scaling: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_title(f"adaptive Top-K time vs n (dim {cut.get('dim')})", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path)
