@@ -231,7 +231,12 @@ def test_export_bundle_round_trip(release_bundle, selector, tiny_reranker):
         ref = reranker_scores_torch(tiny_reranker, {q: texts})[q]
         got = loaded.reranker.score(q, texts)
         assert spearman(ref, got) > 0.9
-        assert loaded.select(q).ranked_ids[0] == cand[int(np.argmax(ref))]
+        # The INT8 model's first pick is the FP32 model's best or within its quantization noise of
+        # it (a random tiny model has near-ties that INT8 may reorder).
+        top = loaded.select(q).ranked_ids[0]
+        assert top in cand
+        ref = np.asarray(ref, dtype=np.float64)
+        assert ref[cand.index(top)] >= ref.max() - 0.05 * (ref.max() - ref.min())
 
 
 @pytest.mark.slow
