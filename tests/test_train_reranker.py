@@ -267,3 +267,28 @@ def test_same_seed_same_run(tiny_benchmark, tmp_path):
     assert a["final_loss"] == b["final_loss"] and a["probe_loss_after"] == b["probe_loss_after"]
     log = lambda d: [r[:4] for r in csv.reader(open(d / "training_log.csv"))]  # noqa: E731
     assert log(tmp_path / "a") == log(tmp_path / "b")
+
+
+def test_stage_checkpoints_and_gold_scoped_catalog(tiny_benchmark, tmp_path):
+    """save_stages writes the ablation points; tools never gold (send_email) are never negatives."""
+    seen: list[list[str]] = []
+
+    def recording_retriever(texts, catalog):
+        seen.append(list(catalog.ids))
+        return [catalog.ids for _ in texts]
+
+    cfg = RerankerTrainConfig(**{**TINY, "epochs_pointwise": 1, "mining_epochs_listwise": 0, "save_stages": True})
+    out = tmp_path / "ckpt"
+    summary = train_reranker(tiny_benchmark, out, cfg, retrieve=recording_retriever, progress=False)
+    assert sorted(p.name for p in (out / "stages").iterdir()) == ["r0-listwise", "r0-pointwise", "r1"]
+    for stage in ("r0-pointwise", "r0-listwise", "r1"):
+        info = json.loads((out / "stages" / stage / "train_config.json").read_text())
+        assert info["stage"] == stage and (out / "stages" / stage / "model.safetensors").is_file()
+    assert seen and all("send_email" not in ids and len(ids) == 5 for ids in seen)
+    assert summary["data"][0]["tools_trained_on"] == 5
+    with open(out / "training_log.csv") as f:  # round 1 ran point-wise only
+        assert {(r["stage"], r["round"]) for r in csv.DictReader(f)} == {
+            ("pointwise", "0"), ("listwise", "0"), ("pointwise", "1")}
+    whole = train_reranker(tiny_benchmark, tmp_path / "all", RerankerTrainConfig(**{**TINY, "epochs_pointwise": 1,
+                           "rounds": 0, "catalog_scope": "all"}), retrieve=recording_retriever, progress=False)
+    assert whole["data"][0]["tools_trained_on"] == 6 and "send_email" in seen[-1]

@@ -16,6 +16,7 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length, "layers": args.layers,
         "history": args.history, "max_queries": args.max_queries, "threads": args.threads,
         "base_model": args.base_model, "include_tasks": not args.no_tasks, "truncation": args.truncation,
+        "catalog_scope": args.catalog_scope, "mining_epochs_listwise": args.mining_epochs_listwise, "save_stages": args.save_stages or None,
     }
     config = RerankerTrainConfig(**{k: v for k, v in fields.items() if v is not None})
     summary = train_reranker(args.data, args.out, config, bundle=args.bundle, progress=not args.quiet,
@@ -39,6 +40,10 @@ def register(subparsers) -> None:
     sp.add_argument("--seed", type=int)
     sp.add_argument("--epochs-pointwise", type=int)
     sp.add_argument("--epochs-listwise", type=int)
+    sp.add_argument("--mining-epochs-listwise", type=int,
+                    help="list-wise epochs in the mining rounds (default: --epochs-listwise)")
+    sp.add_argument("--save-stages", action="store_true",
+                    help="also save a checkpoint after each stage under OUT/stages/ (for ablations)")
     sp.add_argument("--rounds", type=int, help="hard-negative mining rounds after the initial model")
     sp.add_argument("--negatives", type=int, help="negatives per gold tool (and hard negatives mined per query)")
     sp.add_argument("--list-size", type=int, help="items per list-wise list (1 gold + L-1 negatives)")
@@ -51,6 +56,8 @@ def register(subparsers) -> None:
     sp.add_argument("--threads", type=int, help="torch threads")
     sp.add_argument("--history", choices=["none", "user", "all"], help="history mode of the query text (default user)")
     sp.add_argument("--truncation", choices=["query_capped", "longest_first"])
+    sp.add_argument("--catalog-scope", choices=["gold", "all"],
+                    help="train against the tools some training query needs (gold, default) or the whole catalog")
     sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")
     sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -24,7 +24,9 @@ Pairs are (query text, tool text). The query text is what the runtime retrieves 
   its end (``only_second``). A long query therefore loses its tail, which ``retrieval_text`` fills
   with the oldest history, and never pushes the tool side under ``m`` tokens. Tool texts put the
   name first, so the part that survives is the most telling one.
-* ``longest_first``: the ``tokenizers`` default (what ``TextTokenizer.encode_pairs`` does).
+* ``longest_first``: the ``tokenizers`` default.
+
+The rule lives in the runtime (``magicselector.stages.rerank.PairTokenizer``); training uses it as is.
 
 Heavy imports (torch, transformers) are at module level here; ``magicselector.train.cli`` imports
 this module only when a command runs.
@@ -52,12 +54,11 @@ from magicselector.bench.datasets import Benchmark, load_benchmark
 from magicselector.catalog import Catalog, tool_text
 from magicselector.config import HISTORY_MODES
 from magicselector.dialogue import retrieval_text, validate_history
-from magicselector.stages.embed import pad_encodings
+from magicselector.stages.rerank import TRUNCATIONS, PairTokenizer
 from magicselector.errors import InputError
 
 Retriever = Callable[[Sequence[str], Catalog], Sequence[Sequence[str]]]
 
-TRUNCATIONS = ("query_capped", "longest_first")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,6 +71,10 @@ class RerankerTrainConfig:
     seed: seeds torch, numpy and random; the same seed, data and threads give the same run.
     epochs_pointwise / epochs_listwise: epochs of each objective per round (round 0 and every
       mining round).
+    mining_epochs_listwise: list-wise epochs in the mining rounds (None: ``epochs_listwise``); 0
+      trains the hard-negative rounds point-wise only, which halves their cost.
+    save_stages: also save a checkpoint after each stage under ``stages/`` (``r0-pointwise``,
+      ``r0-listwise``, ``r1``, ``r2``, ...), the points an ablation compares.
     rounds: hard-negative mining rounds after the initial model (Algorithm 1's R).
     negatives: k, negatives per gold tool in the point-wise stage and hard negatives mined per query.
     list_size: L, items per list-wise list (1 gold + L-1 negatives).
@@ -81,6 +86,11 @@ class RerankerTrainConfig:
     layers: keep only the first N encoder layers of the base model (None: all).
     history / history_turns: how a turn's query text is built (``retrieval_text``).
     include_tasks: add the gold sub-tasks (``tasks`` of generated sets) as extra queries.
+    catalog_scope: ``gold`` (default) trains against the tools that are gold for at least one
+      training query only; ``all`` uses each folder's whole catalog. A tool that is only ever a
+      negative teaches the model that it is never relevant: the generated train split lists the
+      held-out domains' tools too, and with ``all`` the cross-encoder buried them on the
+      out-of-domain split (NDCG@10 .587 -> .284 after the point-wise stage).
     max_queries: a seeded sample of at most this many training queries (turns and tasks together).
     threads: ``torch.set_num_threads`` for the run (None: leave torch's default).
     """
@@ -88,6 +98,8 @@ class RerankerTrainConfig:
     seed: int = 0
     epochs_pointwise: int = 1
     epochs_listwise: int = 1
+    mining_epochs_listwise: int | None = None
+    save_stages: bool = False
     rounds: int = 1
     negatives: int = 7
     list_size: int = 8
@@ -104,6 +116,7 @@ class RerankerTrainConfig:
     history: str = "user"
     history_turns: int = 4
     include_tasks: bool = True
+    catalog_scope: str = "gold"
     max_queries: int | None = None
     threads: int | None = None
     base_model: str | None = None
@@ -116,9 +129,12 @@ class RerankerTrainConfig:
                 raise InputError(f"RerankerTrainConfig: {msg}")
 
         need(self.history in HISTORY_MODES, f"history must be one of {HISTORY_MODES}, got {self.history!r}")
+        need(self.catalog_scope in ("gold", "all"), f"catalog_scope must be 'gold' or 'all', got {self.catalog_scope!r}")
         need(self.truncation in TRUNCATIONS, f"truncation must be one of {TRUNCATIONS}, got {self.truncation!r}")
         for name in ("epochs_pointwise", "epochs_listwise", "rounds"):
             need(getattr(self, name) >= 0, f"{name} must be >= 0")
+        need(self.mining_epochs_listwise is None or self.mining_epochs_listwise >= 0,
+             "mining_epochs_listwise must be >= 0")
         need(self.epochs_pointwise + self.epochs_listwise >= 1, "at least one point-wise or list-wise epoch is needed")
         need(self.negatives >= 1, "negatives must be >= 1")
         need(self.list_size >= 2, "list_size must be >= 2 (one gold and at least one negative)")
@@ -133,6 +149,18 @@ class RerankerTrainConfig:
         need(self.max_queries is None or self.max_queries >= 1, "max_queries must be >= 1")
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
         need(self.score_batch_size >= 1, "score_batch_size must be >= 1")
+
+
+# The recipe of the reranker that ships in the package (see its MODEL_CARD.md): the generated
+# mobile train split of ``SHIPPED_DATA`` (``magicselector generate --seed 1 --dialogues 5000``),
+# 10k sampled queries, MiniLM's first 3 layers, a 64-token pair window.
+from magicselector.bench.mobile import GeneratorConfig  # noqa: E402  (light: no torch)
+
+SHIPPED_DATA = GeneratorConfig(seed=1, dialogues=5000)
+SHIPPED_RECIPE = RerankerTrainConfig(
+    seed=0, layers=3, epochs_pointwise=1, epochs_listwise=1, mining_epochs_listwise=0, rounds=2,
+    negatives=3, list_size=4, pool=20, batch_size=16, lr=5e-5, max_length=64, max_queries=10_000,
+    threads=2, save_stages=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,6 +305,13 @@ def build_training_queries(bench: Benchmark, bench_index: int = 0, history: str 
     return out
 
 
+def _gold_scoped(bench: Benchmark, gold: set[str]) -> Benchmark:
+    """The benchmark with its catalog cut to the tools in ``gold`` (queries are unchanged)."""
+    from dataclasses import replace
+
+    return replace(bench, catalog=Catalog([t for t in bench.catalog if t.id in gold], source=bench.catalog.source))
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -294,56 +329,19 @@ def _tool_texts(catalog: Catalog) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 # tokenization
 # ---------------------------------------------------------------------------------------------
-class PairEncoder:
-    """(query, tool text) pairs -> padded int64 arrays, with the truncation rule of the module docstring.
-
-    Built on the checkpoint's ``tokenizer.json`` with the ``tokenizers`` library only, so a runtime
-    port can reproduce it exactly.
-    """
+class PairEncoder(PairTokenizer):
+    """(query, tool text) pairs -> padded int64 arrays, with the truncation rule of the module
+    docstring: the runtime's ``PairTokenizer`` (so training and the phone cut pairs identically),
+    with the argument order and ``encode(queries, texts)`` form training uses."""
 
     def __init__(self, tokenizer_file: str | Path, max_length: int = 96, min_tool_tokens: int = 32,
                  truncation: str = "query_capped") -> None:
-        from tokenizers import Tokenizer
-
-        if truncation not in TRUNCATIONS:
-            raise InputError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
-        self.max_length = max_length
-        self.truncation = truncation
-        self._tok = Tokenizer.from_file(str(tokenizer_file))
-        self._tok.no_padding()
-        self._tok.no_truncation()
-        pp = self._tok.post_processor
-        self.specials = pp.num_special_tokens_to_add(True) if pp is not None else 0
-        room = max_length - self.specials
-        if room < 2:
-            raise InputError(f"max_length {max_length} leaves no room for a query and a tool")
-        self.min_tool_tokens = max(1, min(min_tool_tokens, room // 2))
-        self.query_cap = room - self.min_tool_tokens
-        self._pair = Tokenizer.from_file(str(tokenizer_file))
-        self._pair.no_padding()
-        self._pair.enable_truncation(max_length=max_length, strategy="longest_first")
-
-    def describe(self) -> dict[str, Any]:
-        return {"truncation": self.truncation, "max_length": self.max_length, "special_tokens": self.specials,
-                "min_tool_tokens": self.min_tool_tokens, "query_cap_tokens": self.query_cap}
+        super().__init__(tokenizer_file, max_length, truncation, min_tool_tokens)
 
     def encode(self, queries: Sequence[str], texts: Sequence[str]) -> dict[str, np.ndarray]:
         if len(queries) != len(texts):
             raise InputError(f"PairEncoder: {len(queries)} queries but {len(texts)} tool texts")
-        if self.truncation == "longest_first":
-            encs = self._pair.encode_batch(list(zip(queries, texts)))
-        else:
-            qs = self._tok.encode_batch(list(queries), add_special_tokens=False)
-            ts = self._tok.encode_batch(list(texts), add_special_tokens=False)
-            encs = []
-            for q, t in zip(qs, ts):
-                if len(q.ids) > self.query_cap:
-                    q.truncate(self.query_cap)
-                room = self.max_length - self.specials - len(q.ids)
-                if len(t.ids) > room:
-                    t.truncate(room)
-                encs.append(self._tok.post_process(q, t, add_special_tokens=True))
-        return pad_encodings(encs)
+        return self.encode_pairs(list(zip(queries, texts)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,14 +624,19 @@ class _Trainer:
         batch = self.encoder.encode(queries, texts)
         return self.model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits[:, 0]
 
-    def train_round(self, r: int, negatives: dict[str, list[str]], resample: bool) -> dict[str, Any]:
-        """One model: point-wise epochs then list-wise epochs, one AdamW + linear schedule."""
+    def train_round(self, r: int, negatives: dict[str, list[str]], resample: bool,
+                    save: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """One model: point-wise epochs then list-wise epochs, one AdamW + linear schedule.
+        ``save(stage_name)`` is called after each stage that ran (for ablation checkpoints)."""
         c = self.c
+        epochs_listwise = c.epochs_listwise
+        if r > 0 and c.mining_epochs_listwise is not None:
+            epochs_listwise = c.mining_epochs_listwise
         p_items = self.pointwise_items(negatives)
         l_items = self.listwise_items(negatives)
         lists_per_step = max(1, c.batch_size // c.list_size)
         total = (self._steps(len(p_items), c.batch_size, c.epochs_pointwise)
-                 + self._steps(len(l_items), lists_per_step, c.epochs_listwise))
+                 + self._steps(len(l_items), lists_per_step, epochs_listwise))
         decay = [p for n, p in self.model.named_parameters() if p.requires_grad and p.dim() > 1]
         no_decay = [p for n, p in self.model.named_parameters() if p.requires_grad and p.dim() <= 1]
         groups = [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -657,7 +660,9 @@ class _Trainer:
                 lr = self._update(loss, opt, sched)
                 self._record("pointwise", r, loss.item(), lr)
                 bar.update(1, loss=f"{loss.item():.4f}")
-        for epoch in range(c.epochs_listwise):
+        if save is not None and c.epochs_pointwise and (r == 0 or not epochs_listwise):
+            save(f"r{r}-pointwise" if r == 0 else f"r{r}")
+        for epoch in range(epochs_listwise):
             if resample and epoch > 0:
                 l_items = self.listwise_items(self.random_negatives(c.list_size - 1))
             order = self.rng.permutation(len(l_items))
@@ -680,6 +685,8 @@ class _Trainer:
                 lr = self._update(loss, opt, sched)
                 self._record("listwise", r, loss.item(), lr)
                 bar.update(1, loss=f"{loss.item():.4f}")
+        if save is not None and epochs_listwise:
+            save(f"r{r}-listwise" if r == 0 else f"r{r}")
         bar.close()
         self._log_file.flush()
         return stats
@@ -693,6 +700,23 @@ class _Trainer:
         ts = [self.texts[self.queries[qi].bench][t] for qi, t, _ in probe]
         s = score_pairs(self.model, self.encoder, qs, ts, self.c.score_batch_size)
         return float(pointwise_bce(torch.from_numpy(s), torch.tensor([y for _, _, y in probe])))
+
+
+def _save_checkpoint(model, tokenizer, out_dir: Path, progress: bool) -> None:
+    from transformers.utils import logging as hf_logging
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(str(out_dir))
+        tokenizer.save_pretrained(str(out_dir))
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    if not (out_dir / "tokenizer.json").is_file():
+        raise InputError(f"{out_dir}: the tokenizer was not saved as tokenizer.json")
 
 
 def _loss_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -737,6 +761,9 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
     for b, bench in enumerate(benches):
         queries += build_training_queries(bench, b, config.history, config.history_turns, config.include_tasks)
     available = len(queries)
+    if config.catalog_scope == "gold":
+        benches = [_gold_scoped(bench, {t for q in queries if q.bench == b for t in q.gold})
+                   for b, bench in enumerate(benches)]
     rng = np.random.default_rng(config.seed)
     if config.max_queries is not None and config.max_queries < len(queries):
         keep = sorted(rng.choice(len(queries), config.max_queries, replace=False))
@@ -774,26 +801,24 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
         probe = trainer.pointwise_items(negatives)
         probe = [probe[int(i)] for i in sorted(rng.permutation(len(probe))[: config.probe_pairs])]
         probe_before = trainer.probe_loss(probe)
-        rounds = [{"round": 0, "negatives": "random (pool first)", **trainer.train_round(0, negatives, resample=True)}]
+        save = None
+        if config.save_stages:
+            def save(stage: str) -> None:
+                _save_checkpoint(model, tokenizer, out_dir / "stages" / stage, progress)
+                (out_dir / "stages" / stage / "train_config.json").write_text(json.dumps(
+                    {"kind": "reranker", "stage": stage, "config": asdict(config), "base_model": str(base),
+                     "layers": int(model.config.num_hidden_layers), "seed": config.seed,
+                     "tokenization": encoder.describe(), "step": trainer.step,
+                     "seconds": round(time.perf_counter() - t_start, 2)}, indent=2) + "\n", encoding="utf-8")
+        rounds = [{"round": 0, "negatives": "random (pool first)",
+                   **trainer.train_round(0, negatives, resample=True, save=save)}]
         for r in range(1, config.rounds + 1):
             negatives, mined = trainer.mine(r)
             rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
-                           **trainer.train_round(r, negatives, resample=False)})
+                           **trainer.train_round(r, negatives, resample=False, save=save)})
         probe_after = trainer.probe_loss(probe)
 
-        from transformers.utils import logging as hf_logging
-
-        bars = hf_logging.is_progress_bar_enabled()
-        if not progress:
-            hf_logging.disable_progress_bar()
-        try:
-            model.save_pretrained(str(out_dir))
-            tokenizer.save_pretrained(str(out_dir))
-        finally:
-            if bars:
-                hf_logging.enable_progress_bar()
-        if not (out_dir / "tokenizer.json").is_file():
-            raise InputError(f"{out_dir}: the tokenizer was not saved as tokenizer.json")
+        _save_checkpoint(model, tokenizer, out_dir, progress)
         import transformers
 
         counts = {
@@ -809,7 +834,7 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
             "layers": int(model.config.num_hidden_layers),
             "data": [{"path": str(b.path.resolve()), "queries_sha256": _sha256(b.path / "queries.jsonl"),
                       "tools_sha256": _sha256(b.path / "tools.jsonl"), "queries": len(b.queries),
-                      "tools": len(b.catalog)} for b in benches],
+                      "tools_trained_on": len(b.catalog)} for b in benches],
             "seed": config.seed,
             "tokenization": {**encoder.describe(), "query_text": f"retrieval_text(history={config.history!r}, "
                              f"turns={config.history_turns})", "tool_text": "magicselector.catalog.tool_text"},
