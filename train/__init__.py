@@ -1,24 +1,35 @@
-"""``magicselector.train``: training code (the cross-encoder reranker; decomposer and embedder later).
+"""``magicselector.train``: training code: the cross-encoder reranker, the decomposer's GRPO
+rewards, the embedder's contrastive loss.
 
 Exports are resolved lazily so that ``import magicselector.train.cli`` (done by the ``magicselector``
 command on every call) does not import torch.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-_RERANKER_EXPORTS = (
-    "RerankerTrainConfig", "PairEncoder", "TrainQuery", "build_training_queries", "dense_retriever",
-    "listwise_ce", "load_cross_encoder", "mine_hard_negatives", "pointwise_bce", "rerank_quality",
-    "score_pairs", "train_reranker",
-)
+_EXPORTS = {
+    "reranker": (
+        "RerankerTrainConfig", "PairEncoder", "TrainQuery", "build_training_queries", "dense_retriever",
+        "listwise_ce", "load_cross_encoder", "mine_hard_negatives", "pointwise_bce", "rerank_quality",
+        "score_pairs", "train_reranker", "SHIPPED_RECIPE", "SHIPPED_DATA",
+    ),
+    # numpy only
+    "rewards": (
+        "CounterfactualOutcome", "CounterfactualReward", "PreferenceScorer", "SimilarityScorer", "char_ngram_embed",
+        "counterfactual_reward", "duplicate_task_rate", "empty_task_rate", "grouped_advantages", "grpo_advantages",
+        "joint_reward", "ndcg_reward", "normalize_task", "preference_reward",
+    ),
+    "embedder_losses": ("info_nce", "mine_embedder_negatives"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = list(_RERANKER_EXPORTS)
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RERANKER_EXPORTS:
-        from . import reranker
-
-        return getattr(reranker, name)
-    raise AttributeError(f"module 'magicselector.train' has no attribute {name!r}")
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'magicselector.train' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
