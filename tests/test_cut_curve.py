@@ -1,0 +1,81 @@
+"""bench/cut_curve.py: the offline re-application of a cut must be what Selector.select does."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from magicselector.bench.cut_curve import (
+    best_at_budget, choose_on_dev, collect_rankings, cut_curve, fixed_curve, format_compare, format_sweep, interpolate,
+    plot_cut_curve, reapply, sweep,
+)
+from magicselector.bench.datasets import load_benchmark
+from magicselector.bench.evaluate import selector_for_catalog
+from magicselector.config import SelectorConfig
+from magicselector.stages.cut import CutConfig
+
+CONFIGS = [
+    CutConfig(rule="paper"),
+    CutConfig(rule="paper", k_min=2, k_max=4),
+    CutConfig(rule="fixed", fixed_k=3),
+    CutConfig(rule="margin", margin=0.05),
+    CutConfig(rule="zmargin", z_margin=1.0),
+    CutConfig(rule="rmargin", range_margin=0.4, k_max=3),
+    CutConfig(rule="mass", mass=0.8, temperature=0.03),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decompose", ["none", "rules"])
+def test_offline_reapplication_matches_select(selector, tiny_benchmark, decompose):
+    bench = load_benchmark(tiny_benchmark)
+    base = selector_for_catalog(selector, bench.catalog, SelectorConfig(candidates=6, decompose=decompose))
+    rows = collect_rankings(base, bench)
+    assert [r.query_id for r in rows] == [q.id for q in bench.queries]
+    if decompose == "rules":
+        assert any(len(r.lists) > 1 for r in rows)  # the per-list path is exercised
+    for scope in ("subtask", "fused"):
+        for config in CONFIGS:
+            sel = base.with_config(cut=config, cut_scope=scope)
+            for q, row in zip(bench.queries, rows):
+                s = sel.select(q.query, q.history)
+                ranked, k = reapply(row, config, scope)
+                assert (ranked, k) == (s.ranked_ids, s.k), (decompose, scope, config, q.id)
+
+
+@pytest.mark.slow
+def test_curve_sweep_and_plot(selector, tiny_benchmark, tmp_path):
+    bench = load_benchmark(tiny_benchmark)
+    base = selector_for_catalog(selector, bench.catalog, SelectorConfig(candidates=6))
+    rows = collect_rankings(base, bench, limit=3, seed=0)
+    assert len(rows) == 3
+    res = cut_curve(rows, {"fixed2": CutConfig(rule="fixed", fixed_k=2), "paper": CutConfig(rule="paper")})
+    fixed = res["fixed"]["completeness"]
+    assert res["fixed"]["k"] == list(range(1, 21)) and len(fixed) == 20
+    assert all(a <= b for a, b in zip(fixed, fixed[1:]))
+    f2 = res["rules"]["fixed2"]
+    assert f2["mean_k"] == 2 and f2["completeness"] == pytest.approx(fixed[1]) and f2["gain"] == pytest.approx(0)
+    swept = sweep(rows)
+    assert {"paper", "margin", "zmargin", "rmargin", "mass"} <= set(swept["rules"])
+    assert "rule" in format_sweep(swept)
+    best = best_at_budget(swept["rules"]["rmargin"], 6.0)
+    assert best is not None and best["mean_k"] <= 6.0
+    assert best_at_budget(swept["rules"]["rmargin"], 0.0) is None
+    chosen = choose_on_dev(swept, max_mean_k=6.0)
+    assert "paper" in chosen and "fixed(k=10)" in chosen
+    assert any(name.startswith("rmargin(range_margin=") for name in chosen)
+    assert "rmargin" in format_compare({"tiny": cut_curve(rows, chosen)})
+    pytest.importorskip("matplotlib")
+    assert plot_cut_curve(swept, tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_fixed_curve_and_interpolation():
+    from magicselector.bench.cut_curve import Ranking
+
+    def row(ids, gold):
+        return Ranking("q", "c", gold, ids, np.zeros(len(ids)), np.zeros((len(ids), 2)), [("q", ids, np.zeros(len(ids)))])
+
+    rows = [row(["a", "b", "c"], ["a"]), row(["a", "b", "c"], ["a", "c"]), row(["a", "b"], ["z"]), row(["a"], [])]
+    curve = fixed_curve(rows, 4)
+    assert curve.tolist() == [0.0, 0.25, 0.25, 0.5, 0.5]
+    assert interpolate(curve, 2.5) == pytest.approx(0.375)
+    assert interpolate(curve, 10) == pytest.approx(0.5)
