@@ -50,6 +50,11 @@ class EvalConfig:
     decompose_deadline_ms: float | None = 1500.0
     llm_threads: int = 2
     decomposer_model: str | None = None
+    rerank: bool = True              # run the bundle's (or ``reranker``'s) cross-encoder when there is one
+    reranker: str | None = None      # a reranker folder (model.onnx, tokenizer.json, reranker.json) to use instead
+    rerank_weight: float | None = None  # None: SelectorConfig's default
+    rerank_candidates: int | None = None
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if self.retriever not in RETRIEVERS:
@@ -87,11 +92,11 @@ def _cached_tool_vectors(selector: Selector, catalog: Catalog) -> np.ndarray:
 
 
 def selector_for_catalog(base: Selector, catalog: Catalog, config: SelectorConfig) -> Selector:
-    """A Selector over another catalog, sharing the base Selector's embedder."""
+    """A Selector over another catalog, sharing the base Selector's embedder and reranker."""
     vecs = _cached_tool_vectors(base, catalog)
     index = ToolIndex(vecs.shape[1], base.index.dtype)
     index.add(catalog.ids, vecs)
-    return Selector(catalog, base.embedder, index, config=config, bundle=base.bundle)
+    return Selector(catalog, base.embedder, index, config=config, bundle=base.bundle, reranker=base.reranker)
 
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -161,13 +166,23 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
     cut = config.cut if config.adaptive else CutConfig(rule="fixed", fixed_k=config.k)
     candidates = max(config.k, cut.k_max if config.adaptive else config.k, 30)
+    rerank_opts: dict[str, Any] = {"rerank": config.rerank}
+    if config.rerank_weight is not None:
+        rerank_opts["rerank_weight"] = config.rerank_weight
+    if config.rerank_candidates is not None:
+        rerank_opts["rerank_candidates"] = config.rerank_candidates
     sel_config = SelectorConfig(history=config.history, candidates=candidates, cut=cut, fusion=config.fusion,
                                 decompose=config.decompose, cut_scope=config.cut_scope,
                                 decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
-                                decomposer_model=config.decomposer_model)
+                                decomposer_model=config.decomposer_model, threads=config.threads, **rerank_opts)
     t0 = time.perf_counter()
     if base is None:
-        base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress))
+        base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress),
+                                    config=SelectorConfig(threads=config.threads))
+    if config.reranker is not None and config.rerank:
+        from magicselector.stages.rerank import OnnxCrossEncoder
+
+        base = base.with_reranker(OnnxCrossEncoder.from_dir(config.reranker, threads=config.threads))
     selector = selector_for_catalog(base, bench.catalog, sel_config)
     raw_selector = selector.with_config(decompose="none") if config.decompose != "none" else None
     bm25 = BM25Ranker(bench.catalog) if config.retriever in ("bm25", "hybrid") else None
@@ -207,8 +222,10 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     by_cat: dict[str, list] = defaultdict(list)
     for r in rows:
         by_cat[r["category"]].append(r)
+    reranked = config.rerank and selector.reranker is not None and config.retriever == "dense"
     report = {
         "dataset": str(bench.path),
+        "reranker": (config.reranker or "bundle") if reranked else None,
         "overall": _summarise(rows, config.k, config.adaptive, token_cost),
         "by_category": {c: _summarise(rs, config.k, config.adaptive, token_cost) for c, rs in sorted(by_cat.items())},
         "config": {**asdict(config), "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,

@@ -234,7 +234,7 @@ def pte_embedder_parity(checkpoint: str | Path, pte: str | Path, probe_texts: Se
 
 
 def pte_reranker_parity(checkpoint: str | Path, pte: str | Path, pairs: Sequence[tuple[str, str]],
-                        max_length: int = 96) -> dict[str, float]:
+                        max_length: int | None = None) -> dict[str, float]:
     """Spearman / top-1 agreement of the ``.pte`` cross-encoder against the PyTorch model."""
     from .onnx import reranker_parity
 

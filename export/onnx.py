@@ -229,16 +229,36 @@ def group_pairs(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     return groups
 
 
-def reranker_scores_torch(checkpoint: str | Path, groups: dict[str, list[str]], max_length: int = 96):
-    """The PyTorch cross-encoder's logit per (query, text), per query list."""
+def checkpoint_pair_window(checkpoint: str | Path, max_length: int | None = None) -> dict[str, Any]:
+    """How a cross-encoder checkpoint cuts its pairs: the ``tokenization`` that
+    ``magicselector train reranker`` recorded in ``train_config.json`` (max_length, truncation,
+    min_tool_tokens); a checkpoint without one is taken as longest-first. ``max_length`` overrides."""
+    import json
+
+    info_path = Path(checkpoint) / "train_config.json"
+    tok: dict[str, Any] = {}
+    if info_path.is_file():
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        tok = dict(info.get("tokenization") or {})
+        tok.setdefault("min_tool_tokens", (info.get("config") or {}).get("min_tool_tokens", 32))
+    window = {"max_length": int(tok.get("max_length", 96)), "truncation": str(tok.get("truncation", "longest_first")),
+              "min_tool_tokens": int(tok.get("min_tool_tokens", 32))}
+    if max_length is not None:
+        window["max_length"] = int(max_length)
+    return window
+
+
+def reranker_scores_torch(checkpoint: str | Path, groups: dict[str, list[str]], max_length: int | None = None):
+    """The PyTorch cross-encoder's logit per (query, text), per query list, with the checkpoint's
+    own pair window (``checkpoint_pair_window``)."""
     import numpy as np
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from magicselector.stages.embed import TextTokenizer
+    from magicselector.stages.rerank import PairTokenizer
 
     checkpoint = Path(checkpoint)
-    tok = TextTokenizer(checkpoint / "tokenizer.json", max_length)
+    tok = PairTokenizer(checkpoint / "tokenizer.json", **checkpoint_pair_window(checkpoint, max_length))
     model = AutoModelForSequenceClassification.from_pretrained(str(checkpoint)).eval()
     out = {}
     with torch.no_grad():
@@ -276,12 +296,11 @@ def compare_rerank_scores(ref: dict[str, Any], got: dict[str, Any]) -> dict[str,
 
 
 def reranker_parity(checkpoint: str | Path, onnx_model: str | Path, pairs: Sequence[tuple[str, str]],
-                    max_length: int = 96) -> dict[str, float]:
+                    max_length: int | None = None) -> dict[str, float]:
     """Scores of the PyTorch cross-encoder against the exported one (``.onnx`` or ``.pte``) on
     (query, text) pairs: Spearman overall and per query list, top-1 agreement over the query lists,
     the largest absolute logit difference."""
-    from magicselector.stages.embed import TextTokenizer
-    from magicselector.stages.rerank import OnnxCrossEncoder
+    from magicselector.stages.rerank import OnnxCrossEncoder, PairTokenizer
 
     checkpoint = Path(checkpoint)
     groups = group_pairs(pairs)
@@ -291,7 +310,8 @@ def reranker_parity(checkpoint: str | Path, onnx_model: str | Path, pairs: Seque
     cls = OnnxCrossEncoder
     if str(onnx_model).endswith(".pte"):
         from magicselector.stages.pte import PteCrossEncoder as cls
-    scorer = cls(onnx_model, TextTokenizer(checkpoint / "tokenizer.json", max_length), threads=1)
+    window = checkpoint_pair_window(checkpoint, max_length)
+    scorer = cls(onnx_model, PairTokenizer(checkpoint / "tokenizer.json", **window), threads=1)
     got = {q: scorer.score(q, texts) for q, texts in groups.items()}
     return compare_rerank_scores(ref, got)
 

@@ -97,7 +97,8 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
         return 0
     from magicselector.export.bundle import build_default_bundle
 
-    build_default_bundle(out, progress=True, preset=args.preset)
+    reranker = "retrain" if args.retrain_reranker else (None if args.no_reranker else "shipped")
+    build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker, train_data=args.train_data)
     print(out)
     return 0
 
@@ -116,10 +117,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .stages.cut import CutConfig
 
     config = EvalConfig(k=args.k, adaptive=args.adaptive, history=args.history, retriever=args.retriever,
-                        cut=CutConfig(rule="paper", k_min=args.k_min, k_max=args.k_max), limit=args.limit,
+                        cut=CutConfig(rule=args.cut_rule, k_min=args.k_min, k_max=args.k_max), limit=args.limit,
                         decompose=args.decompose, fusion=args.fusion, cut_scope=args.cut_scope,
                         decompose_deadline_ms=args.deadline_ms, llm_threads=args.llm_threads,
-                        decomposer_model=args.decomposer_model)
+                        decomposer_model=args.decomposer_model, rerank=not args.no_rerank, reranker=args.reranker,
+                        rerank_weight=args.rerank_weight, rerank_candidates=args.rerank_candidates,
+                        threads=args.threads)
     report = evaluate(args.dataset, config, bundle=args.bundle, progress=not args.quiet)
     print(format_report(report))
     if args.json:
@@ -137,6 +140,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .stages.cut import CUT_RULES
+
     p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -144,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--bundle", help="bundle folder (default: the embedded default bundle, built on first use)")
         sp.add_argument("--history-mode", choices=["none", "user", "all"], default="none",
                         help="what of the dialogue retrieval sees (default: none)")
-        sp.add_argument("--cut", choices=["paper", "fixed"], default="paper", help="Top-K rule (default: paper)")
+        sp.add_argument("--cut", choices=sorted(CUT_RULES), default="paper", help="Top-K rule (default: paper)")
         sp.add_argument("--k", type=int, default=10, help="k for --cut fixed")
         sp.add_argument("--k-min", type=int, default=1)
         sp.add_argument("--k-max", type=int, default=20)
@@ -176,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true", help="rebuild even if the bundle exists")
     sp.add_argument("--preset", help="INT8 preset: qint8_arm64 (phones), qint8_x86, qint8_avx512_vnni, "
                                      "qint8_per_tensor (default: the building machine's)")
+    rr = sp.add_mutually_exclusive_group()
+    rr.add_argument("--retrain-reranker", action="store_true",
+                    help="train the cross-encoder again with its model card's recipe (an hour or more) "
+                         "instead of using the shipped INT8 reranker")
+    rr.add_argument("--no-reranker", action="store_true", help="build without a rerank stage")
+    sp.add_argument("--train-data", metavar="DIR",
+                    help="--retrain-reranker: benchmark folder to train on (default: generate the mobile train split)")
     sp.set_defaults(func=cmd_bundle_build)
     sp = bp.add_parser("verify", help="check hashes, load every artifact, re-run the golden vectors")
     sp.add_argument("dir")
@@ -185,9 +197,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dataset")
     sp.add_argument("--k", type=int, default=10)
     sp.add_argument("--adaptive", action="store_true", help="cut with the adaptive Top-K rule")
+    sp.add_argument("--cut-rule", choices=sorted(CUT_RULES), default="paper",
+                    help="the adaptive rule (with --adaptive; default: paper, Algorithm 2)")
     sp.add_argument("--k-min", type=int, default=1)
     sp.add_argument("--k-max", type=int, default=20)
     sp.add_argument("--history", choices=["none", "user", "all"], default="none")
+    sp.add_argument("--no-rerank", action="store_true", help="retrieval only: switch the cross-encoder off")
+    sp.add_argument("--reranker", metavar="DIR",
+                    help="a reranker folder (model.onnx, tokenizer.json, reranker.json) instead of the bundle's")
+    sp.add_argument("--rerank-weight", type=float,
+                    help="weight of the cross-encoder's z-scored logit against the retrieval similarity (1 = CE only)")
+    sp.add_argument("--rerank-candidates", type=int, help="tools per list the cross-encoder scores")
+    sp.add_argument("--threads", type=int, default=1, help="inference threads (embedder, reranker)")
     sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default="dense")
     sp.add_argument("--json", metavar="OUT", help="write the report as JSON")
     sp.add_argument("--bundle")

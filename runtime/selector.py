@@ -14,15 +14,13 @@ from .catalog import Catalog, Tool, load_catalog, tool_text
 from .config import SelectorConfig
 from .dialogue import validate_history, validate_query
 from .errors import BundleError
-from .stages.cut import Cut, apply_cut
+from .stages.cut import Cut, apply_cut, cut_per_list
 from .stages.decompose import Decomposer, PassthroughDecomposer, build_decomposer
 from .stages.embed import Embedder, OnnxEmbedder
 from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
 from .stages.pte import PteCrossEncoder, PteEmbedder
-from .stages.rerank import OnnxCrossEncoder, Reranker, mix_scores
-
-RERANK_DESCRIPTION_CHARS = 200  # keeps a pair near 96 tokens; more text costs rerank time, not quality
+from .stages.rerank import OnnxCrossEncoder, Reranker, mix_scores, pair_window
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,9 @@ class Selection:
     decomposer: str = "none"
     ranked_ids: list[str] = field(default_factory=list)  # the whole ranked list before the cut
     ranked_scores: list[float] = field(default_factory=list)
+    # per retrieval list (utterance anchor first, then each sub-task), after the rerank: (text, ids,
+    # scores); what the cut saw, kept for analysis (bench/cut_curve.py)
+    lists: list[tuple[str, list[str], list[float]]] = field(default_factory=list)
 
     @property
     def ids(self) -> list[str]:
@@ -121,8 +122,9 @@ class Selector:
         reranker = None
         rr = bundle.section("reranker")
         if rr:
-            reranker = (PteCrossEncoder if rr["file"].endswith(".pte") else OnnxCrossEncoder).from_path(bundle.file(rr["file"]), bundle.file(rr["tokenizer"]),
-                                                  max_length=int(rr.get("max_length", 96)), threads=config.threads)
+            cls_ = PteCrossEncoder if rr["file"].endswith(".pte") else OnnxCrossEncoder
+            reranker = cls_.from_path(bundle.file(rr["file"]), bundle.file(rr["tokenizer"]), threads=config.threads,
+                                      **pair_window(rr))
         return cls(catalog, embedder, index, config=config, bundle=bundle, reranker=reranker)
 
     def with_config(self, **changes: Any) -> "Selector":
@@ -130,6 +132,11 @@ class Selector:
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
                         decomposer=_decomposer_for(config, self.decomposer), reranker=self.reranker)
+
+    def with_reranker(self, reranker: Reranker | None) -> "Selector":
+        """A Selector sharing this one's models, index and settings, with another reranker (or none)."""
+        return Selector(self.catalog, self.embedder, self.index, config=self.config, bundle=self.bundle,
+                        decomposer=self.decomposer, reranker=reranker)
 
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
@@ -178,7 +185,7 @@ class Selector:
                 fused = FUSIONS[self.config.fusion](lists)
                 ids, scores, source = fused.ids, fused.scores, fused.source
             t = timer.lap("fuse", t)
-            embeddings = index.vectors(ids) if self.config.cut.rule != "fixed" else None
+            embeddings = index.vectors(ids) if self.config.cut.uses_embeddings else None
         if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed":
             ids, scores, source, cut = _cut_per_list(self.config.cut, lists, ids, scores, source, index)
         else:
@@ -189,14 +196,16 @@ class Selector:
         timer.total()
         return Selection(tools=chosen, k=cut.k, cut=cut, subtasks=subtasks, candidates=len(ids),
                          timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
-                         ranked_scores=[float(x) for x in scores])
+                         ranked_scores=[float(x) for x in scores],
+                         lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)])
 
     def _rerank(self, text: str, lst: RankedList, catalog: Catalog) -> RankedList:
         """Cross-encoder scores for the list's head; the rest of the list is dropped."""
         ids = list(lst.ids)[: self.config.rerank_candidates]
         if not ids:
             return lst
-        ce = self.reranker.score(text, [tool_text(catalog.get(i), RERANK_DESCRIPTION_CHARS) for i in ids])
+        # The same tool text as training; the pair tokenizer cuts it to the model's window.
+        ce = self.reranker.score(text, [tool_text(catalog.get(i)) for i in ids])
         final = mix_scores(ce, np.asarray(lst.scores[: len(ids)]), self.config.rerank_weight)
         order = np.argsort(-final, kind="stable")
         return RankedList([ids[i] for i in order], final[order])
@@ -242,19 +251,6 @@ def _decomposer_for(config: SelectorConfig, current: Any = None):
 
 def _cut_per_list(cut_config, lists, ids, scores, source, index):
     """The adaptive cut on each retrieval list; the union of the kept tools, in fused order,
-    moves to the head of the ranked list."""
-    keep: set[str] = set()
-    parts = []
-    for lst in lists:
-        lid = list(lst.ids)
-        if not lid:
-            continue
-        c = apply_cut(cut_config, np.asarray(lst.scores), index.vectors(lid), normalized=True)
-        keep.update(lid[:c.k])
-        parts.append(c)
-    order = [i for i, t in enumerate(ids) if t in keep] + [i for i, t in enumerate(ids) if t not in keep]
-    k = min(len(keep), cut_config.k_max)
-    cut = Cut(k, max((c.k_score for c in parts), default=0), max((c.k_sim for c in parts), default=0),
-              f"{cut_config.rule}/subtask")
+    moves to the head of the ranked list (stages/cut.py ``cut_per_list``)."""
+    order, cut = cut_per_list(cut_config, [(lst.ids, lst.scores) for lst in lists], ids, index.vectors)
     return ([ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], cut)
-

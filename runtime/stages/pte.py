@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import BundleError, InputError
 from .embed import TextTokenizer, mean_pool_normalize
-from .rerank import check_rerank_input
+from .rerank import PairTokenizer, check_rerank_input
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -145,8 +145,9 @@ class PteCrossEncoder(_PteBase):
 
     @classmethod
     def from_path(cls, model_path: str | Path, tokenizer_file: str | Path, *, max_length: int = 96,
+                  truncation: str = "longest_first", min_tool_tokens: int = 32,
                   threads: int = 1) -> "PteCrossEncoder":
-        return cls(model_path, TextTokenizer(tokenizer_file, max_length), threads=threads)
+        return cls(model_path, PairTokenizer(tokenizer_file, max_length, truncation, min_tool_tokens), threads=threads)
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         if not check_rerank_input(query, texts):

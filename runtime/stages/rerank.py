@@ -2,18 +2,85 @@
 
 The cost of a cross-encoder grows with candidates x tokens x layers and nothing can be cached per
 tool, so the stage bounds all three: at most ``candidates`` pairs per list, ``max_length`` tokens a
-pair (the pair is truncated longest-first, so a long query cannot crowd the tool out entirely).
+pair, and the model's own depth. How a pair is cut to ``max_length`` must match training; the
+reranker's metadata (``reranker.json`` / the manifest section) records it:
+
+* ``query_capped`` (what ``magicselector train reranker`` uses): the query keeps at most
+  ``max_length - specials - m`` tokens with ``m = min(min_tool_tokens, (max_length - specials) // 2)``;
+  the tool text fills the rest and is cut at its end. A long query (or a long history) can then
+  never push the tool side under ``m`` tokens, and the tool's name, which comes first, survives.
+* ``longest_first``: the ``tokenizers`` default, for checkpoints trained that way.
 """
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from ..errors import BundleError, InputError
-from .embed import TextTokenizer, make_session
+from .embed import make_session, pad_encodings
+
+TRUNCATIONS = ("query_capped", "longest_first")
+RERANKER_META = "reranker.json"  # the metadata file of a reranker folder (model + tokenizer + this)
+
+
+class PairTokenizer:
+    """(query, tool text) pairs -> padded int64 arrays, cut to ``max_length`` tokens by the
+    ``truncation`` rule of the module docstring. ``tokenizers`` only, as on a phone."""
+
+    def __init__(self, tokenizer_file: str | Path, max_length: int = 96, truncation: str = "query_capped",
+                 min_tool_tokens: int = 32) -> None:
+        from tokenizers import Tokenizer
+
+        if truncation not in TRUNCATIONS:
+            raise InputError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
+        path = Path(tokenizer_file)
+        if not path.is_file():
+            raise BundleError(f"reranker tokenizer not found: {path}")
+        self.max_length = int(max_length)
+        self.truncation = truncation
+        self._tok = Tokenizer.from_file(str(path))
+        self._tok.no_padding()
+        self._tok.no_truncation()
+        pp = self._tok.post_processor
+        self.specials = pp.num_special_tokens_to_add(True) if pp is not None else 0
+        room = self.max_length - self.specials
+        if room < 2:
+            raise InputError(f"max_length {max_length} leaves no room for a query and a tool")
+        self.min_tool_tokens = max(1, min(int(min_tool_tokens), room // 2))
+        self.query_cap = room - self.min_tool_tokens
+        self._pair = Tokenizer.from_file(str(path))
+        self._pair.no_padding()
+        self._pair.enable_truncation(max_length=self.max_length, strategy="longest_first")
+
+    def describe(self) -> dict[str, Any]:
+        return {"truncation": self.truncation, "max_length": self.max_length, "special_tokens": self.specials,
+                "min_tool_tokens": self.min_tool_tokens, "query_cap_tokens": self.query_cap}
+
+    def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
+        pairs = [(q, t) for q, t in pairs]
+        if self.truncation == "longest_first":
+            return pad_encodings(self._pair.encode_batch(pairs))
+        qs = self._tok.encode_batch([q for q, _ in pairs], add_special_tokens=False)
+        ts = self._tok.encode_batch([t for _, t in pairs], add_special_tokens=False)
+        encs = []
+        for q, t in zip(qs, ts):
+            if len(q.ids) > self.query_cap:
+                q.truncate(self.query_cap)
+            room = self.max_length - self.specials - len(q.ids)
+            if len(t.ids) > room:
+                t.truncate(room)
+            encs.append(self._tok.post_process(q, t, add_special_tokens=True))
+        return pad_encodings(encs)
+
+
+def pair_window(meta: dict[str, Any]) -> dict[str, Any]:
+    """The pair-tokenization settings recorded in reranker metadata (old bundles: longest-first, 96)."""
+    return {"max_length": int(meta.get("max_length", 96)), "truncation": str(meta.get("truncation", "longest_first")),
+            "min_tool_tokens": int(meta.get("min_tool_tokens", 32))}
 
 
 class Reranker(Protocol):
@@ -36,7 +103,7 @@ class OnnxCrossEncoder:
 
     name = "onnx-cross-encoder"
 
-    def __init__(self, model_path: str | Path, tokenizer: TextTokenizer, threads: int = 1, batch_size: int = 32) -> None:
+    def __init__(self, model_path: str | Path, tokenizer: PairTokenizer, threads: int = 1, batch_size: int = 32) -> None:
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
             raise BundleError(f"reranker model not found: {self.model_path}")
@@ -49,8 +116,16 @@ class OnnxCrossEncoder:
 
     @classmethod
     def from_path(cls, model_path: str | Path, tokenizer_file: str | Path, *, max_length: int = 96,
+                  truncation: str = "longest_first", min_tool_tokens: int = 32,
                   threads: int = 1) -> "OnnxCrossEncoder":
-        return cls(model_path, TextTokenizer(tokenizer_file, max_length), threads=threads)
+        return cls(model_path, PairTokenizer(tokenizer_file, max_length, truncation, min_tool_tokens), threads=threads)
+
+    @classmethod
+    def from_dir(cls, folder: str | Path, *, threads: int = 1) -> "OnnxCrossEncoder":
+        """A reranker folder: ``model.onnx``, ``tokenizer.json`` and ``reranker.json`` (its pair window)."""
+        folder = Path(folder)
+        meta = read_reranker_meta(folder)
+        return cls.from_path(folder / "model.onnx", folder / "tokenizer.json", threads=threads, **pair_window(meta))
 
     @property
     def session(self):
@@ -72,6 +147,21 @@ class OnnxCrossEncoder:
             feeds = {k: v for k, v in batch.items() if k in self._names}
             out.append(np.asarray(session.run(None, feeds)[0], dtype=np.float32).reshape(-1))
         return np.concatenate(out)
+
+
+def read_reranker_meta(folder: str | Path) -> dict[str, Any]:
+    folder = Path(folder)
+    path = folder / RERANKER_META
+    if not path.is_file():
+        raise BundleError(f"{folder}: not a reranker folder (no {RERANKER_META}; expected model.onnx, "
+                          f"tokenizer.json and {RERANKER_META})")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{path}: unreadable reranker metadata ({e})") from None
+    if not isinstance(meta, dict):
+        raise BundleError(f"{path}: reranker metadata must be a JSON object")
+    return meta
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
