@@ -1,4 +1,4 @@
-"""``magicselector bench latency|scaling``: registered by ``magicselector.cli``.
+"""``magicselector bench latency|scaling|rerank``: registered by ``magicselector.cli``.
 
 Only the standard library is imported at module level: the CLI imports this module on every
 invocation, so numpy, onnxruntime, torch and matplotlib are imported inside the commands.
@@ -8,6 +8,9 @@ invocation, so numpy, onnxruntime, torch and matplotlib are imported inside the 
 compare on this machine, and writes ``results.json`` (the ``magicselector-latency/1`` dict, plus
 ``compare`` when run), ``results.csv`` (one row per stage), ``summary.md`` and PNG plots.
 ``bench scaling`` writes ``scaling.json``, ``scaling.csv``, ``scaling.md`` and PNG plots.
+``bench rerank`` times the rerank stage alone (INT8 ONNX vs the FP32 PyTorch checkpoint, per
+thread count; ``magicselector.bench.rerank_latency``), prints a markdown table and optionally
+writes it (``--md``) and the results (``--json``).
 """
 from __future__ import annotations
 
@@ -328,8 +331,57 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- rerank ---------------------------------------------------------------------------------------
+RERANK_SCHEMA_SET = "magicselector-rerank-latency-set/1"
+
+
+def cmd_rerank(args: argparse.Namespace) -> int:
+    rerankers = list(args.reranker)
+    checkpoints = list(args.checkpoint or [])
+    if checkpoints and len(checkpoints) != len(rerankers):
+        return _err(f"--checkpoint takes one entry per --reranker, paired by position ('-' for none): got "
+                    f"{len(rerankers)} reranker(s) and {len(checkpoints)} checkpoint(s)")
+    pairs = [(r, None if not checkpoints or checkpoints[i] == "-" else checkpoints[i]) for i, r in enumerate(rerankers)]
+    for r, c in pairs:
+        if not Path(r, "reranker.json").is_file():
+            return _err(f"{r}: not a reranker folder (no reranker.json; export one with export_reranker + "
+                        "save_reranker_dir)")
+        if c is not None and not Path(c, "config.json").is_file():
+            return _err(f"{c}: not a Hugging Face checkpoint folder (no config.json)")
+    if args.runs < 1 or args.warmup < 0 or args.candidates < 1 or any(n < 1 for n in args.threads):
+        return _err("--runs, --candidates and --threads must be >= 1 and --warmup >= 0")
+
+    from .rerank_latency import format_rerank_latency, measure_rerank_latency
+
+    names = [Path(r).resolve().name for r, _ in pairs]
+    results = []
+    for (r, c), name in zip(pairs, names):
+        if names.count(name) > 1:  # two folders of one name: keep the rows apart
+            name = str(Path(r))
+        results.append(measure_rerank_latency(r, c, candidates=args.candidates, threads=args.threads,
+                                              runs=args.runs, warmup=args.warmup, seed=args.seed, name=name,
+                                              progress=_progress))
+    table = format_rerank_latency(results)
+    written = []
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"schema": RERANK_SCHEMA_SET, "results": results}, indent=2) + "\n",
+                       encoding="utf-8")
+        written.append(str(out))
+    if args.md:
+        out = Path(args.md)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(table, encoding="utf-8")
+        written.append(str(out))
+    print(table)
+    if written:
+        print(f"wrote {', '.join(written)}")
+    return 0
+
+
 def register(subparsers: Any) -> None:
-    """Add ``bench latency`` and ``bench scaling`` to the ``magicselector`` command."""
+    """Add ``bench latency``, ``bench scaling`` and ``bench rerank`` to the ``magicselector`` command."""
     bp = subparsers.add_parser("bench", help="latency and scaling benchmarks (local or on a phone over ADB)")
     bsub = bp.add_subparsers(dest="bench_command", required=True)
 
@@ -361,3 +413,17 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--build-budget-s", type=float,
                     help="stop building an index (>200k vectors, checked every 100k) once it took this long")
     sp.set_defaults(func=cmd_scaling)
+
+    sp = bsub.add_parser("rerank", help="rerank stage latency: INT8 ONNX reranker vs its FP32 PyTorch checkpoint")
+    sp.add_argument("--reranker", nargs="+", required=True, metavar="DIR",
+                    help="reranker folder(s): model.onnx, tokenizer.json, reranker.json")
+    sp.add_argument("--checkpoint", nargs="+", metavar="DIR",
+                    help="the FP32 checkpoint of each --reranker, paired by position ('-' for none); needs torch")
+    sp.add_argument("--candidates", type=int, default=20, help="tool texts per list (one score() call)")
+    sp.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    sp.add_argument("--runs", type=int, default=30)
+    sp.add_argument("--warmup", type=int, default=3)
+    sp.add_argument("--seed", type=int, default=0, help="seeds the candidate picking")
+    sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    sp.add_argument("--md", metavar="OUT", help="write the markdown table")
+    sp.set_defaults(func=cmd_rerank)
