@@ -27,8 +27,29 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_embedder(args: argparse.Namespace) -> int:
+    from .embedder import EmbedderTrainConfig, train_embedder
+
+    fields: dict[str, Any] = {
+        "seed": args.seed, "epochs": args.epochs, "rounds": args.rounds, "negatives": args.negatives,
+        "pool": args.pool, "batch_size": args.batch_size, "lr": args.lr, "temperature": args.temperature,
+        "in_batch": args.in_batch or None, "max_length": args.max_length, "layers": args.layers,
+        "max_queries": args.max_queries, "threads": args.threads, "history": args.history,
+        "catalog_scope": args.catalog_scope, "base_model": args.base_model,
+        "include_tasks": False if args.no_tasks else None,
+    }
+    config = EmbedderTrainConfig(**{k: v for k, v in fields.items() if v is not None})
+    summary = train_embedder(args.data, args.out, config, progress=not args.quiet, overwrite=args.force)
+    short = {k: summary[k] for k in ("out_dir", "layers", "counts", "loss_summary", "probe_loss_before",
+                                     "probe_loss_after", "train_retrieval_before", "train_retrieval_after",
+                                     "final_loss", "wall_seconds")}
+    print(json.dumps(short, indent=2))
+    return 0
+
+
 def register(subparsers) -> None:
-    """Add ``train`` (with ``train reranker``) to the ``magicselector`` command's subparsers."""
+    """Add ``train`` (with ``train reranker`` and ``train embedder``) to the ``magicselector``
+    command's subparsers."""
     tp = subparsers.add_parser("train", help="train models (needs the train extra)")
     tsub = tp.add_subparsers(dest="train_command", required=True)
     sp = tsub.add_parser("reranker", help="train the cross-encoder reranker (point-wise, list-wise, "
@@ -62,3 +83,29 @@ def register(subparsers) -> None:
     sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
     sp.set_defaults(func=cmd_train_reranker)
+
+    sp = tsub.add_parser("embedder", help="train the dense embedder (InfoNCE, self-distillation hard-negative "
+                                          "mining); measure it with export + eval --no-rerank")
+    sp.add_argument("--data", nargs="+", required=True, metavar="DIR", help="benchmark folders to train on")
+    sp.add_argument("--out", required=True, metavar="DIR", help="output checkpoint folder")
+    sp.add_argument("--base-model", help="BERT-style checkpoint to start from (default: the packaged MiniLM)")
+    sp.add_argument("--seed", type=int)
+    sp.add_argument("--epochs", type=int, help="epochs per round")
+    sp.add_argument("--rounds", type=int, help="hard-negative mining rounds after the random-negative round")
+    sp.add_argument("--negatives", type=int, help="negatives per (query, gold tool) item")
+    sp.add_argument("--pool", type=int, help="the current model's top tools per query that negatives come from")
+    sp.add_argument("--batch-size", type=int, help="(query, gold tool) items per optimizer step")
+    sp.add_argument("--lr", type=float)
+    sp.add_argument("--temperature", type=float, help="InfoNCE temperature (default 0.05)")
+    sp.add_argument("--in-batch", action="store_true", help="also use the batch's other positives as negatives")
+    sp.add_argument("--layers", type=int, help="keep only the first N encoder layers")
+    sp.add_argument("--max-length", type=int, help="tokens per text (default 128, the runtime's window)")
+    sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
+    sp.add_argument("--threads", type=int, help="torch threads")
+    sp.add_argument("--history", choices=["none", "user", "all"], help="history mode of the query text (default user)")
+    sp.add_argument("--catalog-scope", choices=["gold", "all"],
+                    help="train against the tools some training query needs (gold, default) or the whole catalog")
+    sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")
+    sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
+    sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    sp.set_defaults(func=cmd_train_embedder)

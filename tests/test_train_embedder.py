@@ -1,0 +1,163 @@
+"""The embedder trainer: a tiny real run (1 layer, 32 tokens, a handful of steps, one thread) on
+the 6-tool benchmark that learns, mines gold-free hard negatives, writes its files, reproduces
+itself and exports to an INT8 ONNX embedder with unit-norm vectors."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from magicselector.errors import InputError  # noqa: E402
+from magicselector.train import embedder as emb_mod  # noqa: E402
+from magicselector.train.embedder import EmbedderTrainConfig, train_embedder  # noqa: E402
+
+TINY = dict(layers=1, max_length=32, negatives=2, pool=4, batch_size=4, epochs=3, rounds=1, lr=1e-4,
+            threads=1, probe_items=64)
+
+
+def _with_tasks(folder: Path) -> Path:
+    """The tiny benchmark plus gold sub-tasks on the multi-tool turn (6 queries, 7 items)."""
+    rows = [json.loads(line) for line in (folder / "queries.jsonl").read_text().splitlines() if line.strip()]
+    for r in rows:
+        if r["id"] == "q2":
+            r["tasks"] = [{"text": "turn on bluetooth", "tool": "bluetooth_toggle"},
+                          {"text": "play some jazz", "tool": "play_music"}]
+    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def _log(path: Path) -> list[list[str]]:
+    with open(path / "training_log.csv", newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_tiny_run_learns_mines_gold_free_negatives_and_exports(tiny_benchmark, tmp_path, monkeypatch):
+    from transformers import AutoModel
+
+    from magicselector.export.bundle import export_embedder, minilm_checkpoint
+    from magicselector.stages.embed import OnnxEmbedder, TextTokenizer
+
+    data = _with_tasks(tiny_benchmark)
+    seen: list[tuple[int, dict[str, list[str]], dict[str, tuple[str, ...]]]] = []
+    original = emb_mod._Trainer.train_round
+
+    def recording(self, r, negatives, pools=None):
+        seen.append((r, {k: list(v) for k, v in negatives.items()}, {q.id: q.gold for q in self.queries}))
+        return original(self, r, negatives, pools)
+
+    monkeypatch.setattr(emb_mod._Trainer, "train_round", recording)
+    out = tmp_path / "ckpt"
+    summary = train_embedder(data, out, EmbedderTrainConfig(**TINY), progress=False)
+
+    # eq. 13 on a fixed probe (the round-0 tuples), eval mode
+    print("probe loss", summary["probe_loss_before"], "->", summary["probe_loss_after"])
+    assert summary["probe_loss_after"] < 0.8 * summary["probe_loss_before"]
+    assert summary["counts"] == {**summary["counts"], "queries": 6, "task_queries": 2, "items": 7}
+    assert summary["layers"] == 1 and summary["dim"] == 384
+
+    # round 0 random, round 1 mined: never a gold tool, never outside the gold-scoped catalog
+    assert [r for r, _, _ in seen] == [0, 1]
+    scoped = {"set_alarm", "start_timer", "bluetooth_toggle", "play_music", "get_weather"}  # send_email: never gold
+    for r, negatives, gold in seen:
+        assert set(negatives) == set(gold)
+        for qid, negs in negatives.items():
+            assert len(negs) == 2 and len(set(negs)) == 2
+            assert not set(negs) & set(gold[qid]), (r, qid, negs)
+            assert set(negs) <= scoped
+    assert summary["rounds"][1]["mining"]["mean_hard_negatives"] == 2
+
+    # files, log
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json",
+              "sentence_bert_config.json", "training_log.csv", "train_config.json"):
+        assert (out / f).is_file(), f
+    rows = _log(out)
+    assert rows[0] == ["step", "round", "loss", "lr", "seconds"]
+    rows = rows[1:]
+    assert len(rows) == summary["counts"]["steps"] == 2 * 3 * 2  # rounds x epochs x ceil(7 / 4)
+    assert {r[1] for r in rows} == {"0", "1"}
+    assert all(math.isfinite(float(r[2])) and float(r[3]) > 0 for r in rows)
+    info = json.loads((out / "train_config.json").read_text())
+    assert info["kind"] == "embedder" and info["config"]["seed"] == 0 and info["config"]["temperature"] == 0.05
+    assert len(info["data"][0]["queries_sha256"]) == 64 and info["data"][0]["tools_trained_on"] == 5
+    assert info["wall_seconds"] > 0
+
+    # the weights moved away from the (1-layer) base model
+    trained = AutoModel.from_pretrained(str(out)).eval()
+    base = emb_mod.load_embedder(minilm_checkpoint(), layers=1).eval()
+    a = dict(trained.named_parameters())
+    moved = [n for n, p in base.named_parameters() if n in a and not torch.equal(p, a[n])]
+    assert any("encoder.layer.0" in n for n in moved) and any("embeddings" in n for n in moved)
+
+    # export as it is: INT8 ONNX, unit-norm vectors matching the PyTorch checkpoint
+    texts = ["wake me up at 7", "turn on bluetooth", "Set an alarm that rings at a clock time.", "what's the weather?"]
+    exported = export_embedder(out, tmp_path / "export", probe_texts=texts, log=lambda m: None)
+    assert exported["meta"]["layers"] == 1 and exported["meta"]["parity"]["min_cosine"] >= 0.97
+    tok = TextTokenizer(out / "tokenizer.json", 128)
+    vecs = OnnxEmbedder(exported["onnx"], tok, dim=384, threads=1).embed(texts)
+    assert vecs.shape == (4, 384)
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
+    ref = emb_mod.embed_texts(trained, tok, texts)
+    assert (ref * vecs).sum(axis=1).min() > 0.97
+
+    try:  # the folder is also a sentence-transformers model with the runtime's pooling
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        return
+    st = SentenceTransformer(str(out), device="cpu").encode(texts)
+    assert np.allclose(st, ref, atol=1e-4)
+
+
+def test_same_seed_same_log(tiny_benchmark, tmp_path):
+    cfg = EmbedderTrainConfig(**{**TINY, "epochs": 1, "in_batch": True})
+    a = train_embedder(tiny_benchmark, tmp_path / "a", cfg, progress=False)
+    b = train_embedder(tiny_benchmark, tmp_path / "b", cfg, progress=False)
+    assert a["final_loss"] == b["final_loss"] and a["probe_loss_after"] == b["probe_loss_after"]
+    strip = lambda rows: [r[:4] for r in rows]  # noqa: E731  (seconds differ)
+    assert strip(_log(tmp_path / "a")) == strip(_log(tmp_path / "b"))
+    assert len(_log(tmp_path / "a")) == 1 + 2 * 2  # header + 2 rounds x ceil(5 / 4) steps
+
+
+def test_bad_inputs_are_clear_errors(tiny_benchmark, tmp_path):
+    cfg = EmbedderTrainConfig(**TINY)
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match="no such data folder"):
+        train_embedder(tmp_path / "missing", out, cfg, progress=False)
+    with pytest.raises(InputError, match="no data folders"):
+        train_embedder([], out, cfg, progress=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "tools.jsonl").write_text((tiny_benchmark / "tools.jsonl").read_text())
+    with pytest.raises(InputError, match="no queries.jsonl"):
+        train_embedder(empty, out, cfg, progress=False)
+    (empty / "queries.jsonl").write_text("\n")
+    with pytest.raises(InputError, match="no queries"):
+        train_embedder(empty, out, cfg, progress=False)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(InputError, match="not empty"):
+        train_embedder(tiny_benchmark, tmp_path / "full", cfg, progress=False)
+    assert not out.exists()
+    for bad in ({"history": "everything"}, {"negatives": 0}, {"pool": 0}, {"layers": 0}, {"epochs": 0},
+                {"temperature": 0.0}, {"rounds": -1}, {"catalog_scope": "some"}):
+        with pytest.raises(InputError):
+            EmbedderTrainConfig(**bad)
+
+
+def test_cli_parses_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from magicselector.cli import build_parser; "
+            "a = build_parser().parse_args(['train', 'embedder', '--data', 'd1', 'd2', '--out', 'o', '--rounds', '2', "
+            "'--temperature', '0.1', '--in-batch', '--max-queries', '10', '--catalog-scope', 'all', '--quiet']); "
+            "print(a.data, a.rounds, a.temperature, a.in_batch, a.max_queries, a.catalog_scope, a.func.__name__, "
+            "any(m.split('.')[0] == 'torch' for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "['d1', 'd2'] 2 0.1 True 10 all cmd_train_embedder False"

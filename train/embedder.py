@@ -1,0 +1,580 @@
+"""Training the dense embedder (MagicSelector paper, section 4.1 eq. 11-13, section 4.3 and
+Algorithm 1 applied to the retriever).
+
+Pipeline of one training run::
+
+    benchmark folders ──▶ training queries (turns with history folded in, plus the gold sub-tasks;
+                          ``build_training_queries``, the same queries the reranker trains on)
+    round 0:  the base model embeds every query and tool; each query's negatives are a random
+              pick among the non-gold tools of its top ``pool`` (fresh picks every epoch)
+              InfoNCE (eq. 13) over (query, gold tool, negatives)                  -> E_psi_0
+    round r:  the current model embeds queries and tools again (teacher, eq. 21 with
+              s = cos), the ``negatives`` highest-scoring non-gold tools of each query's top
+              ``pool`` become its negatives (eq. 22, ``mine_embedder_negatives``), and the model
+              is trained again on those tuples (eq. 23)                            -> E_psi_r+1
+
+Every gold tool of a query is a positive of its own item (a multi-tool turn gives one item per
+tool; its negatives are shared). With ``in_batch`` the other items' positives are extra negatives,
+except those that are gold for the query (``info_nce``'s ``pos_ids``/``gold`` masking). A query
+with fewer non-gold tools than ``negatives`` in its catalog repeats its negatives to fill the
+batch (only tiny catalogs).
+
+Like the reranker trainer, the student of each round continues from the teacher's weights with a
+fresh AdamW and a fresh linear warm-up/decay schedule. Embeddings are computed exactly as the
+runtime does: the ``tokenizers`` tokenizer of the checkpoint (``TextTokenizer``, window
+``max_length``, 128 at run time), mean pooling over the last hidden state and L2 normalisation.
+Query texts are ``retrieval_text`` under the history mode; tool texts are ``catalog.tool_text``.
+
+The output folder is a Hugging Face ``AutoModel`` checkpoint with its fast tokenizer
+(``tokenizer.json``) plus the sentence-transformers module files (mean pooling, normalisation),
+``training_log.csv`` and ``train_config.json``; ``magicselector export`` takes it as it is.
+
+Measuring a trained embedder: export it into a bundle and evaluate retrieval only, e.g.::
+
+    magicselector export bundle --embedder OUT --catalog DATA/test/tools.jsonl --out /tmp/emb-bundle
+    magicselector eval DATA/test --bundle /tmp/emb-bundle --no-rerank --history user
+
+or in Python::
+
+    from magicselector.export.bundle import build_bundle, export_embedder
+    emb = export_embedder(OUT, workdir, probe_texts=[...])          # FP32 -> INT8 ONNX + parity
+    build_bundle(B, embedder_onnx=emb["onnx"], tokenizer_file=OUT / "tokenizer.json",
+                 catalog=load_benchmark(DIR).catalog, embedder_meta=emb["meta"])
+
+then ``magicselector eval DIR --bundle B --no-rerank`` (compare against the default bundle with
+``--no-rerank``; ``eval`` embeds the dataset's own tools with the bundle's embedder, so any
+catalog works for the bundle itself).
+
+Heavy imports (torch, transformers) are at module level here; ``magicselector.train.cli`` imports
+this module only when a command runs.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import platform
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from magicselector.bench.datasets import Benchmark, load_benchmark
+from magicselector.config import HISTORY_MODES
+from magicselector.errors import InputError
+from magicselector.stages.embed import TextTokenizer
+from magicselector.train.embedder_losses import info_nce, mine_embedder_negatives
+from magicselector.train.reranker import (
+    TrainQuery,
+    _gold_scoped,
+    _linear_schedule,
+    _Progress,
+    _save_checkpoint,
+    _seed_all,
+    _sha256,
+    _tool_texts,
+    build_training_queries,
+    default_base_model,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EmbedderTrainConfig:
+    """Settings of one embedder training run (all recorded in ``train_config.json``).
+
+    seed: seeds torch, numpy and random; the same seed, data and threads give the same run.
+    epochs: epochs per round (round 0 and every mining round).
+    rounds: hard-negative mining rounds after the random-negative round (Algorithm 1's R).
+    negatives: N, negatives per (query, gold tool) item, random in round 0 and mined afterwards.
+    pool: the current model's top tools per query that negatives are drawn from (random pick in
+      round 0, best non-gold in the mining rounds).
+    batch_size: (query, positive) items per optimizer step.
+    temperature: tau of eq. 13 (0.05: the sentence-transformers default scale of 20).
+    in_batch: the batch's other positives are extra negatives (minus the query's own gold tools).
+    max_length: tokens per text (the runtime embeds with 128).
+    layers: keep only the first N encoder layers of the base model (None: all).
+    history / history_turns: how a turn's query text is built (``retrieval_text``).
+    include_tasks: add the gold sub-tasks (``tasks`` of generated sets) as extra queries.
+    catalog_scope: ``gold`` (default) trains against the tools that are gold for at least one
+      training query only; ``all`` uses each folder's whole catalog (the generated train split
+      lists the held-out domains' tools too, and a tool that is only ever a negative is pushed
+      away from every query).
+    max_queries: a seeded sample of at most this many training queries (turns and tasks together).
+    threads: ``torch.set_num_threads`` for the run (None: leave torch's default).
+    base_model: a BERT-style checkpoint folder (None: the packaged all-MiniLM-L6-v2).
+    encode_batch_size: texts per forward pass when embedding for mining and the probe.
+    probe_items: size of the fixed probe (items of the round-0 negatives) whose InfoNCE is
+      reported before and after training.
+    """
+
+    seed: int = 0
+    epochs: int = 1
+    rounds: int = 1
+    negatives: int = 7
+    pool: int = 20
+    batch_size: int = 32
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    grad_clip: float = 1.0
+    temperature: float = 0.05
+    in_batch: bool = False
+    max_length: int = 128
+    layers: int | None = None
+    history: str = "user"
+    history_turns: int = 4
+    include_tasks: bool = True
+    catalog_scope: str = "gold"
+    max_queries: int | None = None
+    threads: int | None = None
+    base_model: str | None = None
+    encode_batch_size: int = 64
+    probe_items: int = 256
+
+    def __post_init__(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise InputError(f"EmbedderTrainConfig: {msg}")
+
+        need(self.history in HISTORY_MODES, f"history must be one of {HISTORY_MODES}, got {self.history!r}")
+        need(self.catalog_scope in ("gold", "all"), f"catalog_scope must be 'gold' or 'all', got {self.catalog_scope!r}")
+        need(self.epochs >= 1, "epochs must be >= 1")
+        need(self.rounds >= 0, "rounds must be >= 0")
+        need(self.negatives >= 1, "negatives must be >= 1")
+        need(self.pool >= 1, "pool must be >= 1")
+        need(self.batch_size >= 1, "batch_size must be >= 1")
+        need(self.lr > 0, "lr must be > 0")
+        need(0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)")
+        need(self.temperature > 0, "temperature must be > 0")
+        need(self.max_length >= 8, "max_length must be >= 8 tokens")
+        need(self.layers is None or self.layers >= 1, "layers must be >= 1")
+        need(self.history_turns >= 0, "history_turns must be >= 0")
+        need(self.max_queries is None or self.max_queries >= 1, "max_queries must be >= 1")
+        need(self.threads is None or self.threads >= 1, "threads must be >= 1")
+        need(self.encode_batch_size >= 1, "encode_batch_size must be >= 1")
+        need(self.probe_items >= 0, "probe_items must be >= 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# model
+# ---------------------------------------------------------------------------------------------
+def load_embedder(base_model: str | Path, layers: int | None = None, progress: bool = False):
+    """A BERT-style checkpoint as ``AutoModel`` (the bare encoder); with ``layers=N`` only the
+    first N encoder layers are kept (their pre-trained weights are loaded, the rest dropped)."""
+    from transformers import AutoConfig, AutoModel
+    from transformers.utils import logging as hf_logging
+
+    base = Path(base_model)
+    if not (base / "config.json").is_file():
+        raise InputError(f"{base}: not a Hugging Face checkpoint (no config.json)")
+    cfg = AutoConfig.from_pretrained(str(base))
+    full = int(getattr(cfg, "num_hidden_layers", 0) or 0)
+    if layers is not None:
+        if full and layers > full:
+            raise InputError(f"layers={layers} but {base} has only {full} encoder layers")
+        cfg.num_hidden_layers = layers
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # dropped layers (and a pooler the checkpoint lacks) are expected
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModel.from_pretrained(str(base), config=cfg)
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+    return model
+
+
+def mean_pool_normalize_torch(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The runtime's ``mean_pool_normalize`` in torch (differentiable): mean of the token vectors
+    where the mask is 1, then L2 normalisation."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+    return F.normalize(pooled, dim=-1, eps=1e-12)
+
+
+def _forward(model, tokenizer: TextTokenizer, texts: Sequence[str]) -> torch.Tensor:
+    batch = tokenizer.encode(list(texts))
+    feeds = {k: torch.from_numpy(v) for k, v in batch.items()}
+    hidden = model(**feeds).last_hidden_state
+    return mean_pool_normalize_torch(hidden, feeds["attention_mask"])
+
+
+@torch.no_grad()
+def embed_texts(model, tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int = 64,
+                bar: _Progress | None = None) -> np.ndarray:
+    """Unit vectors [len(texts), D] in eval mode (restores the mode after)."""
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        for start in range(0, len(texts), batch_size):
+            out.append(_forward(model, tokenizer, texts[start:start + batch_size]).float().numpy())
+            if bar is not None:
+                bar.update(len(out[-1]))
+    finally:
+        model.train(was_training)
+    dim = int(getattr(model.config, "hidden_size", 0))
+    return np.concatenate(out) if out else np.zeros((0, dim), dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+# ---------------------------------------------------------------------------------------------
+Item = tuple[int, str]  # (query index, positive tool id)
+
+
+class _Trainer:
+    """The state of one run: model, data, negatives, log. Not part of the public API."""
+
+    def __init__(self, config: EmbedderTrainConfig, model, tokenizer: TextTokenizer, benches: list[Benchmark],
+                 queries: list[TrainQuery], log_path: Path, progress: bool) -> None:
+        self.c = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.benches = benches
+        self.queries = queries
+        self.texts = [_tool_texts(b.catalog) for b in benches]
+        self.ids = [b.catalog.ids for b in benches]
+        self.items: list[Item] = [(qi, t) for qi, q in enumerate(queries) for t in q.gold]
+        self.rng = np.random.default_rng(config.seed)
+        self.progress = progress
+        self.step = 0
+        self.t0 = time.perf_counter()
+        self.losses: list[dict[str, Any]] = []
+        for q in queries:
+            if len(set(self.ids[q.bench]) - set(q.gold)) == 0:
+                raise InputError(f"{benches[q.bench].path}: query {q.id.split(':', 1)[1]!r}: every tool of the "
+                                 "catalog is gold, so there is no negative to train against")
+        self.log_path = log_path
+        self._log_file = open(log_path, "w", newline="", encoding="utf-8")
+        self._log = csv.writer(self._log_file)
+        self._log.writerow(["step", "round", "loss", "lr", "seconds"])
+
+    def close(self) -> None:
+        self._log_file.close()
+
+    # -- teacher --------------------------------------------------------------------------------
+    def teacher(self, desc: str, k: int) -> tuple[dict[str, list[str]], dict[str, float]]:
+        """The current model's view: per query, the ``k`` highest-scoring non-gold tools of its
+        top ``pool`` (``mine_embedder_negatives``), plus top-1 and recall@pool on the training
+        queries (how well the model already retrieves them)."""
+        c = self.c
+        n_texts = len(self.queries) + sum(len(ids) for b, ids in enumerate(self.ids)
+                                          if any(q.bench == b for q in self.queries))
+        bar = _Progress(n_texts, desc, self.progress)
+        out: dict[str, list[str]] = {}
+        top1, recall = [], []
+        for b, ids in enumerate(self.ids):
+            qs = [q for q in self.queries if q.bench == b]
+            if not qs:
+                continue
+            tool_vecs = embed_texts(self.model, self.tokenizer, [self.texts[b][t] for t in ids], c.encode_batch_size, bar)
+            query_vecs = embed_texts(self.model, self.tokenizer, [q.text for q in qs], c.encode_batch_size, bar)
+            gold = [q.gold for q in qs]
+            mined = mine_embedder_negatives(query_vecs, tool_vecs, ids, gold, k=k, pool=c.pool)
+            for q, negs in zip(qs, mined):
+                out[q.id] = list(negs)
+            width = min(c.pool, len(ids))
+            for start in range(0, len(qs), 1024):
+                sims = query_vecs[start:start + 1024] @ tool_vecs.T
+                order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
+                for r, q in enumerate(qs[start:start + 1024]):
+                    top = [ids[int(j)] for j in order[r]]
+                    top1.append(float(top[0] in q.gold))
+                    recall.append(len(set(top) & set(q.gold)) / len(q.gold))
+        bar.close()
+        return out, {"teacher_top1": float(np.mean(top1)), f"teacher_recall@{c.pool}": float(np.mean(recall))}
+
+    # -- negatives ------------------------------------------------------------------------------
+    def _fill(self, q: TrainQuery, chosen: list[str], n: int) -> list[str]:
+        """Top ``chosen`` up to n non-gold tools with random catalog tools (tiny pools or catalogs)."""
+        if len(chosen) >= n:
+            return chosen[:n]
+        taken = set(chosen) | set(q.gold)
+        rest = [t for t in self.ids[q.bench] if t not in taken]
+        if rest:
+            extra = self.rng.permutation(len(rest))[: n - len(chosen)]
+            chosen = chosen + [rest[int(i)] for i in extra]
+        return chosen
+
+    def random_negatives(self, pools: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Algorithm 1 line 2: per query, a random pick of ``negatives`` non-gold tools of its pool."""
+        n = self.c.negatives
+        out = {}
+        for q in self.queries:
+            pool = pools[q.id]
+            pick = [pool[int(i)] for i in self.rng.permutation(len(pool))[:n]]
+            out[q.id] = self._fill(q, pick, n)
+        return out
+
+    def mine(self, r: int) -> tuple[dict[str, list[str]], dict[str, Any]]:
+        """Algorithm 1 lines 5-13 with s(q, t) = cos(e_q, e_t)."""
+        mined, stats = self.teacher(f"mine round {r}", self.c.negatives)
+        stats["mean_hard_negatives"] = float(np.mean([len(v) for v in mined.values()]))
+        stats["seconds"] = round(time.perf_counter() - self.t0, 2)
+        return {q.id: self._fill(q, mined[q.id], self.c.negatives) for q in self.queries}, stats
+
+    # -- batches --------------------------------------------------------------------------------
+    def _loss(self, chunk: Sequence[Item], negatives: dict[str, list[str]], in_batch: bool) -> torch.Tensor:
+        """Eq. 13 on a batch of items; each distinct tool text is embedded once per batch."""
+        qs = [self.queries[qi] for qi, _ in chunk]
+        width = max(len(negatives[q.id]) for q in qs)
+        keys: dict[tuple[int, str], int] = {}
+
+        def slot(b: int, t: str) -> int:
+            return keys.setdefault((b, t), len(keys))
+
+        pos_idx = [slot(q.bench, t) for q, (_, t) in zip(qs, chunk)]
+        neg_idx = []
+        for q in qs:
+            negs = negatives[q.id]
+            neg_idx.append([slot(q.bench, negs[j % len(negs)]) for j in range(width)])  # cycle short lists
+        tool_emb = _forward(self.model, self.tokenizer, [self.texts[b][t] for b, t in keys])
+        query_emb = _forward(self.model, self.tokenizer, [q.text for q in qs])
+        pos_emb = tool_emb[torch.tensor(pos_idx)]
+        neg_emb = tool_emb[torch.tensor(neg_idx).reshape(-1)].reshape(len(qs), width, -1)
+        if in_batch:
+            return info_nce(query_emb, pos_emb, neg_emb, self.c.temperature, in_batch=True,
+                            pos_ids=[t for _, t in chunk], gold=[q.gold for q in qs])
+        return info_nce(query_emb, pos_emb, neg_emb, self.c.temperature)
+
+    def _record(self, r: int, loss: float, lr: float) -> None:
+        row = {"step": self.step, "round": r, "loss": loss, "lr": lr,
+               "seconds": round(time.perf_counter() - self.t0, 3)}
+        self.losses.append(row)
+        self._log.writerow([row["step"], r, f"{loss:.6f}", f"{lr:.3e}", f"{row['seconds']:.3f}"])
+        if self.step % 20 == 0:
+            self._log_file.flush()
+
+    def train_round(self, r: int, negatives: dict[str, list[str]],
+                    pools: dict[str, list[str]] | None = None) -> dict[str, Any]:
+        """One model: ``epochs`` passes over the items, one AdamW + linear schedule. With ``pools``
+        (round 0) every epoch after the first draws fresh random negatives from them."""
+        c = self.c
+        per_epoch = math.ceil(len(self.items) / c.batch_size)
+        total = c.epochs * per_epoch
+        decay = [p for _, p in self.model.named_parameters() if p.requires_grad and p.dim() > 1]
+        no_decay = [p for _, p in self.model.named_parameters() if p.requires_grad and p.dim() <= 1]
+        groups = [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        try:  # the fused CPU kernel is much faster on MiniLM's 12M-parameter embedding table
+            opt = torch.optim.AdamW(groups, lr=c.lr, fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            opt = torch.optim.AdamW(groups, lr=c.lr)
+        sched = _linear_schedule(opt, int(round(c.warmup_ratio * total)), total)
+        self.model.train()
+        bar = _Progress(total, f"round {r}", self.progress)
+        losses = []
+        for epoch in range(c.epochs):
+            if pools is not None and epoch > 0:
+                negatives = self.random_negatives(pools)
+            order = self.rng.permutation(len(self.items))
+            for start in range(0, len(order), c.batch_size):
+                chunk = [self.items[int(i)] for i in order[start:start + c.batch_size]]
+                loss = self._loss(chunk, negatives, c.in_batch)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if c.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+                lr = float(opt.param_groups[0]["lr"])
+                opt.step()
+                sched.step()
+                self.step += 1
+                self._record(r, loss.item(), lr)
+                losses.append(loss.item())
+                bar.update(1, loss=f"{loss.item():.4f}")
+        bar.close()
+        self._log_file.flush()
+        n = max(1, len(losses) // 10)
+        return {"steps": total, "items": len(self.items), "first_10pct_loss": float(np.mean(losses[:n])),
+                "last_10pct_loss": float(np.mean(losses[-n:]))}
+
+    @torch.no_grad()
+    def probe_loss(self, probe: list[Item], negatives: dict[str, list[str]]) -> float:
+        """Eq. 13 (explicit negatives only) on a fixed probe, in eval mode (comparable before and after)."""
+        if not probe:
+            return float("nan")
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            total = 0.0
+            bs = self.c.encode_batch_size
+            for start in range(0, len(probe), bs):
+                chunk = probe[start:start + bs]
+                total += float(self._loss(chunk, negatives, in_batch=False)) * len(chunk)
+        finally:
+            self.model.train(was_training)
+        return total / len(probe)
+
+
+def _write_sentence_transformers_files(out_dir: Path, dim: int, max_length: int) -> None:
+    """modules.json + 1_Pooling + sentence_bert_config.json: the runtime's recipe (mean pooling,
+    L2 normalisation) for ``SentenceTransformer(out_dir)``."""
+    import transformers
+
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (out_dir / "modules.json").write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": max_length, "do_lower_case": False}, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "1_Pooling").mkdir(exist_ok=True)
+    (out_dir / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": dim, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}, indent=2) + "\n",
+        encoding="utf-8")
+    (out_dir / "2_Normalize").mkdir(exist_ok=True)
+    (out_dir / "config_sentence_transformers.json").write_text(json.dumps(
+        {"__version__": {"transformers": transformers.__version__, "pytorch": torch.__version__},
+         "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2) + "\n",
+        encoding="utf-8")
+
+
+def _loss_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for rnd in dict.fromkeys(r["round"] for r in rows):
+        ls = [r["loss"] for r in rows if r["round"] == rnd]
+        n = max(1, len(ls) // 10)
+        out.append({"round": rnd, "steps": len(ls), "first_10pct_mean": float(np.mean(ls[:n])),
+                    "last_10pct_mean": float(np.mean(ls[-n:])), "last": float(ls[-1])})
+    return out
+
+
+def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
+                   config: EmbedderTrainConfig = EmbedderTrainConfig(), progress: bool = True,
+                   overwrite: bool = False) -> dict[str, Any]:
+    """Train the dense embedder on benchmark folders; write a Hugging Face / sentence-transformers
+    checkpoint.
+
+    ``out_dir`` receives the checkpoint (``save_pretrained`` of the ``AutoModel`` and its fast
+    tokenizer, plus the sentence-transformers module files), ``training_log.csv`` (step, round,
+    loss, lr, seconds) and ``train_config.json``; the returned summary is ``train_config.json``'s
+    content. See the module docstring for how to measure the result.
+    """
+    t_start = time.perf_counter()
+    if isinstance(data_dirs, (str, Path)):
+        data_dirs = [data_dirs]
+    data_dirs = [Path(d) for d in data_dirs]
+    if not data_dirs:
+        raise InputError("train_embedder: no data folders given")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
+        raise InputError(f"{out_dir}: output folder exists and is not empty (pass overwrite=True / --force)")
+    benches = []
+    for d in data_dirs:
+        if not d.is_dir():
+            raise InputError(f"{d}: no such data folder")
+        if not (d / "queries.jsonl").is_file():
+            raise InputError(f"{d}: the data folder has no queries.jsonl (a benchmark folder holds tools.jsonl "
+                             "and queries.jsonl)")
+        benches.append(load_benchmark(d))  # raises InputError for an empty queries.jsonl
+    queries: list[TrainQuery] = []
+    for b, bench in enumerate(benches):
+        queries += build_training_queries(bench, b, config.history, config.history_turns, config.include_tasks)
+    if not queries:
+        raise InputError(f"{', '.join(str(d) for d in data_dirs)}: no training queries")
+    available = len(queries)
+    if config.catalog_scope == "gold":
+        benches = [_gold_scoped(bench, {t for q in queries if q.bench == b for t in q.gold})
+                   for b, bench in enumerate(benches)]
+    rng = np.random.default_rng(config.seed)
+    if config.max_queries is not None and config.max_queries < len(queries):
+        keep = sorted(rng.choice(len(queries), config.max_queries, replace=False))
+        queries = [queries[int(i)] for i in keep]
+
+    prev_threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    trainer = None
+    try:
+        from transformers import AutoTokenizer
+
+        base = config.base_model or default_base_model()
+        _seed_all(config.seed)
+        model = load_embedder(base, config.layers, progress)
+        tokenizer = AutoTokenizer.from_pretrained(str(base), use_fast=True)
+        if not getattr(tokenizer, "is_fast", False):
+            raise InputError(f"{base}: no fast tokenizer (tokenizer.json); the runtime needs one")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tok_file = Path(base) / "tokenizer.json"
+        if not tok_file.is_file():
+            tokenizer.save_pretrained(str(out_dir))
+            tok_file = out_dir / "tokenizer.json"
+        text_tok = TextTokenizer(tok_file, config.max_length)
+        trainer = _Trainer(config, model, text_tok, benches, queries, out_dir / "training_log.csv", progress)
+
+        # round 0: random non-gold tools of the base model's top ``pool``
+        pools, base_stats = trainer.teacher("base model pools", config.pool)
+        negatives = trainer.random_negatives(pools)
+        probe = [trainer.items[int(i)] for i in sorted(rng.permutation(len(trainer.items))[: config.probe_items])]
+        probe_negatives = negatives
+        probe_before = trainer.probe_loss(probe, probe_negatives)
+        rounds = [{"round": 0, "negatives": f"random (non-gold of the base model's top {config.pool})",
+                   "teacher": base_stats, **trainer.train_round(0, negatives, pools=pools)}]
+        for r in range(1, config.rounds + 1):
+            negatives, mined = trainer.mine(r)
+            rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
+                           **trainer.train_round(r, negatives)})
+        probe_after = trainer.probe_loss(probe, probe_negatives)
+        final_teacher = trainer.teacher("final model", 1)[1]
+
+        _save_checkpoint(model, tokenizer, out_dir, progress)
+        dim = int(model.config.hidden_size)
+        _write_sentence_transformers_files(out_dir, dim, config.max_length)
+        import transformers
+
+        counts = {
+            "queries_available": available, "queries": len(queries),
+            "turn_queries": sum(q.source == "turn" for q in queries),
+            "task_queries": sum(q.source == "task" for q in queries),
+            "items": len(trainer.items), "steps": trainer.step,
+        }
+        summary = {
+            "kind": "embedder",
+            "config": asdict(config),
+            "base_model": str(base),
+            "layers": int(model.config.num_hidden_layers),
+            "dim": dim,
+            "data": [{"path": str(b.path.resolve()), "queries_sha256": _sha256(b.path / "queries.jsonl"),
+                      "tools_sha256": _sha256(b.path / "tools.jsonl"), "queries": len(b.queries),
+                      "tools_trained_on": len(b.catalog)} for b in benches],
+            "seed": config.seed,
+            "tokenization": {"max_length": config.max_length, "pooling": "mean", "normalize": True,
+                             "query_text": f"retrieval_text(history={config.history!r}, turns={config.history_turns})",
+                             "tool_text": "magicselector.catalog.tool_text"},
+            "loss": {"name": "InfoNCE (eq. 13)", "temperature": config.temperature, "in_batch": config.in_batch},
+            "counts": counts,
+            "rounds": rounds,
+            "loss_summary": _loss_summary(trainer.losses),
+            "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
+            "probe_loss_before": probe_before,
+            "probe_loss_after": probe_after,
+            "probe_items": len(probe),
+            "train_retrieval_before": base_stats,
+            "train_retrieval_after": final_teacher,
+            "threads": torch.get_num_threads(),
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "python": platform.python_version()},
+            "wall_seconds": round(time.perf_counter() - t_start, 2),
+            "out_dir": str(out_dir),
+        }
+        (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        return summary
+    finally:
+        if trainer is not None:
+            trainer.close()
+        torch.set_num_threads(prev_threads)
