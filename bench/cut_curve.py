@@ -244,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cut-scope", default="subtask", choices=CUT_SCOPES)
     ap.add_argument("--candidates", type=int, default=30)
     ap.add_argument("--no-rerank", action="store_true")
+    ap.add_argument("--reranker", default=None, metavar="DIR", help="a reranker folder instead of the bundle's")
+    ap.add_argument("--rerank-weight", type=float, default=None, help="cross-encoder weight in the z-scored mix")
     ap.add_argument("--plot-dir", default=None, help="write cut_curve_<set>.png (the sweep of each set) here")
     ap.add_argument("--json", default=None, help="write the sweeps and the comparison as JSON here")
     args = ap.parse_args(argv)
@@ -253,8 +255,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .evaluate import selector_for_catalog
 
     base = Selector.from_bundle(args.bundle)
+    if args.reranker and not args.no_rerank:
+        from magicselector.stages.rerank import OnnxCrossEncoder
+
+        base = base.with_reranker(OnnxCrossEncoder.from_dir(args.reranker))
+    weight = {} if args.rerank_weight is None else {"rerank_weight": args.rerank_weight}
     config = SelectorConfig(candidates=args.candidates, decompose=args.decompose, cut_scope=args.cut_scope,
-                            rerank=not args.no_rerank)
+                            rerank=not args.no_rerank, **weight)
     sets = [(args.data, args.limit), *((path, args.held_out_limit) for path in args.held_out)]
     sweeps: dict[str, Any] = {}
     compare: dict[str, Any] = {}

