@@ -37,7 +37,7 @@ def test_measure_latency_schema(bundle_dir):
     assert len(lines) == 3  # one per pass
     for stage in ("decompose", "tokenize", "embed", "search", "fuse", "cut", "total"):
         _check_stats(res["stages"][stage], n=2 * len(work))
-    assert "rerank" not in res["stages"]  # no reranker yet: absent, not faked
+    _check_stats(res["stages"]["rerank"], n=2 * len(work))  # the default bundle ships the reranker
     assert res["cold_start_ms"] > 0 and res["peak_rss_mb"] > 0
     assert res["cold_start_ms"] == pytest.approx(res["cold_start_breakdown"]["load_ms"]
                                                  + res["cold_start_breakdown"]["first_select_ms"])
