@@ -141,6 +141,9 @@ DEFAULT_GRIDS: dict[str, Grid] = {
     "margin": (CutConfig(rule="margin"), "margin", [0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3]),
     "zmargin": (CutConfig(rule="zmargin"), "z_margin", [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5]),
     "rmargin": (CutConfig(rule="rmargin"), "range_margin", [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8]),
+    # the shipped form: the range over the reranked head of 15 (see config.DEFAULT_CUT)
+    "rmargin15": (CutConfig(rule="rmargin", range_depth=15), "range_margin",
+                  [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9, 0.95, 1.0]),
     "mass": (CutConfig(rule="mass", temperature=0.03), "mass", [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]),
 }
 

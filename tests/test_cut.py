@@ -210,3 +210,16 @@ def test_cut_per_list_unites_the_kept_tools_in_fused_order():
     assert cut.k == 2
     cut_per_list(CutConfig(rule="paper"), lists, fused, vectors)
     assert calls == [["a", "b", "c"], ["d", "a", "e"]]
+
+
+def test_rmargin_range_over_the_head():
+    from magicselector.stages.cut import CutConfig, apply_cut, rmargin_cut
+
+    s = np.array([5.0, 4.5, 4.0, 1.0, 0.9, 0.8, -10.0], dtype=np.float32)
+    assert rmargin_cut(s, margin=0.5).k == 6          # range 15 over the whole list: threshold -2.5
+    assert rmargin_cut(s, margin=0.5, depth=4).k == 3  # range 4 over the first 4: threshold 3
+    assert rmargin_cut(s, margin=1.0, depth=4).k == 4  # a margin of 1 over the head still cuts the tail
+    assert rmargin_cut(s, margin=0.5, depth=50).k == 6  # a head longer than the list is the list
+    assert apply_cut(CutConfig(rule="rmargin", range_margin=0.5, range_depth=4), s, None).k == 3
+    with pytest.raises(InputError):
+        CutConfig(rule="rmargin", range_depth=1)

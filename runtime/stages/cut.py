@@ -16,8 +16,9 @@ The other rules (``apply_cut`` dispatches on ``CutConfig.rule``; every K is clam
           or logits, so one margin means the same thing on every list; retrieval cosines are not.
   zmargin the margin in units of the list's own standard deviation: s_i >= max(s) - z_margin * sd(s),
           i.e. a margin on per-list z-scores, so it carries over between score scales.
-  rmargin the margin as a fraction of the list's score range:
-          s_i >= max(s) - range_margin * (max(s) - min(s)), i.e. a margin on min-max normalised
+  rmargin the margin as a fraction of the score range of the list's head (its first range_depth
+          scores, the whole list when 0): s_i >= max(h) - range_margin * (max(h) - min(h)), h = the
+          head, i.e. a margin on min-max normalised
           scores (also scale-free). The best rule on retrieval cosines (bench/cut_curve.py).
   mass    p = softmax(s / temperature); K = the shortest prefix with sum p >= mass (nucleus).
 The ranked list need not be sorted by score (a fused list is ordered by peak rank), which is why
@@ -66,7 +67,8 @@ class CutConfig:
     fixed_k: int = 10
     margin: float = 1.0       # margin: score distance below the top that is still kept
     z_margin: float = 2.0     # zmargin: the same in list standard deviations
-    range_margin: float = 0.5  # rmargin: the same as a fraction of max - min, in [0, 1] (1 keeps all)
+    range_margin: float = 0.5  # rmargin: the same as a fraction of max - min of the head, in [0, 1]
+    range_depth: int = 0       # rmargin: the head the range is taken over (0: the whole list)
     mass: float = 0.9         # mass: probability the kept prefix must hold, in (0, 1]
     temperature: float = 1.0  # mass: softmax temperature, in score units
 
@@ -83,6 +85,8 @@ class CutConfig:
                 raise InputError(f"{name} must be a finite number >= 0, got {value}")
         if not (0 <= self.range_margin <= 1):
             raise InputError(f"range_margin must be within [0, 1], got {self.range_margin}")
+        if self.range_depth < 0 or self.range_depth == 1:
+            raise InputError(f"range_depth must be 0 (whole list) or >= 2, got {self.range_depth}")
         if not (0 < self.mass <= 1):
             raise InputError(f"mass must be within (0, 1], got {self.mass}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -166,16 +170,24 @@ def zmargin_cut(scores: np.ndarray, embeddings: np.ndarray | None = None, margin
 
 
 def rmargin_cut(scores: np.ndarray, embeddings: np.ndarray | None = None, margin: float = 0.5,
-                k_min: int = 1, k_max: int = 20) -> Cut:
-    """``margin_cut`` with the margin as a fraction of the list's score range (max - min), so
-    ``margin`` = 1 keeps every tool. A constant list has range 0 and keeps every tool too."""
+                k_min: int = 1, k_max: int = 20, depth: int = 0) -> Cut:
+    """``margin_cut`` with the margin as a fraction of the score range (max - min) of the list's
+    first ``depth`` scores (the whole list when 0), so it is scale-free. With the whole list,
+    ``margin`` = 1 keeps every tool; a constant head has range 0 and keeps every tool too.
+
+    A head shorter than the list makes the range ignore the tail's long flat stretch of
+    irrelevant tools, whose floor otherwise stretches the range on long lists."""
     s = _scores32(scores)
     n = s.shape[0]
     if n == 0:
         return Cut(0, 0, 0, "rmargin")
-    top, span = s.max(), s.max() - s.min()
-    # margin >= 1 is decided exactly: top - span can round an ulp above the minimum in float32.
-    k = _prefix_at_least(s, top - np.float32(margin) * span) if span > 0 and margin < 1 else n
+    head = s[:depth] if 2 <= depth < n else s
+    top, span = s.max(), head.max() - head.min()
+    # margin >= 1 over the whole list is decided exactly: top - span can round an ulp above the minimum.
+    if span <= 0 or (margin >= 1 and head.shape[0] == n):
+        k = n
+    else:
+        k = _prefix_at_least(s, top - np.float32(margin) * span)
     return Cut(_clamp(k, n, k_min, k_max), k, 0, "rmargin")
 
 
@@ -205,7 +217,7 @@ def apply_cut(config: CutConfig, scores: np.ndarray, embeddings: np.ndarray | No
     if config.rule == "zmargin":
         return zmargin_cut(scores, embeddings, config.z_margin, config.k_min, config.k_max)
     if config.rule == "rmargin":
-        return rmargin_cut(scores, embeddings, config.range_margin, config.k_min, config.k_max)
+        return rmargin_cut(scores, embeddings, config.range_margin, config.k_min, config.k_max, config.range_depth)
     if config.rule == "mass":
         return mass_cut(scores, embeddings, config.mass, config.temperature, config.k_min, config.k_max)
     return paper_cut(scores, embeddings, config.k_min, config.k_max, normalized)
