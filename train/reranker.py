@@ -153,12 +153,12 @@ class RerankerTrainConfig:
 
 # The recipe of the reranker that ships in the package (see its MODEL_CARD.md): the generated
 # mobile train split of ``SHIPPED_DATA`` (``magicselector generate --seed 1 --dialogues 5000``),
-# 10k sampled queries, MiniLM's first 3 layers, a 64-token pair window.
+# 10k sampled queries, MiniLM's first 3 layers, a 64-token pair window, one hard-negative round.
 from magicselector.bench.mobile import GeneratorConfig  # noqa: E402  (light: no torch)
 
 SHIPPED_DATA = GeneratorConfig(seed=1, dialogues=5000)
 SHIPPED_RECIPE = RerankerTrainConfig(
-    seed=0, layers=3, epochs_pointwise=1, epochs_listwise=1, mining_epochs_listwise=0, rounds=2,
+    seed=0, layers=3, epochs_pointwise=1, epochs_listwise=1, mining_epochs_listwise=0, rounds=1,
     negatives=3, list_size=4, pool=20, batch_size=16, lr=5e-5, max_length=64, max_queries=10_000,
     threads=2, save_stages=True)
 

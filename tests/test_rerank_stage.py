@@ -1,0 +1,122 @@
+"""The rerank stage with the reranker that ships in the package (real INT8 ONNX model)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from magicselector.bundle import shipped_reranker_dir
+from magicselector.catalog import Tool, tool_text
+from magicselector.errors import BundleError, InputError
+from magicselector.stages.rerank import OnnxCrossEncoder, PairTokenizer, read_reranker_meta
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    d = shipped_reranker_dir()
+    assert d is not None, "the package ships a reranker folder (magicselector/models/reranker)"
+    return d
+
+
+@pytest.fixture(scope="module")
+def reranker(shipped):
+    return OnnxCrossEncoder.from_dir(shipped, threads=2)
+
+
+def test_shipped_artifact_is_small_and_documented(shipped):
+    meta = read_reranker_meta(shipped)
+    assert (shipped / "model.onnx").stat().st_size <= 25 * 2 ** 20
+    assert meta["quantization"]["type"] == "dynamic-int8" and meta["quantization"]["per_channel"]
+    assert meta["truncation"] == "query_capped" and meta["max_length"] >= 32
+    assert meta["parity"]["spearman"] >= 0.9  # INT8 against the FP32 checkpoint it came from
+    card = (shipped / "MODEL_CARD.md").read_text()
+    for needed in ("magicselector train reranker", "sha256", "seed", "NDCG@10"):
+        assert needed in card
+
+
+@pytest.mark.parametrize("query, relevant, irrelevant", [
+    ("turn on bluetooth", "bluetooth_toggle", "get_current_weather"),
+    ("wake me up at 6:30 tomorrow", "set_alarm", "send_email"),
+    ("what's the weather like in Lisbon this weekend", "get_weather_forecast", "set_alarm"),
+])
+def test_int8_reranker_ranks_the_relevant_tool_above_an_irrelevant_one(reranker, selector, query, relevant,
+                                                                          irrelevant):
+    cat = selector.catalog
+    s = reranker.score(query, [tool_text(cat.get(relevant)), tool_text(cat.get(irrelevant))])
+    assert s[0] > s[1] + 1.0, s
+
+
+def test_bad_input(reranker):
+    assert reranker.score("turn on bluetooth", []).shape == (0,)  # empty candidate list: nothing to score
+    with pytest.raises(InputError, match="empty"):
+        reranker.score("   ", ["bluetooth toggle: Turn Bluetooth on or off."])
+    with pytest.raises(InputError, match="list of tool texts"):
+        reranker.score("turn on bluetooth", "bluetooth toggle")
+    # A tool with no description is scored from its name.
+    bare = Tool(id="bluetooth_toggle", name="bluetooth_toggle", description="", parameters={})
+    s = reranker.score("turn on bluetooth", [tool_text(bare), "play music: Play songs"])
+    assert np.isfinite(s).all() and s[0] > s[1]
+
+
+def test_a_query_longer_than_the_window_keeps_the_tool_side(reranker, shipped):
+    meta = read_reranker_meta(shipped)
+    tok: PairTokenizer = reranker.tokenizer
+    long_query = "please turn on bluetooth " + " ".join(["and also remember the thing I said before"] * 200)
+    long_tool = "bluetooth toggle: Turn Bluetooth on or off. " + "It also manages paired devices. " * 30
+    batch = tok.encode_pairs([(long_query, long_tool), (long_query, "bluetooth toggle: Turn Bluetooth on or off.")])
+    ids, types = batch["input_ids"], batch["token_type_ids"]
+    assert ids.shape[1] == meta["max_length"]  # both long: the window is full ...
+    assert int(types[0].sum()) == meta["max_length"] - tok.specials - tok.query_cap + 1  # ... tool side + its [SEP]
+    assert int(types[1].sum()) >= 10  # a short tool keeps all of its tokens next to a capped query
+    s = reranker.score(long_query, ["bluetooth toggle: Turn Bluetooth on or off.", "play music: Play songs"])
+    assert np.isfinite(s).all() and s[0] > s[1]
+
+
+def test_query_capped_matches_training(shipped):
+    pytest.importorskip("torch")
+    from magicselector.train.reranker import PairEncoder
+
+    meta = read_reranker_meta(shipped)
+    runtime = PairTokenizer(shipped / "tokenizer.json", meta["max_length"], "query_capped", meta["min_tool_tokens"])
+    train = PairEncoder(shipped / "tokenizer.json", meta["max_length"], meta["min_tool_tokens"], "query_capped")
+    qs = ["hi", "turn on bluetooth " * 30, "set an alarm for 7 and text mom I'm late"]
+    ts = ["bluetooth toggle: Turn Bluetooth on or off. " * 10, "alarm", "send sms: Send a text message."]
+    a = runtime.encode_pairs(list(zip(qs, ts)))
+    b = train.encode(qs, ts)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_reranker_folder_errors(shipped, tmp_path):
+    with pytest.raises(BundleError, match="not a reranker folder"):
+        OnnxCrossEncoder.from_dir(tmp_path)
+    broken = tmp_path / "broken"
+    shutil.copytree(shipped, broken)
+    (broken / "reranker.json").write_text("{not json")
+    with pytest.raises(BundleError, match="unreadable"):
+        OnnxCrossEncoder.from_dir(broken)
+    (broken / "reranker.json").write_text(json.dumps({"max_length": 64, "truncation": "sideways"}))
+    with pytest.raises(InputError, match="truncation"):
+        OnnxCrossEncoder.from_dir(broken)
+
+
+def test_default_bundle_carries_the_shipped_reranker(selector, shipped):
+    rr = selector.bundle.section("reranker")
+    assert rr and rr["truncation"] == "query_capped"
+    assert rr["parity"]["against"] == "pytorch-fp32" and "top1_agreement" in rr["parity"]
+    out = selector.select("turn on bluetooth and play some jazz")
+    assert "rerank" in out.timings_ms and out.candidates >= 1
+    assert len(out.lists) == 1 and len(out.lists[0][1]) <= selector.config.rerank_candidates
+    off = selector.with_config(rerank=False).select("turn on bluetooth and play some jazz")
+    assert "rerank" not in off.timings_ms
+
+
+def test_eval_no_rerank_switches_the_cross_encoder_off(bundle_dir, tiny_benchmark):
+    from magicselector.bench.evaluate import EvalConfig, evaluate
+
+    on = evaluate(tiny_benchmark, EvalConfig(), bundle=bundle_dir, progress=False)
+    off = evaluate(tiny_benchmark, EvalConfig(rerank=False), bundle=bundle_dir, progress=False)
+    assert on["reranker"] == "bundle" and off["reranker"] is None
+    assert on["overall"]["ndcg@10"] >= 0.5 and off["overall"]["ndcg@10"] >= 0.5
