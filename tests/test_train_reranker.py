@@ -292,3 +292,20 @@ def test_stage_checkpoints_and_gold_scoped_catalog(tiny_benchmark, tmp_path):
     whole = train_reranker(tiny_benchmark, tmp_path / "all", RerankerTrainConfig(**{**TINY, "epochs_pointwise": 1,
                            "rounds": 0, "catalog_scope": "all"}), retrieve=recording_retriever, progress=False)
     assert whole["data"][0]["tools_trained_on"] == 6 and "send_email" in seen[-1]
+
+
+def test_bundle_build_retrain_reranker_path(tiny_benchmark, tmp_path, monkeypatch, home):
+    """`bundle build --retrain-reranker`'s code path, end to end on tiny data: train with the
+    recipe (shrunk here), export to INT8 ONNX with parity, and ship it in the bundle."""
+    import magicselector.train.reranker as rr
+    from magicselector import Selector
+    from magicselector.export.bundle import build_default_bundle
+
+    monkeypatch.setattr(rr, "SHIPPED_RECIPE", RerankerTrainConfig(**{**TINY, "epochs_pointwise": 2, "rounds": 0}))
+    manifest = build_default_bundle(tmp_path / "b", progress=False, reranker="retrain", train_data=_prepare(tiny_benchmark),
+                                    min_reranker_spearman=-1.0)  # a 1-layer toy model has no score spread to keep
+    rr_section = manifest["reranker"]
+    assert rr_section["layers"] == 1 and rr_section["truncation"] == "query_capped"
+    assert rr_section["parity"]["against"] == "pytorch-fp32"
+    sel = Selector.from_bundle(tmp_path / "b")
+    assert sel.reranker is not None and "rerank" in sel.select("turn on bluetooth").timings_ms
