@@ -71,15 +71,14 @@ from magicselector.stages.embed import TextTokenizer
 from magicselector.train.embedder_losses import info_nce, mine_embedder_negatives
 from magicselector.train.reranker import (
     TrainQuery,
-    _gold_scoped,
     _linear_schedule,
     _Progress,
     _save_checkpoint,
     _seed_all,
     _sha256,
     _tool_texts,
-    build_training_queries,
     default_base_model,
+    prepare_training_data,
 )
 
 
@@ -466,35 +465,8 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
     content. See the module docstring for how to measure the result.
     """
     t_start = time.perf_counter()
-    if isinstance(data_dirs, (str, Path)):
-        data_dirs = [data_dirs]
-    data_dirs = [Path(d) for d in data_dirs]
-    if not data_dirs:
-        raise InputError("train_embedder: no data folders given")
     out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
-        raise InputError(f"{out_dir}: output folder exists and is not empty (pass overwrite=True / --force)")
-    benches = []
-    for d in data_dirs:
-        if not d.is_dir():
-            raise InputError(f"{d}: no such data folder")
-        if not (d / "queries.jsonl").is_file():
-            raise InputError(f"{d}: the data folder has no queries.jsonl (a benchmark folder holds tools.jsonl "
-                             "and queries.jsonl)")
-        benches.append(load_benchmark(d))  # raises InputError for an empty queries.jsonl
-    queries: list[TrainQuery] = []
-    for b, bench in enumerate(benches):
-        queries += build_training_queries(bench, b, config.history, config.history_turns, config.include_tasks)
-    if not queries:
-        raise InputError(f"{', '.join(str(d) for d in data_dirs)}: no training queries")
-    available = len(queries)
-    if config.catalog_scope == "gold":
-        benches = [_gold_scoped(bench, {t for q in queries if q.bench == b for t in q.gold})
-                   for b, bench in enumerate(benches)]
-    rng = np.random.default_rng(config.seed)
-    if config.max_queries is not None and config.max_queries < len(queries):
-        keep = sorted(rng.choice(len(queries), config.max_queries, replace=False))
-        queries = [queries[int(i)] for i in keep]
+    benches, queries, available, rng = prepare_training_data(data_dirs, out_dir, config, overwrite, "train_embedder")
 
     prev_threads = torch.get_num_threads()
     if config.threads is not None:

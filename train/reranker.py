@@ -730,23 +730,18 @@ def _loss_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
-                   config: RerankerTrainConfig = RerankerTrainConfig(), retrieve: Retriever | None = None,
-                   bundle: str | Path | None = None, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
-    """Train a cross-encoder reranker on benchmark folders; write a Hugging Face checkpoint.
-
-    ``retrieve(texts, catalog) -> list of tool-id lists`` gives each query's candidate pool (its
-    first ``config.pool`` ids are used); by default the bundle's dense retriever. ``out_dir``
-    receives the checkpoint (``save_pretrained`` of model and fast tokenizer), ``training_log.csv``
-    and ``train_config.json``; the returned summary is ``train_config.json``'s content.
-    """
-    t_start = time.perf_counter()
+def prepare_training_data(data_dirs: str | Path | Sequence[str | Path], out_dir: Path, config: Any, overwrite: bool,
+                          who: str) -> tuple[list[Benchmark], list[TrainQuery], int, np.random.Generator]:
+    """The shared start of a training run: check the data folders and the output folder, load the
+    benchmarks, build the training queries (``config``: history, history_turns, include_tasks,
+    catalog_scope, max_queries, seed), cut each catalog to its gold tools when asked, and draw the
+    seeded ``max_queries`` sample. Returns (benchmarks, queries, queries available before the
+    sample, the run's generator, already used for the sample)."""
     if isinstance(data_dirs, (str, Path)):
         data_dirs = [data_dirs]
     data_dirs = [Path(d) for d in data_dirs]
     if not data_dirs:
-        raise InputError("train_reranker: no data folders given")
-    out_dir = Path(out_dir)
+        raise InputError(f"{who}: no data folders given")
     if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
         raise InputError(f"{out_dir}: output folder exists and is not empty (pass overwrite=True / --force)")
     benches = []
@@ -760,6 +755,8 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
     queries: list[TrainQuery] = []
     for b, bench in enumerate(benches):
         queries += build_training_queries(bench, b, config.history, config.history_turns, config.include_tasks)
+    if not queries:
+        raise InputError(f"{', '.join(str(d) for d in data_dirs)}: no training queries")
     available = len(queries)
     if config.catalog_scope == "gold":
         benches = [_gold_scoped(bench, {t for q in queries if q.bench == b for t in q.gold})
@@ -768,6 +765,22 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
     if config.max_queries is not None and config.max_queries < len(queries):
         keep = sorted(rng.choice(len(queries), config.max_queries, replace=False))
         queries = [queries[int(i)] for i in keep]
+    return benches, queries, available, rng
+
+
+def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
+                   config: RerankerTrainConfig = RerankerTrainConfig(), retrieve: Retriever | None = None,
+                   bundle: str | Path | None = None, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
+    """Train a cross-encoder reranker on benchmark folders; write a Hugging Face checkpoint.
+
+    ``retrieve(texts, catalog) -> list of tool-id lists`` gives each query's candidate pool (its
+    first ``config.pool`` ids are used); by default the bundle's dense retriever. ``out_dir``
+    receives the checkpoint (``save_pretrained`` of model and fast tokenizer), ``training_log.csv``
+    and ``train_config.json``; the returned summary is ``train_config.json``'s content.
+    """
+    t_start = time.perf_counter()
+    out_dir = Path(out_dir)
+    benches, queries, available, rng = prepare_training_data(data_dirs, out_dir, config, overwrite, "train_reranker")
 
     prev_threads = torch.get_num_threads()
     if config.threads is not None:
