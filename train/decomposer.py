@@ -62,7 +62,6 @@ import functools
 import hashlib
 import json
 import math
-import platform
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -77,7 +76,7 @@ from magicselector.dialogue import Turn, validate_history
 from magicselector.errors import InputError
 from magicselector.stages.decompose import LlmDecomposer, build_prefix, build_suffix, parse_tasks
 
-from .reranker import _linear_schedule, _Progress, _save_checkpoint, _seed_all, _sha256
+from .reranker import _linear_schedule, _Progress, _save_checkpoint, _seed_all, _sha256, training_versions
 from .rewards import (
     CounterfactualReward,
     PreferenceScorer,
@@ -454,13 +453,6 @@ def _adamw(model, lr: float, weight_decay: float):
     return torch.optim.AdamW(groups, lr=lr)
 
 
-def _versions() -> dict[str, str]:
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version()}
-
-
 def _prompt_format(dec: LlmDecomposer, toks: PromptTokens) -> dict[str, Any]:
     return {"prompt": "magicselector.stages.decompose.build_prefix() + build_suffix(query, history, "
                       f"history_turns={dec.history_turns})",
@@ -629,7 +621,7 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
             "loss_last_10pct_mean": float(np.mean(losses[-n:])),
             "final_loss": losses[-1],
             "threads": torch.get_num_threads(),
-            "versions": _versions(),
+            "versions": training_versions(),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
             "out_dir": str(out_dir),
         }
@@ -1050,7 +1042,7 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
             "trends": {k: first_last(k) for k in ("reward", "r_cf", "r_pref", "dup_rate", "kl", "loss")},
             "final": rows[-1],
             "threads": torch.get_num_threads(),
-            "versions": _versions(),
+            "versions": training_versions(),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
             "out_dir": str(out_dir),
         }

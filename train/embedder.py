@@ -53,7 +53,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import platform
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -72,6 +71,7 @@ from magicselector.train.embedder_losses import info_nce, mine_embedder_negative
 from magicselector.train.reranker import (
     TrainQuery,
     _linear_schedule,
+    _loss_summary,
     _Progress,
     _save_checkpoint,
     _seed_all,
@@ -79,6 +79,7 @@ from magicselector.train.reranker import (
     _tool_texts,
     default_base_model,
     prepare_training_data,
+    training_versions,
 )
 
 
@@ -443,16 +444,6 @@ def _write_sentence_transformers_files(out_dir: Path, dim: int, max_length: int)
         encoding="utf-8")
 
 
-def _loss_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for rnd in dict.fromkeys(r["round"] for r in rows):
-        ls = [r["loss"] for r in rows if r["round"] == rnd]
-        n = max(1, len(ls) // 10)
-        out.append({"round": rnd, "steps": len(ls), "first_10pct_mean": float(np.mean(ls[:n])),
-                    "last_10pct_mean": float(np.mean(ls[-n:])), "last": float(ls[-1])})
-    return out
-
-
 def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
                    config: EmbedderTrainConfig = EmbedderTrainConfig(), progress: bool = True,
                    overwrite: bool = False) -> dict[str, Any]:
@@ -507,7 +498,6 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
         _save_checkpoint(model, tokenizer, out_dir, progress)
         dim = int(model.config.hidden_size)
         _write_sentence_transformers_files(out_dir, dim, config.max_length)
-        import transformers
 
         counts = {
             "queries_available": available, "queries": len(queries),
@@ -531,7 +521,7 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
             "loss": {"name": "InfoNCE (eq. 13)", "temperature": config.temperature, "in_batch": config.in_batch},
             "counts": counts,
             "rounds": rounds,
-            "loss_summary": _loss_summary(trainer.losses),
+            "loss_summary": _loss_summary(trainer.losses, by=("round",)),
             "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
             "probe_loss_before": probe_before,
             "probe_loss_after": probe_after,
@@ -539,8 +529,7 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
             "train_retrieval_before": base_stats,
             "train_retrieval_after": final_teacher,
             "threads": torch.get_num_threads(),
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                         "python": platform.python_version()},
+            "versions": training_versions(),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
             "out_dir": str(out_dir),
         }

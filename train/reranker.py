@@ -719,15 +719,26 @@ def _save_checkpoint(model, tokenizer, out_dir: Path, progress: bool) -> None:
         raise InputError(f"{out_dir}: the tokenizer was not saved as tokenizer.json")
 
 
-def _loss_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _loss_summary(rows: list[dict[str, Any]], by: Sequence[str] = ("round", "stage")) -> list[dict[str, Any]]:
+    """Per group of log rows (``by`` fields, in first-seen order): steps, the mean loss of the
+    first and last 10 % of steps, the last loss. Shared by the trainers."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in by), []).append(r["loss"])
     out = []
-    keys = list(dict.fromkeys((r["round"], r["stage"]) for r in rows))
-    for rnd, stage in keys:
-        ls = [r["loss"] for r in rows if r["round"] == rnd and r["stage"] == stage]
+    for key, ls in groups.items():
         n = max(1, len(ls) // 10)
-        out.append({"round": rnd, "stage": stage, "steps": len(ls), "first_10pct_mean": float(np.mean(ls[:n])),
+        out.append({**dict(zip(by, key)), "steps": len(ls), "first_10pct_mean": float(np.mean(ls[:n])),
                     "last_10pct_mean": float(np.mean(ls[-n:])), "last": float(ls[-1])})
     return out
+
+
+def training_versions() -> dict[str, str]:
+    """The library versions a training run records in ``train_config.json``."""
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version()}
 
 
 def prepare_training_data(data_dirs: str | Path | Sequence[str | Path], out_dir: Path, config: Any, overwrite: bool,
@@ -832,7 +843,6 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
         probe_after = trainer.probe_loss(probe)
 
         _save_checkpoint(model, tokenizer, out_dir, progress)
-        import transformers
 
         counts = {
             "queries_available": available, "queries": len(queries),
@@ -859,8 +869,7 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
             "probe_loss_after": probe_after,
             "probe_pairs": len(probe),
             "threads": torch.get_num_threads(),
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                         "python": platform.python_version()},
+            "versions": training_versions(),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
             "out_dir": str(out_dir),
         }
