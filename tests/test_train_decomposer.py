@@ -351,3 +351,83 @@ def test_the_default_base_model_is_the_packaged_smollm2_gguf():
     assert path.suffix == ".gguf" and "SmolLM2" in path.name
     with open(path, "rb") as f:
         assert f.read(4) == b"GGUF"
+
+
+# -- LoRA and run options -----------------------------------------------------------------------
+def test_lora_starts_as_the_identity_and_merges_exactly():
+    from magicselector.train.lora import LoraLinear, add_lora, lora_state_dict, merge_lora
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 6))
+    net.q_proj = torch.nn.Linear(6, 4)
+    x = torch.randn(5, 8)
+    before = net.q_proj(net[0](x))
+    assert add_lora(net, rank=2, alpha=4.0, targets=("q_proj",)) == 2 * 6 + 4 * 2  # A: 2x6, B: 4x2
+    assert isinstance(net.q_proj, LoraLinear) and not net[0].weight.requires_grad
+    assert torch.allclose(net.q_proj(net[0](x)), before)  # B = 0: no change yet
+    with torch.no_grad():
+        net.q_proj.lora_b.normal_()
+    adapted = net.q_proj(net[0](x))
+    assert not torch.allclose(adapted, before)
+    assert set(lora_state_dict(net)) == {"q_proj.lora_a", "q_proj.lora_b"}
+    merge_lora(net)
+    assert type(net.q_proj) is torch.nn.Linear
+    assert torch.allclose(net.q_proj(net[0](x)), adapted, atol=1e-5)
+    with pytest.raises(InputError, match="no linear layer"):
+        add_lora(net, 2, 4.0, targets=("nothing",))
+
+
+def test_lora_sft_and_grpo_save_adapters_that_rebuild_the_checkpoints(data, tiny_lm, sft_model, tmp_path):
+    from magicselector.train.lora import merge_adapter_checkpoint
+
+    sft = tmp_path / "sft"
+    summary = train_decomposer_sft(tiny_lm, [data], sft, DecomposerSFTConfig(
+        steps=3, batch_size=3, lr=5e-2, threads=1, lora_rank=4, lora_alpha=8.0), progress=False)
+    assert 0 < summary["counts"]["trainable_parameters"] < 20_000  # adapters only, not the 1.6M weights
+    assert (sft / "adapter" / "lora.safetensors").is_file() and _changed(tiny_lm, sft)
+    wb, ws = _weights(tiny_lm), _weights(sft)
+    # only the adapted projections moved; embeddings and norms are the base's
+    assert torch.equal(wb["model.embed_tokens.weight"], ws["model.embed_tokens.weight"])
+    assert not torch.equal(wb["model.layers.0.self_attn.q_proj.weight"], ws["model.layers.0.self_attn.q_proj.weight"])
+    rebuilt = merge_adapter_checkpoint(tiny_lm, [sft / "adapter"], tmp_path / "rebuilt_sft")
+    for k, v in _weights(rebuilt).items():
+        assert torch.allclose(v, ws[k], atol=1e-6), k
+    grpo = tmp_path / "grpo"  # from the fitted SFT model, whose samples differ in reward
+    out = train_decomposer_grpo(sft_model, [data], grpo, GRPOConfig(**{**GRPO_TINY, "lora_rank": 4, "lora_alpha": 8.0,
+                                                                 "lr": 5e-2}),
+                                retrieve=toy_retrieve, progress=False)
+    assert out["counts"]["steps_run"] == 2 and _changed(sft_model, grpo)
+    rebuilt = merge_adapter_checkpoint(sft_model, [grpo / "adapter"], tmp_path / "rebuilt_grpo")
+    wg = _weights(grpo)
+    for k, v in _weights(rebuilt).items():
+        assert torch.allclose(v, wg[k], atol=1e-5), k
+
+
+def test_max_seconds_bounds_a_run_and_cuda_is_not_faked(data, tiny_lm, tmp_path):
+    summary = train_decomposer_sft(tiny_lm, [data], tmp_path / "m", DecomposerSFTConfig(
+        steps=50, batch_size=1, threads=1, max_seconds=1e-9), progress=False)
+    assert summary["counts"]["steps"] == 50 and summary["counts"]["steps_run"] == 1
+    with pytest.raises(InputError, match="device"):
+        DecomposerSFTConfig(device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA device"):
+            train_decomposer_sft(tiny_lm, [data], tmp_path / "c", DecomposerSFTConfig(steps=1, device="cuda"),
+                                 progress=False)
+
+
+def test_embedding_retriever_ranks_by_cosine_and_fuses_lists(data):
+    from magicselector.bench.datasets import load_benchmark
+    from magicselector.train.decomposer import embedding_retriever
+
+    catalog = load_benchmark(data).catalog
+    vocab = sorted(set().union(*TOOL_WORDS.values()))
+
+    def embed(texts):
+        m = np.array([[float(w in _words(t)) for w in vocab] for t in texts], dtype=np.float32)
+        return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-9)
+
+    retrieve = embedding_retriever(catalog, embed, candidates=3)
+    assert retrieve(["play some jazz songs"])[0] == "play_music"
+    fused = retrieve(["turn bluetooth on", "play some jazz songs"])
+    assert set(fused[:2]) == {"bluetooth_toggle", "play_music"}  # both lists' top tools lead the fusion
+    assert retrieve(["  "]) == []

@@ -124,6 +124,21 @@ def test_same_seed_same_log(tiny_benchmark, tmp_path):
     assert len(_log(tmp_path / "a")) == 1 + 2 * 2  # header + 2 rounds x ceil(5 / 4) steps
 
 
+def test_freeze_embeddings_keeps_the_word_table_and_trains_the_rest(tiny_benchmark, tmp_path):
+    from safetensors.torch import load_file
+
+    cfg = EmbedderTrainConfig(**{**TINY, "epochs": 1, "rounds": 0, "lr": 1e-3, "freeze_embeddings": True})
+    summary = train_embedder(tiny_benchmark, tmp_path / "f", cfg, progress=False)
+    assert summary["device"] == "cpu"
+    base = emb_mod.load_embedder(summary["base_model"], layers=1).state_dict()
+    after = load_file(str(tmp_path / "f" / "model.safetensors"))
+    key = next(k for k in after if k.endswith("word_embeddings.weight"))
+    assert torch.equal(after[key], base[key.removeprefix("bert.")] if key.startswith("bert.") else base[key])
+    moved = [k for k in after if "encoder.layer.0" in k and k.endswith("weight") and k in base
+             and not torch.equal(after[k], base[k])]
+    assert moved  # the encoder did train
+
+
 def test_bad_inputs_are_clear_errors(tiny_benchmark, tmp_path):
     cfg = EmbedderTrainConfig(**TINY)
     out = tmp_path / "out"

@@ -36,7 +36,8 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
         "in_batch": args.in_batch or None, "max_length": args.max_length, "layers": args.layers,
         "max_queries": args.max_queries, "threads": args.threads, "history": args.history,
         "catalog_scope": args.catalog_scope, "base_model": args.base_model,
-        "include_tasks": False if args.no_tasks else None,
+        "include_tasks": False if args.no_tasks else None, "device": args.device,
+        "freeze_embeddings": args.freeze_embeddings or None,
     }
     config = EmbedderTrainConfig(**{k: v for k, v in fields.items() if v is not None})
     summary = train_embedder(args.data, args.out, config, progress=not args.quiet, overwrite=args.force)
@@ -106,10 +107,14 @@ def register(subparsers) -> None:
     sp.add_argument("--catalog-scope", choices=["gold", "all"],
                     help="train against the tools some training query needs (gold, default) or the whole catalog")
     sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")
+    sp.add_argument("--freeze-embeddings", action="store_true",
+                    help="keep the word-embedding table fixed (unseen words keep their pre-trained vectors)")
+    sp.add_argument("--device", choices=["cpu", "cuda", "auto"], help="where torch trains (default cpu)")
     sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
     sp.set_defaults(func=cmd_train_embedder)
 
-    from .decomposer_cli import add_decomposer_parser
+    from .decomposer_cli import add_decomposer_parser, add_merge_lora_parser
 
     add_decomposer_parser(tsub)
+    add_merge_lora_parser(tsub)

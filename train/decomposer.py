@@ -494,6 +494,13 @@ class DecomposerSFTConfig:
       linear warm-up then linear decay to 0.
     max_examples: a seeded sample of at most this many examples.
     threads: ``torch.set_num_threads`` for the run (None: torch's default).
+    device: ``cpu``, ``cuda`` or ``auto`` (cuda when torch sees one). bf16: autocast matrix work to
+      bfloat16 on cuda (the weights and the optimizer stay FP32).
+    lora_rank: 0 trains every weight; r >= 1 trains rank-r adapters on the attention and MLP
+      projections only (``train/lora.py``), written to ``adapter/`` and merged into the saved
+      checkpoint. lora_alpha: the adapters' scale numerator.
+    max_seconds: stop after the step that passes this wall-clock budget (the schedule still spans
+      ``steps``; the summary records the steps run).
     """
 
     seed: int = 0
@@ -506,6 +513,11 @@ class DecomposerSFTConfig:
     grad_clip: float = 1.0
     max_examples: int | None = None
     threads: int | None = None
+    device: str = "cpu"
+    bf16: bool = False
+    lora_rank: int = 0
+    lora_alpha: float = 32.0
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -521,6 +533,54 @@ class DecomposerSFTConfig:
         need(self.grad_clip >= 0, "grad_clip must be >= 0")
         need(self.max_examples is None or self.max_examples >= 1, "max_examples must be >= 1")
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
+        _check_run_options(self, need)
+
+
+def _check_run_options(config, need) -> None:
+    need(config.device in DEVICES, f"device must be one of {DEVICES}, got {config.device!r}")
+    need(config.lora_rank >= 0, "lora_rank must be >= 0 (0: full fine-tuning)")
+    need(config.lora_alpha > 0, "lora_alpha must be > 0")
+    need(config.max_seconds is None or config.max_seconds > 0, "max_seconds must be > 0")
+
+
+DEVICES = ("cpu", "cuda", "auto")
+
+
+def torch_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available) as a torch device; asking for cuda
+    without one is an error, not a silent CPU run."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("device cuda: torch sees no CUDA device (use --device cpu or auto)")
+    return torch.device(name)
+
+
+def _autocast(config, device: torch.device):
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=bool(config.bf16 and device.type == "cuda"))
+
+
+def _to(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _with_lora(model, config) -> int:
+    """Adapters on the model when ``config.lora_rank`` asks for them; the trainable parameter count."""
+    if config.lora_rank:
+        from .lora import add_lora
+
+        return add_lora(model, config.lora_rank, config.lora_alpha)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _save_trained(model, tokenizer, out_dir: Path, config, progress: bool) -> None:
+    """The checkpoint ``export`` takes: with LoRA, ``adapter/`` first, then the merged model."""
+    if config.lora_rank:
+        from .lora import DEFAULT_TARGETS, merge_lora, save_adapter
+
+        save_adapter(model, out_dir / "adapter", config.lora_rank, config.lora_alpha, DEFAULT_TARGETS)
+        merge_lora(model)
+    _save_checkpoint(model.to("cpu"), tokenizer, out_dir, progress)
 
 
 def _sample(examples: list, limit: int | None, rng: np.random.Generator) -> list:
@@ -571,7 +631,10 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
     log = None
     try:
         _seed_all(config.seed)
+        device = torch_device(config.device)
         model, tokenizer = _load_lm(base, progress)
+        model.to(device)
+        trainable = _with_lora(model, config)
         toks = PromptTokens(tokenizer)
         examples, too_long = _fits(examples, toks, dec)
         if not examples:
@@ -589,7 +652,8 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
         t0 = time.perf_counter()
         for step in range(1, steps + 1):
             batch = lm_batch([items[next(order)] for _ in range(min(config.batch_size, len(items)))], toks.pad_id)
-            loss = sft_loss(model, batch)
+            with _autocast(config, device):
+                loss = sft_loss(model, _to(batch, device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if config.grad_clip > 0:
@@ -601,9 +665,11 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
             log.write({"step": step, "loss": losses[-1], "lr": lr, "seconds": round(time.perf_counter() - t0, 3),
                        "tokens": int((batch["labels"] != -100).sum())})
             bar.update(1, loss=f"{losses[-1]:.4f}")
+            if config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds:
+                break
         bar.close()
         model.eval()
-        _save_checkpoint(model, tokenizer, out_dir, progress)
+        _save_trained(model, tokenizer, out_dir, config, progress)
         n = max(1, len(losses) // 10)
         summary = {
             "kind": "decomposer-sft",
@@ -614,13 +680,15 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
             "seed": config.seed,
             "prompt_format": _prompt_format(dec, toks),
             "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
-                       "steps": steps, "target_tokens_mean": float(np.mean([len(t) for _, t in items])),
+                       "steps": steps, "steps_run": len(losses), "trainable_parameters": trainable,
+                       "target_tokens_mean": float(np.mean([len(t) for _, t in items])),
                        "prompt_tokens_mean": float(np.mean([len(p) for p, _ in items]))},
             "parser_agreement": parser_agreement(examples, dec),
             "loss_first_10pct_mean": float(np.mean(losses[:n])),
             "loss_last_10pct_mean": float(np.mean(losses[-n:])),
             "final_loss": losses[-1],
             "threads": torch.get_num_threads(),
+            "device": str(device),
             "versions": training_versions(),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
             "out_dir": str(out_dir),
@@ -654,6 +722,8 @@ class GRPOConfig:
       matches paraphrases) or ``chars`` (hashed character n-grams, no model).
     micro_batch: sequences per forward/backward (gradients accumulate over a step's sequences).
     lr / weight_decay / warmup_ratio / grad_clip: AdamW, linear warm-up then constant.
+    device / bf16 / lora_rank / lora_alpha / max_seconds: as ``DecomposerSFTConfig``; with LoRA
+      the policy is the SFT model plus fresh adapters and the reference is the SFT model itself.
     """
 
     seed: int = 0
@@ -680,6 +750,11 @@ class GRPOConfig:
     adv_eps: float = 1e-6
     max_examples: int | None = None
     threads: int | None = None
+    device: str = "cpu"
+    bf16: bool = False
+    lora_rank: int = 0
+    lora_alpha: float = 32.0
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -705,6 +780,7 @@ class GRPOConfig:
         need(self.adv_eps > 0, "adv_eps must be > 0")
         need(self.max_examples is None or self.max_examples >= 1, "max_examples must be >= 1")
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
+        _check_run_options(self, need)
 
 
 def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, advantages: torch.Tensor,
@@ -720,8 +796,8 @@ def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.
 
 
 def _per_sequence_mean(values: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
-    sums = torch.zeros(n, dtype=values.dtype).index_add(0, rows, values)
-    counts = torch.zeros(n, dtype=values.dtype).index_add(0, rows, torch.ones_like(values))
+    sums = torch.zeros(n, dtype=values.dtype, device=values.device).index_add(0, rows, values)
+    counts = torch.zeros(n, dtype=values.dtype, device=values.device).index_add(0, rows, torch.ones_like(values))
     return sums / counts.clamp(min=1)
 
 
@@ -751,6 +827,40 @@ def product_retriever(catalog, bundle: str | Path | None = None, candidates: int
             vecs = sel.embedder.embed(missing)
             for t, (ids, scores) in zip(missing, sel.index.search(vecs, candidates)):
                 cache[t] = RankedList(list(ids), [float(s) for s in scores])
+        lists = [cache[t] for t in texts]
+        return list(lists[0].ids) if len(lists) == 1 else list(peak_rank_fusion(lists).ids)
+
+    return retrieve
+
+
+def embedding_retriever(catalog, embed: Callable[[list[str]], np.ndarray], candidates: int = 30,
+                        cache_size: int = 100_000) -> TaskRetriever:
+    """``product_retriever`` with any embedding function (texts -> unit vectors) and exact search
+    over ``catalog``'s tool texts (``catalog.tool_text``, as the bundle's index embeds them): e.g. the
+    FP32 PyTorch MiniLM on an accelerator, where the bundle's INT8 ONNX model is not at hand. One
+    list of ``candidates`` tools per text, fused by peak rank when there are several."""
+    from magicselector.stages.fuse import RankedList, peak_rank_fusion
+
+    from .reranker import _tool_texts
+
+    texts_by_id = _tool_texts(catalog)
+    ids = list(catalog.ids)
+    tool_vecs = np.asarray(embed([texts_by_id[t] for t in ids]), dtype=np.float32)
+    width = min(candidates, len(ids))
+    cache: dict[str, RankedList] = {}
+
+    def retrieve(texts: Sequence[str]) -> list[str]:
+        texts = list(dict.fromkeys(t for t in texts if t and t.strip()))
+        if not texts:
+            return []
+        missing = [t for t in texts if t not in cache]
+        if missing:
+            if len(cache) + len(missing) > cache_size:
+                cache.clear()
+            sims = np.asarray(embed(missing), dtype=np.float32) @ tool_vecs.T
+            order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
+            for t, row, sim in zip(missing, order, sims):
+                cache[t] = RankedList([ids[int(j)] for j in row], [float(sim[int(j)]) for j in row])
         lists = [cache[t] for t in texts]
         return list(lists[0].ids) if len(lists) == 1 else list(peak_rank_fusion(lists).ids)
 
@@ -797,10 +907,12 @@ class _Grpo:
     """The state of one GRPO run. Not part of the public API."""
 
     def __init__(self, config: GRPOConfig, model, ref, toks: PromptTokens, dec: LlmDecomposer,
-                 retrievers: list[TaskRetriever], scorer: PreferenceScorer, progress: bool) -> None:
+                 retrievers: list[TaskRetriever], scorer: PreferenceScorer, progress: bool,
+                 device: torch.device = torch.device("cpu")) -> None:
         from transformers import GenerationConfig
 
         self.c = config
+        self.device = device
         self.model = model
         self.ref = ref
         self.toks = toks
@@ -821,11 +933,18 @@ class _Grpo:
 
     # -- sampling and rewards -------------------------------------------------------------------
     @torch.no_grad()
-    def sample_group(self, ex: DecompositionExample, group: int) -> list[_Sample]:
+    def sample_groups(self, examples: Sequence[DecompositionExample]) -> list[list[_Sample]]:
+        """B samples for each turn, all turns in one ``generate`` call (prompts left-padded, so
+        every sequence's positions are its own: the samples are those of one prompt at a time)."""
         from transformers.utils import logging as hf_logging
 
-        prompt = self.toks.prompt_ids(ex)
-        ids = torch.tensor([prompt], dtype=torch.long)
+        prompts = [self.toks.prompt_ids(ex) for ex in examples]
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.toks.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long, device=self.device)
+            mask[i, width - len(p):] = 1
         level = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()
         # generate() fills every setting left unset from the checkpoint's generation_config.json
@@ -836,18 +955,22 @@ class _Grpo:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                          generation_config=self.gen_config)
+                with _autocast(self.c, self.device):
+                    out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=self.gen_config)
         finally:
             self.model.generation_config = saved
             hf_logging.set_verbosity(level)
-        samples = []
-        for i, row in enumerate(out[:, len(prompt):].tolist()):
-            completion, text, why = cut_like_runtime(row, self.toks, self.dec)
-            tasks, dropped = parse_tasks(text, ex.query, list(ex.history), self.dec.max_lines, self.dec.max_chars)
-            raw_lines = [line.strip() for line in text.split("\n") if line.strip()]
-            samples.append(_Sample(group, i, prompt, completion, text, why, tasks, dropped, raw_lines))
-        return samples
+        rows = out[:, width:].tolist()  # prompt g's samples are rows g*B .. g*B + B - 1
+        groups = []
+        for g, (ex, prompt) in enumerate(zip(examples, prompts)):
+            samples = []
+            for i in range(self.c.group_size):
+                completion, text, why = cut_like_runtime(rows[g * self.c.group_size + i], self.toks, self.dec)
+                tasks, dropped = parse_tasks(text, ex.query, list(ex.history), self.dec.max_lines, self.dec.max_chars)
+                raw_lines = [line.strip() for line in text.split("\n") if line.strip()]
+                samples.append(_Sample(g, i, prompt, completion, text, why, tasks, dropped, raw_lines))
+            groups.append(samples)
+        return groups
 
     def reward_group(self, ex: DecompositionExample, samples: list[_Sample]) -> np.ndarray:
         c = self.c
@@ -876,14 +999,14 @@ class _Grpo:
         return [samples[i:i + m] for i in range(0, len(samples), m)]
 
     def _batch(self, chunk: list[_Sample]) -> dict[str, torch.Tensor]:
-        return lm_batch([(s.prompt, s.completion) for s in chunk], self.toks.pad_id)
+        return _to(lm_batch([(s.prompt, s.completion) for s in chunk], self.toks.pad_id), self.device)
 
     def update(self, samples: list[_Sample]) -> dict[str, float]:
         c = self.c
         chunks = self._chunks(samples)
         batches = [self._batch(ch) for ch in chunks]
-        advs = [torch.tensor([s.advantage for s in ch], dtype=torch.float32) for ch in chunks]
-        with torch.no_grad():
+        advs = [torch.tensor([s.advantage for s in ch], dtype=torch.float32, device=self.device) for ch in chunks]
+        with torch.no_grad(), _autocast(c, self.device):
             old = [token_logprobs(self.model, b, c.temperature)[0] for b in batches]
             ref = [token_logprobs(self.ref, b, c.temperature)[0] for b in batches]
         n = len(samples)
@@ -892,7 +1015,8 @@ class _Grpo:
             self.opt.zero_grad(set_to_none=True)
             step_loss, kl_sum, kl_n, clip_n = 0.0, 0.0, 0, 0
             for b, batch in enumerate(batches):
-                logp, rows = token_logprobs(self.model, batch, c.temperature)
+                with _autocast(c, self.device):
+                    logp, rows = token_logprobs(self.model, batch, c.temperature)
                 per_tok, kl = grpo_token_loss(logp, old[b], ref[b], advs[b][rows], c.clip, c.kl_coef)
                 loss = _per_sequence_mean(per_tok, rows, len(chunks[b])).sum() / n
                 loss.backward()
@@ -959,8 +1083,12 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
         scorer = scorer if scorer is not None else _scorer_for(config, base_selector)
 
         _seed_all(config.seed)
+        device = torch_device(config.device)
         model, tokenizer = _load_lm(sft_dir, progress)
+        model.to(device)
+        trainable = _with_lora(model, config)
         ref, _ = _load_lm(sft_dir, False)
+        ref.to(device)
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
@@ -969,7 +1097,7 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
         examples, too_long = _fits(examples, toks, dec)
         if not examples:
             raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
-        run = _Grpo(config, model, ref, toks, dec, retrievers, scorer, progress)
+        run = _Grpo(config, model, ref, toks, dec, retrievers, scorer, progress, device)
 
         out_dir.mkdir(parents=True, exist_ok=True)
         columns = ["step", "reward", "r_cf", "r_pref", "dup_rate", "kl", "loss", "lr", "seconds", "tasks",
@@ -984,8 +1112,7 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
             batch_ex = [examples[next(order)] for _ in range(config.prompts_per_step)]
             samples: list[_Sample] = []
             zero_groups = 0
-            for g, ex in enumerate(batch_ex):
-                group = run.sample_group(ex, g)
+            for ex, group in zip(batch_ex, run.sample_groups(batch_ex)):
                 adv = run.reward_group(ex, group)
                 zero_groups += int(np.all(adv == 0))
                 samples += group
@@ -1015,8 +1142,10 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
                     "tokens": len(s.completion)}, ensure_ascii=False) + "\n")
             samples_file.flush()
             bar.update(1, reward=f"{row['reward']:.3f}", kl=f"{row['kl']:.4f}")
+            if config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds:
+                break
         bar.close()
-        _save_checkpoint(model, tokenizer, out_dir, progress)
+        _save_trained(model, tokenizer, out_dir, config, progress)
         n = max(1, len(rows) // 10)
 
         def first_last(key: str) -> dict[str, float]:
@@ -1036,12 +1165,14 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
                          f"product dense retriever, peak-rank fusion, {config.candidates} candidates per list",
             "preference_scorer": "injected" if scorer_injected else f"SimilarityScorer({config.pref_embed})",
             "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
-                       "steps": config.steps, "samples": config.steps * config.prompts_per_step * config.group_size,
-                       "optimizer_steps": config.steps * config.updates_per_batch},
+                       "steps": config.steps, "steps_run": len(rows),
+                       "samples": len(rows) * config.prompts_per_step * config.group_size,
+                       "optimizer_steps": len(rows) * config.updates_per_batch, "trainable_parameters": trainable},
             "parser_agreement": parser_agreement(examples, dec),
             "trends": {k: first_last(k) for k in ("reward", "r_cf", "r_pref", "dup_rate", "kl", "loss")},
             "final": rows[-1],
             "threads": torch.get_num_threads(),
+            "device": str(device),
             "versions": training_versions(),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
             "out_dir": str(out_dir),

@@ -26,7 +26,9 @@ def cmd_train_decomposer(args: argparse.Namespace) -> int:
     if given:
         raise InputError(f"train decomposer --stage {args.stage}: {', '.join(given)} do(es) not apply to this stage")
     common: dict[str, Any] = {"seed": args.seed, "steps": args.steps, "lr": args.lr, "threads": args.threads,
-                              "max_examples": args.max_examples}
+                              "max_examples": args.max_examples, "device": args.device, "bf16": args.bf16 or None,
+                              "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
+                              "max_seconds": args.max_seconds}
     if args.stage == "sft":
         from .decomposer import DecomposerSFTConfig, train_decomposer_sft
 
@@ -88,7 +90,35 @@ def add_decomposer_parser(train_subparsers) -> argparse.ArgumentParser:
                     help="grpo: embedder of the preference reward (default bundle)")
     sp.add_argument("--bundle", help="grpo: bundle whose dense retriever and embedder the rewards use "
                                      "(default bundle)")
+    sp.add_argument("--device", choices=["cpu", "cuda", "auto"], help="where torch trains (default cpu)")
+    sp.add_argument("--bf16", action="store_true", help="bfloat16 autocast on cuda")
+    sp.add_argument("--lora-rank", type=int, help="train rank-r LoRA adapters instead of every weight (0: full); "
+                                                  "the adapter is saved under OUT/adapter and merged into OUT")
+    sp.add_argument("--lora-alpha", type=float, help="LoRA scale numerator (default 32)")
+    sp.add_argument("--max-seconds", type=float, help="stop after this much training time")
     sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
     sp.set_defaults(func=cmd_train_decomposer)
+    return sp
+
+
+def cmd_merge_lora(args: argparse.Namespace) -> int:
+    from .lora import merge_adapter_checkpoint
+
+    out = merge_adapter_checkpoint(args.base_model, args.adapter, args.out, progress=not args.quiet)
+    print(json.dumps({"out_dir": str(out), "base_model": args.base_model, "adapters": args.adapter}, indent=2))
+    return 0
+
+
+def add_merge_lora_parser(train_subparsers) -> argparse.ArgumentParser:
+    """``magicselector train merge-lora``: a checkpoint from a base model and LoRA adapter folders."""
+    sp = train_subparsers.add_parser(
+        "merge-lora", help="merge LoRA adapter folders (OUT/adapter of a --lora-rank run) into a base checkpoint",
+        description="Rebuilds a trained decomposer from its base model and adapters, in order (SFT's, then "
+                    "GRPO's): a run elsewhere need only bring its adapter folders back.")
+    sp.add_argument("--base-model", required=True, metavar="DIR", help="the Hugging Face checkpoint trained from")
+    sp.add_argument("--adapter", nargs="+", required=True, metavar="DIR", help="adapter folders, in training order")
+    sp.add_argument("--out", required=True, metavar="DIR", help="output checkpoint folder")
+    sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    sp.set_defaults(func=cmd_merge_lora)
     return sp

@@ -113,6 +113,9 @@ class EmbedderTrainConfig:
     encode_batch_size: texts per forward pass when embedding for mining and the probe.
     probe_items: size of the fixed probe (items of the round-0 negatives) whose InfoNCE is
       reported before and after training.
+    freeze_embeddings: keep the word-embedding table (half of MiniLM's weights) as it is: words
+      the training data never shows keep their pre-trained vectors, which matters out of domain.
+    device: ``cpu``, ``cuda`` or ``auto`` (cuda when torch sees one).
     """
 
     seed: int = 0
@@ -138,6 +141,8 @@ class EmbedderTrainConfig:
     base_model: str | None = None
     encode_batch_size: int = 64
     probe_items: int = 256
+    freeze_embeddings: bool = False
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -161,6 +166,7 @@ class EmbedderTrainConfig:
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
         need(self.encode_batch_size >= 1, "encode_batch_size must be >= 1")
         need(self.probe_items >= 0, "probe_items must be >= 0")
+        need(self.device in ("cpu", "cuda", "auto"), f"device must be cpu, cuda or auto, got {self.device!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,7 +213,8 @@ def mean_pool_normalize_torch(hidden: torch.Tensor, mask: torch.Tensor) -> torch
 
 def _forward(model, tokenizer: TextTokenizer, texts: Sequence[str]) -> torch.Tensor:
     batch = tokenizer.encode(list(texts))
-    feeds = {k: torch.from_numpy(v) for k, v in batch.items()}
+    device = next(model.parameters()).device
+    feeds = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
     hidden = model(**feeds).last_hidden_state
     return mean_pool_normalize_torch(hidden, feeds["attention_mask"])
 
@@ -221,7 +228,7 @@ def embed_texts(model, tokenizer: TextTokenizer, texts: Sequence[str], batch_siz
     out = []
     try:
         for start in range(0, len(texts), batch_size):
-            out.append(_forward(model, tokenizer, texts[start:start + batch_size]).float().numpy())
+            out.append(_forward(model, tokenizer, texts[start:start + batch_size]).float().cpu().numpy())
             if bar is not None:
                 bar.update(len(out[-1]))
     finally:
@@ -344,8 +351,8 @@ class _Trainer:
             neg_idx.append([slot(q.bench, negs[j % len(negs)]) for j in range(width)])  # cycle short lists
         tool_emb = _forward(self.model, self.tokenizer, [self.texts[b][t] for b, t in keys])
         query_emb = _forward(self.model, self.tokenizer, [q.text for q in qs])
-        pos_emb = tool_emb[torch.tensor(pos_idx)]
-        neg_emb = tool_emb[torch.tensor(neg_idx).reshape(-1)].reshape(len(qs), width, -1)
+        pos_emb = tool_emb[torch.tensor(pos_idx, device=tool_emb.device)]
+        neg_emb = tool_emb[torch.tensor(neg_idx, device=tool_emb.device).reshape(-1)].reshape(len(qs), width, -1)
         if in_batch:
             return info_nce(query_emb, pos_emb, neg_emb, self.c.temperature, in_batch=True,
                             pos_ids=[t for _, t in chunk], gold=[q.gold for q in qs])
@@ -467,8 +474,13 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
         from transformers import AutoTokenizer
 
         base = config.base_model or default_base_model()
+        from .decomposer import torch_device
+
         _seed_all(config.seed)
-        model = load_embedder(base, config.layers, progress)
+        device = torch_device(config.device)
+        model = load_embedder(base, config.layers, progress).to(device)
+        if config.freeze_embeddings:
+            model.get_input_embeddings().weight.requires_grad_(False)
         tokenizer = AutoTokenizer.from_pretrained(str(base), use_fast=True)
         if not getattr(tokenizer, "is_fast", False):
             raise InputError(f"{base}: no fast tokenizer (tokenizer.json); the runtime needs one")
@@ -495,7 +507,7 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
         probe_after = trainer.probe_loss(probe, probe_negatives)
         final_teacher = trainer.teacher("final model", 1)[1]
 
-        _save_checkpoint(model, tokenizer, out_dir, progress)
+        _save_checkpoint(model.to("cpu"), tokenizer, out_dir, progress)
         dim = int(model.config.hidden_size)
         _write_sentence_transformers_files(out_dir, dim, config.max_length)
 
@@ -529,6 +541,7 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
             "train_retrieval_before": base_stats,
             "train_retrieval_after": final_teacher,
             "threads": torch.get_num_threads(),
+            "device": str(device),
             "versions": training_versions(),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
             "out_dir": str(out_dir),

@@ -53,7 +53,7 @@ def info_nce(query_emb: torch.Tensor, pos_emb: torch.Tensor, neg_emb: torch.Tens
         columns.append(torch.einsum("bd,bnd->bn", q, n))
         masks.append(torch.ones(b, n.shape[1], dtype=torch.bool, device=q.device))
     if in_batch:
-        keep = ~torch.eye(b, dtype=torch.bool, device=q.device)
+        keep = ~torch.eye(b, dtype=torch.bool)  # filled on the CPU (element writes), then moved
         if gold is not None and (isinstance(gold, str) or len(gold) != b):
             raise InputError(f"info_nce: gold must hold one collection of tool ids per query (batch of {b})")
         if pos_ids is not None:
@@ -68,7 +68,7 @@ def info_nce(query_emb: torch.Tensor, pos_emb: torch.Tensor, neg_emb: torch.Tens
         elif gold is not None:
             raise InputError("info_nce: gold needs pos_ids (the tool id of each positive)")
         columns.append(q @ p.T)
-        masks.append(keep)
+        masks.append(keep.to(q.device))
     if sum(c.shape[1] for c in columns) < 2:
         raise InputError("info_nce: no negatives (pass neg_emb with N >= 1, or in_batch=True with B >= 2)")
     logits = torch.cat(columns, dim=1) / temperature
