@@ -50,6 +50,7 @@ class EvalConfig:
     decompose_deadline_ms: float | None = 1500.0
     llm_threads: int = 2
     decomposer_model: str | None = None
+    decomposer_prompt: str | None = None  # None: the bundle decomposer's, else few_shot
     rerank: bool = True              # run the bundle's (or ``reranker``'s) cross-encoder when there is one
     reranker: str | None = None      # a reranker folder (model.onnx, tokenizer.json, reranker.json) to use instead
     rerank_weight: float | None = None  # None: SelectorConfig's default
@@ -171,14 +172,19 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         rerank_opts["rerank_weight"] = config.rerank_weight
     if config.rerank_candidates is not None:
         rerank_opts["rerank_candidates"] = config.rerank_candidates
-    sel_config = SelectorConfig(history=config.history, candidates=candidates, cut=cut, fusion=config.fusion,
-                                decompose=config.decompose, cut_scope=config.cut_scope,
-                                decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
-                                decomposer_model=config.decomposer_model, threads=config.threads, **rerank_opts)
     t0 = time.perf_counter()
     if base is None:
         base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress),
                                     config=SelectorConfig(threads=config.threads))
+    # no model named: the bundle's decomposer (with its prompt) when it has one, else the pinned default
+    model = config.decomposer_model or base.config.decomposer_model
+    prompt = config.decomposer_prompt or (base.config.decomposer_prompt if config.decomposer_model is None
+                                          else "few_shot")
+    sel_config = SelectorConfig(history=config.history, candidates=candidates, cut=cut, fusion=config.fusion,
+                                decompose=config.decompose, cut_scope=config.cut_scope,
+                                decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
+                                decomposer_model=model, decomposer_prompt=prompt, threads=config.threads,
+                                **rerank_opts)
     if config.reranker is not None and config.rerank:
         from magicselector.stages.rerank import OnnxCrossEncoder
 

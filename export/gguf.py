@@ -343,5 +343,23 @@ def export_decomposer(source: str | Path, workdir: str | Path, quant: str = "q8_
                             **parity},
                  "size_bytes": q.size_bytes, "f16_size_bytes": f16.size_bytes,
                  "export_seconds": round(f16.seconds + q.seconds, 2),
-                 "converter": f16.extra["converter"], "llama_cpp_python": llama_cpp_version()},
+                 "converter": f16.extra["converter"], "llama_cpp_python": llama_cpp_version(),
+                 # the runtime prompt the checkpoint was trained with (Selector.from_bundle reads it)
+                 "prompt": checkpoint_prompt_style(source)},
     }
+
+
+def checkpoint_prompt_style(checkpoint: str | Path) -> str:
+    """``prompt_format.style`` of a decomposer checkpoint's ``train_config.json`` (``magicselector
+    train decomposer``); ``few_shot`` for a checkpoint without one (an instruction model)."""
+    info = Path(checkpoint) / "train_config.json"
+    if info.is_file():
+        try:
+            style = json.loads(info.read_text(encoding="utf-8")).get("prompt_format", {}).get("style")
+        except (ValueError, AttributeError):
+            raise ExportError(f"{info}: not a JSON object") from None
+        if style is not None:
+            if style not in ("few_shot", "zero_shot"):
+                raise ExportError(f"{info}: unknown prompt style {style!r}")
+            return style
+    return "few_shot"

@@ -23,6 +23,7 @@ def _selector(args: argparse.Namespace, **config: Any):
                   k_max=getattr(args, "k_max", 20), fixed_k=getattr(args, "k", 10),
                   **({} if margin is None else {"range_margin": margin}))
     decomposition = {k: getattr(args, a) for k, a in (("decompose", "decompose"), ("decomposer_model", "decomposer_model"),
+                                                       ("decomposer_prompt", "decomposer_prompt"),
                                                        ("decompose_deadline_ms", "deadline_ms"),
                                                        ("llm_threads", "llm_threads")) if getattr(args, a, None) is not None}
     cfg = SelectorConfig(history=getattr(args, "history_mode", "none"), cut=cut, threads=getattr(args, "threads", 1),
@@ -124,7 +125,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                         limit=args.limit,
                         decompose=args.decompose, fusion=args.fusion, cut_scope=args.cut_scope,
                         decompose_deadline_ms=args.deadline_ms, llm_threads=args.llm_threads,
-                        decomposer_model=args.decomposer_model, rerank=not args.no_rerank, reranker=args.reranker,
+                        decomposer_model=args.decomposer_model, decomposer_prompt=args.decomposer_prompt,
+                        rerank=not args.no_rerank, reranker=args.reranker,
                         rerank_weight=args.rerank_weight, rerank_candidates=args.rerank_candidates,
                         threads=args.threads)
     report = evaluate(args.dataset, config, bundle=args.bundle, progress=not args.quiet)
@@ -168,7 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     def decompose_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default="none",
                         help="sub-task decomposition: none, rules (no model), llm (GGUF), auto (gated LLM, deadline)")
-        sp.add_argument("--decomposer-model", help="a GGUF file for the LLM decomposer (default: the pinned Qwen2.5 0.5B)")
+        sp.add_argument("--decomposer-model", help="a GGUF file for the LLM decomposer (default: the bundle's, else "
+                                                   "the pinned Qwen2.5 0.5B)")
+        sp.add_argument("--decomposer-prompt", choices=["few_shot", "zero_shot"],
+                        help="the decomposer's prompt: few_shot (an instruction model, the default) or zero_shot "
+                             "(a model trained with `train decomposer --prompt zero_shot`)")
         sp.add_argument("--deadline-ms", type=float, default=1500.0, help="auto: LLM latency budget per turn")
         sp.add_argument("--llm-threads", type=int, default=2, help="threads for the LLM decomposer")
 

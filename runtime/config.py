@@ -50,7 +50,10 @@ class SelectorConfig:
     max_query_chars: int = 16_000
     # decomposition (see stages/decompose.py): none | rules | llm | auto (gated, with a deadline)
     decompose: str = "none"
-    decomposer_model: str | None = None  # a GGUF path; None = the pinned default (chunk packages)
+    decomposer_model: str | None = None  # a GGUF path; None = the bundle's, else the pinned default (chunk packages)
+    # few_shot for an instruction model (the default Qwen); zero_shot for one trained on the task
+    # (a bundle's decomposer says which it was trained with)
+    decomposer_prompt: str = "few_shot"
     decompose_deadline_ms: float | None = 1500.0  # auto only: past it, fall back to the rules
     llm_threads: int = 2
     llm_ctx: int = 2048
@@ -75,5 +78,7 @@ class SelectorConfig:
             raise InputError("decompose_deadline_ms must be > 0 (or None for no deadline)")
         if self.llm_threads < 1 or self.llm_ctx < 256:
             raise InputError("llm_threads must be >= 1 and llm_ctx >= 256")
+        if self.decomposer_prompt not in ("few_shot", "zero_shot"):
+            raise InputError(f"decomposer_prompt must be 'few_shot' or 'zero_shot', got {self.decomposer_prompt!r}")
         if self.cut_scope not in ("fused", "subtask"):
             raise InputError(f"cut_scope must be 'fused' or 'subtask', got {self.cut_scope!r}")

@@ -125,6 +125,11 @@ class Selector:
             cls_ = PteCrossEncoder if rr["file"].endswith(".pte") else OnnxCrossEncoder
             reranker = cls_.from_path(bundle.file(rr["file"]), bundle.file(rr["tokenizer"]), threads=config.threads,
                                       **pair_window(rr))
+        dec = bundle.section("decomposer")
+        if dec and config.decomposer_model is None:
+            # the bundle's own decomposer (and the prompt it was trained with) replaces the pinned default
+            config = replace(config, decomposer_model=str(bundle.file(dec["file"])),
+                             decomposer_prompt=dec.get("prompt", "few_shot"))
         return cls(catalog, embedder, index, config=config, bundle=bundle, reranker=reranker)
 
     def with_config(self, **changes: Any) -> "Selector":
@@ -216,8 +221,8 @@ class Selector:
 
 
 # -- decomposer and cut helpers ------------------------------------------------------------------
-_DECOMPOSER_KEYS = ("decompose", "history", "history_turns", "decomposer_model", "decompose_deadline_ms",
-                    "llm_threads", "llm_ctx")
+_DECOMPOSER_KEYS = ("decompose", "history", "history_turns", "decomposer_model", "decomposer_prompt",
+                    "decompose_deadline_ms", "llm_threads", "llm_ctx")
 
 
 def _llm_of(decomposer: Any):
@@ -236,12 +241,15 @@ def _decomposer_for(config: SelectorConfig, current: Any = None):
     if current is not None and old is None and config.decompose == "none":
         return current  # a decomposer handed in by the caller
     llm = _llm_of(current)
-    if llm is not None and not (old is not None and (old.decomposer_model, old.llm_threads, old.llm_ctx)
-                                == (config.decomposer_model, config.llm_threads, config.llm_ctx)):
+    if llm is not None and not (old is not None and (old.decomposer_model, old.decomposer_prompt, old.llm_threads,
+                                                     old.llm_ctx)
+                                == (config.decomposer_model, config.decomposer_prompt, config.llm_threads,
+                                    config.llm_ctx)):
         llm = None
     dec = build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
                            model=config.decomposer_model, deadline_ms=config.decompose_deadline_ms,
-                           threads=config.llm_threads, n_ctx=config.llm_ctx, llm=llm)
+                           threads=config.llm_threads, n_ctx=config.llm_ctx, llm=llm,
+                           prompt=config.decomposer_prompt)
     try:
         dec._ms_config = config
     except AttributeError:

@@ -431,3 +431,38 @@ def test_embedding_retriever_ranks_by_cosine_and_fuses_lists(data):
     fused = retrieve(["turn bluetooth on", "play some jazz songs"])
     assert set(fused[:2]) == {"bluetooth_toggle", "play_music"}  # both lists' top tools lead the fusion
     assert retrieve(["  "]) == []
+
+
+def test_zero_shot_prompt_is_shared_by_training_runtime_and_export(data, tiny_lm, tmp_path, monkeypatch, tokens):
+    """A checkpoint trained with --prompt zero_shot records it; export reads it into the bundle
+    meta; the runtime decomposer built with it evaluates the same short prefix."""
+    import magicselector.stages.llm as llm_mod
+    from magicselector.config import SelectorConfig
+    from magicselector.export.gguf import checkpoint_prompt_style
+    from magicselector.stages.decompose import prompt_prefix
+    from magicselector.train.decomposer import checkpoint_prompt
+
+    out = tmp_path / "zs"
+    summary = train_decomposer_sft(tiny_lm, [data], out, DecomposerSFTConfig(steps=1, batch_size=2, threads=1,
+                                                                             prompt="zero_shot"), progress=False)
+    assert summary["prompt_format"]["style"] == "zero_shot"
+    assert checkpoint_prompt_style(out) == checkpoint_prompt(out) == "zero_shot"
+    assert checkpoint_prompt_style(tiny_lm) == "few_shot"  # no train_config.json: an instruction model
+    zs = PromptTokens(tokens.tokenizer, "zero_shot")
+    assert len(zs.prefix_ids) * 10 < len(tokens.prefix_ids)  # a tenth of the few-shot prefix or less
+    assert zs.prefix_ids == tokens.encode(prompt_prefix("zero_shot"))
+
+    class Recorder:
+        prefix = None
+
+        def set_prefix(self, text):
+            self.prefix = text
+
+    monkeypatch.setattr(llm_mod, "Grammar", lambda runner, grammar: object())
+    runner = Recorder()
+    LlmDecomposer(runner=runner, prompt="zero_shot").load()
+    assert runner.prefix == prompt_prefix("zero_shot") != prompt_prefix("few_shot")
+    with pytest.raises(InputError, match="prompt"):
+        LlmDecomposer(prompt="chatty")
+    with pytest.raises(InputError, match="decomposer_prompt"):
+        SelectorConfig(decomposer_prompt="chatty")

@@ -74,7 +74,7 @@ import torch
 from magicselector.bench.datasets import Benchmark, load_benchmark
 from magicselector.dialogue import Turn, validate_history
 from magicselector.errors import InputError
-from magicselector.stages.decompose import LlmDecomposer, build_prefix, build_suffix, parse_tasks
+from magicselector.stages.decompose import PROMPT_STYLES, LlmDecomposer, build_suffix, parse_tasks, prompt_prefix
 
 from .reranker import _linear_schedule, _Progress, _save_checkpoint, _seed_all, _sha256, training_versions
 from .rewards import (
@@ -104,10 +104,11 @@ def runtime_decomposer() -> LlmDecomposer:
     return LlmDecomposer()
 
 
-@functools.lru_cache(maxsize=1)
-def runtime_prefix() -> str:
-    """The fixed part of the prompt (``LlmDecomposer.load`` evaluates it once into the KV cache)."""
-    return build_prefix()
+@functools.lru_cache(maxsize=None)
+def runtime_prefix(style: str = "few_shot") -> str:
+    """The fixed part of the prompt (``LlmDecomposer.load`` evaluates it once into the KV cache):
+    ``prompt_prefix(style)``, with the few-shot examples or (``zero_shot``) the system prompt alone."""
+    return prompt_prefix(style)
 
 
 def runtime_settings(dec: LlmDecomposer | None = None) -> dict[str, int]:
@@ -247,8 +248,9 @@ class PromptTokens:
     (no BOS, special tokens parsed; the prefix and the suffix tokenized separately, as the runtime
     evaluates them)."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, prompt: str = "few_shot") -> None:
         self.tokenizer = tokenizer
+        self.prompt = prompt
         for t in _CHATML:
             if len(self.encode(t)) != 1:
                 raise InputError(f"the tokenizer has no single token for {t}; the decomposer's prompt is ChatML "
@@ -264,7 +266,7 @@ class PromptTokens:
         self.stop_ids = sorted(stops)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.end_id)
-        self.prefix_ids = self.encode(runtime_prefix())
+        self.prefix_ids = self.encode(runtime_prefix(prompt))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -439,6 +441,14 @@ def _load_lm(path: Path, progress: bool):
     return model, tokenizer
 
 
+def checkpoint_prompt(checkpoint: str | Path) -> str:
+    """The prompt style a decomposer checkpoint was trained with (its ``train_config.json``;
+    ``few_shot`` when it has none, e.g. an untrained instruction model)."""
+    from magicselector.export.gguf import checkpoint_prompt_style
+
+    return checkpoint_prompt_style(checkpoint)
+
+
 def _fits(examples: list[DecompositionExample], toks: PromptTokens, dec: LlmDecomposer
           ) -> tuple[list[DecompositionExample], int]:
     """The examples the runtime could run: prompt + max_tokens within n_ctx (llama.cpp refuses more)."""
@@ -454,9 +464,10 @@ def _adamw(model, lr: float, weight_decay: float):
 
 
 def _prompt_format(dec: LlmDecomposer, toks: PromptTokens) -> dict[str, Any]:
-    return {"prompt": "magicselector.stages.decompose.build_prefix() + build_suffix(query, history, "
+    return {"prompt": f"magicselector.stages.decompose.prompt_prefix({toks.prompt!r}) + build_suffix(query, history, "
                       f"history_turns={dec.history_turns})",
-            "prefix_sha256": hashlib.sha256(runtime_prefix().encode("utf-8")).hexdigest(),
+            "style": toks.prompt,
+            "prefix_sha256": hashlib.sha256(runtime_prefix(toks.prompt).encode("utf-8")).hexdigest(),
             "prefix_tokens": len(toks.prefix_ids), "target": "gold task texts joined by newlines + "
             f"{toks.tokenizer.convert_ids_to_tokens(toks.end_id)}", "runtime": runtime_settings(dec)}
 
@@ -501,6 +512,9 @@ class DecomposerSFTConfig:
       checkpoint. lora_alpha: the adapters' scale numerator.
     max_seconds: stop after the step that passes this wall-clock budget (the schedule still spans
       ``steps``; the summary records the steps run).
+    prompt: the runtime prompt trained on: ``few_shot`` (the instruction model's) or ``zero_shot``
+      (the system prompt alone: a fine-tuned model needs no examples, and the prompt is a quarter of
+      the tokens); recorded in ``train_config.json``, from where ``export`` carries it to the bundle.
     """
 
     seed: int = 0
@@ -518,12 +532,14 @@ class DecomposerSFTConfig:
     lora_rank: int = 0
     lora_alpha: float = 32.0
     max_seconds: float | None = None
+    prompt: str = "few_shot"
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
             if not cond:
                 raise InputError(f"DecomposerSFTConfig: {msg}")
 
+        need(self.prompt in PROMPT_STYLES, f"prompt must be one of {PROMPT_STYLES}, got {self.prompt!r}")
         need(self.steps is None or self.steps >= 1, "steps must be >= 1")
         need(self.epochs >= 1, "epochs must be >= 1")
         need(self.batch_size >= 1, "batch_size must be >= 1")
@@ -635,7 +651,7 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
         model, tokenizer = _load_lm(base, progress)
         model.to(device)
         trainable = _with_lora(model, config)
-        toks = PromptTokens(tokenizer)
+        toks = PromptTokens(tokenizer, config.prompt)
         examples, too_long = _fits(examples, toks, dec)
         if not examples:
             raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
@@ -1093,7 +1109,7 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
         for p in ref.parameters():
             p.requires_grad_(False)
         model.eval()  # dropout off: the ratio of the first update is exactly 1
-        toks = PromptTokens(tokenizer)
+        toks = PromptTokens(tokenizer, checkpoint_prompt(sft_dir))
         examples, too_long = _fits(examples, toks, dec)
         if not examples:
             raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")

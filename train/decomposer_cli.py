@@ -13,7 +13,7 @@ from magicselector.errors import InputError
 
 _GRPO_ONLY = ("group_size", "kl_coef", "clip", "max_new_tokens", "temperature", "updates", "prompts_per_step",
               "pref_embed", "bundle")
-_SFT_ONLY = ("epochs", "batch_size")
+_SFT_ONLY = ("epochs", "batch_size", "prompt")
 
 
 def _flag(name: str) -> str:
@@ -32,7 +32,7 @@ def cmd_train_decomposer(args: argparse.Namespace) -> int:
     if args.stage == "sft":
         from .decomposer import DecomposerSFTConfig, train_decomposer_sft
 
-        fields = {**common, "epochs": args.epochs, "batch_size": args.batch_size}
+        fields = {**common, "epochs": args.epochs, "batch_size": args.batch_size, "prompt": args.prompt}
         config = DecomposerSFTConfig(**{k: v for k, v in fields.items() if v is not None})
         summary = train_decomposer_sft(args.base_model, args.data, args.out, config, progress=not args.quiet,
                                        overwrite=args.force)
@@ -79,6 +79,9 @@ def add_decomposer_parser(train_subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--threads", type=int, help="torch threads")
     sp.add_argument("--epochs", type=int, help="sft: passes over the data when --steps is not given")
     sp.add_argument("--batch-size", type=int, help="sft: examples per step")
+    sp.add_argument("--prompt", choices=["few_shot", "zero_shot"],
+                    help="sft: the runtime prompt to train on (default few_shot; zero_shot: the system prompt "
+                         "alone, a quarter of the tokens); grpo uses the SFT checkpoint's")
     sp.add_argument("--group-size", type=int, help="grpo: samples per turn (B)")
     sp.add_argument("--prompts-per-step", type=int, help="grpo: turns per sampled batch")
     sp.add_argument("--updates", type=int, help="grpo: policy updates per sampled batch")
