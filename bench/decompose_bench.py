@@ -46,17 +46,18 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def run(turns: int = 16, threads: int = 2, model: str | None = None, n_ctx: int = 2048) -> dict[str, Any]:
+def run(turns: int = 16, threads: int = 2, model: str | None = None, n_ctx: int = 2048,
+        prompt: str = "few_shot") -> dict[str, Any]:
     rss0 = _status_kb("VmRSS")
     t0 = time.perf_counter()
-    dec = LlmDecomposer(model, threads=threads, n_ctx=n_ctx)
+    dec = LlmDecomposer(model, threads=threads, n_ctx=n_ctx, prompt=prompt)
     runner = dec.load()
     load_s = time.perf_counter() - t0
     workload = [TURNS[i % len(TURNS)] for i in range(turns)]
     # one warm-up call so that first-call allocations do not land in either series
     runner.generate(build_suffix(*workload[0][:1], []), grammar=dec.grammar, max_tokens=4)
     out: dict[str, Any] = {
-        "model": str(runner.path), "threads": threads, "n_ctx": n_ctx, "turns": turns,
+        "model": str(runner.path), "prompt": prompt, "threads": threads, "n_ctx": n_ctx, "turns": turns,
         "load_s": round(load_s, 3), "model_load_ms": round(runner.load_ms, 1),
         "prefix_tokens": runner.prefix_tokens, "prefix_eval_ms": round(runner._prefix_ms, 1),
         "extra_buffers": runner.extra_buffers,
@@ -99,9 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--model", help="a GGUF file (default: the pinned Qwen2.5-Coder-0.5B Q4_K_M)")
     p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--prompt", choices=["few_shot", "zero_shot"], default="few_shot",
+                   help="the decomposer prompt (zero_shot for a model trained with it)")
     p.add_argument("--json", metavar="OUT", help="also write the report here")
     args = p.parse_args(argv)
-    report = run(args.turns, args.threads, args.model, args.ctx)
+    report = run(args.turns, args.threads, args.model, args.ctx, args.prompt)
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:

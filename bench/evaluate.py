@@ -254,6 +254,8 @@ def _counterfactual_row(q: Query, sel, raw, selector: Selector, k: int) -> dict[
         "subtasks": list(sel.subtasks), "decompose_ms": sel.timings_ms.get("decompose", 0.0),
         "ran": getattr(getattr(selector.decomposer, "last", None), "ran", "") or selector.decomposer.name,
     }
+    if row["ran"] == "llm":
+        row["duplicate_rate"] = _duplicate_line_rate(getattr(selector.decomposer.last, "raw", "") or "")
     tasks = q.extra.get("tasks")
     if isinstance(tasks, list) and tasks:
         row["gold_tasks"] = len(tasks)
@@ -263,6 +265,15 @@ def _counterfactual_row(q: Query, sel, raw, selector: Selector, k: int) -> dict[
             union.update(ids)
         row["subtask_complete"] = float(set(q.gold) <= union)
     return row
+
+
+def _duplicate_line_rate(text: str) -> float:
+    """Share of the LLM's output lines that repeat an earlier line (case and spacing ignored): the
+    paper's reward-hacking signal (section 6.6); the runtime's parser stops at the first repeat, so
+    this reads the raw text."""
+    lines = [" ".join(line.lower().split()) for line in text.split("\n")]
+    lines = [line for line in lines if line]
+    return (len(lines) - len(set(lines))) / len(lines) if lines else 0.0
 
 
 def _counterfactual(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
@@ -286,6 +297,9 @@ def _counterfactual(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
         "decompose_ms_p50": float(np.percentile(ms, 50)),
         "decompose_ms_p90": float(np.percentile(ms, 90)),
         "llm_share": mean(float(r.get("ran") == "llm") for r in rows),
+        # over the turns the LLM decomposed (0 when it decomposed none)
+        "duplicate_rate": mean(r["duplicate_rate"] for r in rows if "duplicate_rate" in r)
+        if any("duplicate_rate" in r for r in rows) else 0.0,
     }
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from .bundle import Bundle, ensure_default_bundle
 from .catalog import Catalog, Tool, load_catalog, tool_text
 from .config import SelectorConfig
-from .dialogue import validate_history, validate_query
+from .dialogue import retrieval_text, validate_history, validate_query
 from .errors import BundleError
 from .stages.cut import Cut, apply_cut, cut_per_list
 from .stages.decompose import Decomposer, PassthroughDecomposer, build_decomposer
@@ -171,8 +171,13 @@ class Selector:
             timer.ms["decompose_load"] = llm.load_ms
             timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - llm.load_ms)
 
-        # The plain utterance is always retrieved too, as the anchor list (ToolQP).
-        texts = list(dict.fromkeys([query, *subtasks]))
+        # The plain utterance is always retrieved too, as the anchor list (ToolQP). With a history
+        # mode, a decomposing Selector also retrieves the history-folded utterance as one more list
+        # (what the passthrough's single sub-task is without decomposition).
+        extra = []
+        if self.config.decompose != "none" and self.config.history != "none" and turns:
+            extra.append(retrieval_text(query, turns, self.config.history, self.config.history_turns))
+        texts = list(dict.fromkeys([query, *subtasks, *extra]))
         vectors = self.embedder.embed(texts)
         t = timer.lap("embed", t)
 

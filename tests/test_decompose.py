@@ -218,3 +218,21 @@ def test_selector_reports_decomposer_and_subtasks(selector):
     assert per.ranked_ids[:per.k] == per.ids
     assert selector.with_config(decompose="auto").decomposer.name == "auto"
     assert selector.select("wake me up").decomposer == "none"
+
+
+@pytest.mark.slow
+def test_decomposing_selector_adds_the_history_folded_list(selector):
+    """With a history mode, a decomposing Selector retrieves the utterance, its sub-tasks and the
+    history-folded utterance (the passthrough's text): the dialogue reaches retrieval even when the
+    rules or the gate leave the turn alone."""
+    history = [{"role": "user", "content": "turn on bluetooth"}, {"role": "assistant", "content": "Done."}]
+    plain = selector.with_config(decompose="rules").select("turn it off", history)
+    folded = selector.with_config(decompose="rules", history="user").select("turn it off", history)
+    base = [t for t, _, _ in plain.lists]
+    assert base == list(dict.fromkeys(["turn it off", *plain.subtasks]))
+    texts = [t for t, _, _ in folded.lists]
+    assert texts[:-1] == base and texts[-1] == "turn it off | turn on bluetooth"
+    assert folded.subtasks == plain.subtasks  # the extra list is retrieval context, not a sub-task
+    # no history, no extra list
+    alone = selector.with_config(decompose="rules", history="user").select("turn it off")
+    assert [t for t, _, _ in alone.lists] == list(dict.fromkeys(["turn it off", *alone.subtasks]))

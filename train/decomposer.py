@@ -3,9 +3,11 @@
 Data: the generated mobile benchmark's turns (``magicselector generate``), whose rows carry
 ``tasks`` = [{text, tool}], the gold atomic tasks of the turn. One training example is
 
-    prompt = the runtime's own prompt for the turn: ``build_prefix()`` (system prompt and few-shot
-             examples, ChatML) + ``build_suffix(query, history, history_turns)`` (the dialogue, the
-             request, then ``<|im_start|>assistant\\n``), exactly as ``LlmDecomposer`` feeds llama.cpp;
+    prompt = the runtime's own prompt for the turn: ``prompt_prefix(style)`` (the system prompt with
+             the few-shot examples for ``few_shot``, or a one-sentence task statement for
+             ``zero_shot``; ChatML) + ``build_suffix(query, history, history_turns)`` (the dialogue,
+             the request, then ``<|im_start|>assistant\\n``), exactly as ``LlmDecomposer(prompt=style)``
+             feeds llama.cpp;
     target = the gold task texts, one per line, then the end-of-turn token (``<|im_end|>``, at which
              llama.cpp stops generating).
 
@@ -43,6 +45,16 @@ The policy loss (eq. 8, per token, as in DeepSeekMath's GRPO)::
 
 with ``updates_per_batch`` AdamW steps per sampled batch (pi_old is the policy that sampled it).
 Log-probabilities use the sampling temperature (logits / T), as the samples were drawn from it.
+
+``zero_shot`` (``DecomposerSFTConfig.prompt``) makes training affordable on a CPU: the prompt is ~40
+tokens instead of 612, and the trained model needs no examples at run time either. The style is
+recorded in ``train_config.json`` (``prompt_format.style``); GRPO reuses the SFT checkpoint's, and
+``export`` carries it into the bundle manifest, from which ``Selector.from_bundle`` builds the
+decomposer with it.
+
+Both stages run on ``device`` (``cpu``, ``cuda``, ``auto``), can train LoRA adapters instead of every
+weight (``lora_rank``; ``train/lora.py``: the adapter is saved in ``adapter/`` and merged into the
+saved checkpoint) and stop on a wall-clock budget (``max_seconds``).
 
 Both stages write a Hugging Face checkpoint (``save_pretrained`` of model and fast tokenizer) that
 ``magicselector export`` converts to GGUF as it is, ``training_log.csv`` and ``train_config.json``;
