@@ -466,3 +466,21 @@ def test_zero_shot_prompt_is_shared_by_training_runtime_and_export(data, tiny_lm
         LlmDecomposer(prompt="chatty")
     with pytest.raises(InputError, match="decomposer_prompt"):
         SelectorConfig(decomposer_prompt="chatty")
+
+
+def test_plot_draws_sft_and_grpo_curves(tmp_path):
+    pytest.importorskip("matplotlib")
+    from magicselector.train.plots import plot_training_logs, read_log, trailing_mean
+
+    assert trailing_mean(np.array([1.0, 3.0, 5.0]), 2).tolist() == [1.0, 2.0, 4.0]
+    sft, grpo = tmp_path / "sft", tmp_path / "grpo"
+    sft.mkdir()
+    grpo.mkdir()
+    (sft / "training_log.csv").write_text("step,loss,lr,seconds,tokens\n1,2.0,1e-4,1.0,10\n2,1.5,1e-4,2.0,10\n")
+    (grpo / "training_log.csv").write_text("step,reward,r_cf,r_pref,dup_rate,kl\n1,0.1,0.0,0.2,0.0,0.0\n"
+                                           "2,0.3,0.1,0.4,0.5,0.01\n")
+    assert read_log(grpo)["kl"].tolist() == [0.0, 0.01]
+    out = plot_training_logs([sft, grpo], tmp_path / "curves.png")
+    assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(InputError, match="no training_log.csv"):
+        plot_training_logs([tmp_path], tmp_path / "x.png")

@@ -48,6 +48,13 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_plot(args: argparse.Namespace) -> int:
+    from .plots import plot_training_logs
+
+    print(plot_training_logs(args.runs, args.out, window=args.window))
+    return 0
+
+
 def register(subparsers) -> None:
     """Add ``train`` (with ``train reranker`` and ``train embedder``) to the ``magicselector``
     command's subparsers."""
@@ -118,3 +125,9 @@ def register(subparsers) -> None:
 
     add_decomposer_parser(tsub)
     add_merge_lora_parser(tsub)
+
+    sp = tsub.add_parser("plot", help="draw training curves (loss; GRPO rewards, KL, duplicate rate) from run folders")
+    sp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="folders holding a training_log.csv")
+    sp.add_argument("--out", required=True, help="image file to write (.png)")
+    sp.add_argument("--window", type=int, default=10, help="steps in the trailing mean (default 10)")
+    sp.set_defaults(func=cmd_train_plot)
