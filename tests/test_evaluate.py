@@ -33,3 +33,11 @@ def test_hybrid_and_history(bundle_dir, tiny_benchmark):
                       progress=False)
     assert 0.0 <= hybrid["overall"]["ndcg@5"] <= 1.0
     assert 1 <= hybrid["overall"]["mean_k"] <= 6
+
+
+def test_duplicate_line_rate_reads_the_raw_llm_text():
+    from magicselector.bench.evaluate import _duplicate_line_rate
+
+    assert _duplicate_line_rate("turn on wifi\nplay jazz") == 0.0
+    assert _duplicate_line_rate("turn on wifi\n Turn  on WiFi \nturn on wifi\n\nplay jazz") == pytest.approx(0.5)
+    assert _duplicate_line_rate("") == 0.0
