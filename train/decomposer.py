@@ -829,6 +829,29 @@ def _per_sequence_mean(values: torch.Tensor, rows: torch.Tensor, n: int) -> torc
     return sums / counts.clamp(min=1)
 
 
+def _fused_retriever(search: Callable[[list[str]], list], cache_size: int) -> TaskRetriever:
+    """``retrieve(texts)``: one ranked list per distinct non-blank text (``search(texts)`` gives
+    ``RankedList``s; each text is searched once and cached), fused by peak rank when there are
+    several, as ``Selector.select`` fuses before its rerank and cut."""
+    from magicselector.stages.fuse import peak_rank_fusion
+
+    cache: dict[str, Any] = {}
+
+    def retrieve(texts: Sequence[str]) -> list[str]:
+        texts = list(dict.fromkeys(t for t in texts if t and t.strip()))
+        if not texts:
+            return []
+        missing = [t for t in texts if t not in cache]
+        if missing:
+            if len(cache) + len(missing) > cache_size:
+                cache.clear()
+            cache.update(zip(missing, search(missing)))
+        lists = [cache[t] for t in texts]
+        return list(lists[0].ids) if len(lists) == 1 else list(peak_rank_fusion(lists).ids)
+
+    return retrieve
+
+
 def product_retriever(catalog, bundle: str | Path | None = None, candidates: int = 30, selector=None,
                       cache_size: int = 100_000) -> TaskRetriever:
     """The product's retrieval of a turn's texts over ``catalog``: the bundle's dense embedder and
@@ -838,27 +861,16 @@ def product_retriever(catalog, bundle: str | Path | None = None, candidates: int
     from magicselector.bench.evaluate import selector_for_catalog
     from magicselector.config import SelectorConfig
     from magicselector.selector import Selector
-    from magicselector.stages.fuse import RankedList, peak_rank_fusion
+    from magicselector.stages.fuse import RankedList
 
     base = selector if selector is not None else Selector.from_bundle(bundle, progress=True)
     sel = selector_for_catalog(base, catalog, SelectorConfig(candidates=candidates))
-    cache: dict[str, RankedList] = {}
 
-    def retrieve(texts: Sequence[str]) -> list[str]:
-        texts = list(dict.fromkeys(t for t in texts if t and t.strip()))
-        if not texts:
-            return []
-        missing = [t for t in texts if t not in cache]
-        if missing:
-            if len(cache) + len(missing) > cache_size:
-                cache.clear()
-            vecs = sel.embedder.embed(missing)
-            for t, (ids, scores) in zip(missing, sel.index.search(vecs, candidates)):
-                cache[t] = RankedList(list(ids), [float(s) for s in scores])
-        lists = [cache[t] for t in texts]
-        return list(lists[0].ids) if len(lists) == 1 else list(peak_rank_fusion(lists).ids)
+    def search(texts: list[str]) -> list:
+        return [RankedList(list(ids), [float(s) for s in scores])
+                for ids, scores in sel.index.search(sel.embedder.embed(texts), candidates)]
 
-    return retrieve
+    return _fused_retriever(search, cache_size)
 
 
 def embedding_retriever(catalog, embed: Callable[[list[str]], np.ndarray], candidates: int = 30,
@@ -867,7 +879,7 @@ def embedding_retriever(catalog, embed: Callable[[list[str]], np.ndarray], candi
     over ``catalog``'s tool texts (``catalog.tool_text``, as the bundle's index embeds them): e.g. the
     FP32 PyTorch MiniLM on an accelerator, where the bundle's INT8 ONNX model is not at hand. One
     list of ``candidates`` tools per text, fused by peak rank when there are several."""
-    from magicselector.stages.fuse import RankedList, peak_rank_fusion
+    from magicselector.stages.fuse import RankedList
 
     from .reranker import _tool_texts
 
@@ -875,24 +887,14 @@ def embedding_retriever(catalog, embed: Callable[[list[str]], np.ndarray], candi
     ids = list(catalog.ids)
     tool_vecs = np.asarray(embed([texts_by_id[t] for t in ids]), dtype=np.float32)
     width = min(candidates, len(ids))
-    cache: dict[str, RankedList] = {}
 
-    def retrieve(texts: Sequence[str]) -> list[str]:
-        texts = list(dict.fromkeys(t for t in texts if t and t.strip()))
-        if not texts:
-            return []
-        missing = [t for t in texts if t not in cache]
-        if missing:
-            if len(cache) + len(missing) > cache_size:
-                cache.clear()
-            sims = np.asarray(embed(missing), dtype=np.float32) @ tool_vecs.T
-            order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
-            for t, row, sim in zip(missing, order, sims):
-                cache[t] = RankedList([ids[int(j)] for j in row], [float(sim[int(j)]) for j in row])
-        lists = [cache[t] for t in texts]
-        return list(lists[0].ids) if len(lists) == 1 else list(peak_rank_fusion(lists).ids)
+    def search(texts: list[str]) -> list:
+        sims = np.asarray(embed(texts), dtype=np.float32) @ tool_vecs.T
+        order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
+        return [RankedList([ids[int(j)] for j in row], [float(sim[int(j)]) for j in row])
+                for row, sim in zip(order, sims)]
 
-    return retrieve
+    return _fused_retriever(search, cache_size)
 
 
 @dataclass
