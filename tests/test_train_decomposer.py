@@ -484,3 +484,14 @@ def test_plot_draws_sft_and_grpo_curves(tmp_path):
     assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(InputError, match="no training_log.csv"):
         plot_training_logs([tmp_path], tmp_path / "x.png")
+
+
+def test_product_retriever_uses_the_bundle_and_fuses(data, selector):
+    from magicselector.bench.datasets import load_benchmark
+    from magicselector.train.decomposer import product_retriever
+
+    retrieve = product_retriever(load_benchmark(data).catalog, candidates=6, selector=selector)
+    assert retrieve(["turn on bluetooth"])[0] == "bluetooth_toggle"
+    fused = retrieve(["turn on bluetooth", "play some jazz"])
+    assert set(fused[:2]) == {"bluetooth_toggle", "play_music"} and len(fused) == 6
+    assert retrieve([""]) == []
