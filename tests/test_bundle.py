@@ -67,3 +67,26 @@ def test_not_a_bundle(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "magicselector-bundle", "format_version": 99}))
     with pytest.raises(BundleError, match="format version"):
         Bundle.open(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_bundles_decomposer_and_its_prompt_are_the_selectors(tmp_path, bundle_dir, home):
+    """A bundle with a decomposer section: Selector.from_bundle decomposes with that GGUF and the
+    prompt style its manifest records, unless the config names another model."""
+    from magicselector import Selector, SelectorConfig, load_catalog
+    from magicselector.export.bundle import build_bundle
+
+    fake_gguf = tmp_path / "trained.gguf"
+    fake_gguf.write_bytes(b"GGUF" + bytes(64))  # loaded lazily: never read here
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    out = tmp_path / "with_decomposer"
+    build_bundle(out, embedder_onnx=bundle_dir / "embedder" / "model.onnx",
+                 tokenizer_file=bundle_dir / "embedder" / "tokenizer.json",
+                 catalog=load_catalog(bundle_dir / "catalog.jsonl"), embedder_meta=manifest["embedder"],
+                 decomposer={"gguf": fake_gguf, "meta": {"format": "gguf", "prompt": "zero_shot"}, "golden": []},
+                 log=lambda m: None)
+    sel = Selector.from_bundle(out, config=SelectorConfig(decompose="llm"))
+    assert sel.config.decomposer_model == str(out / "decomposer" / "model.gguf")
+    assert sel.decomposer.model_path == sel.config.decomposer_model and sel.decomposer.prompt == "zero_shot"
+    mine = Selector.from_bundle(out, config=SelectorConfig(decompose="llm", decomposer_model="/x/other.gguf"))
+    assert mine.decomposer.model_path == "/x/other.gguf" and mine.decomposer.prompt == "few_shot"
