@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from magicselector.dialogue import Turn
-from magicselector.stages.decompose import LlmDecomposer, build_suffix
+from magicselector.stages.decompose import PROMPT_STYLES, LlmDecomposer, build_suffix
 
 TURNS: list[tuple[str, list[tuple[str, str]], int]] = [  # (utterance, history, gold task count)
     ("what's the weather in Berlin tomorrow and play some jazz", [], 2),
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--model", help="a GGUF file (default: the pinned Qwen2.5-Coder-0.5B Q4_K_M)")
     p.add_argument("--ctx", type=int, default=2048)
-    p.add_argument("--prompt", choices=["few_shot", "zero_shot"], default="few_shot",
+    p.add_argument("--prompt", choices=PROMPT_STYLES, default="few_shot",
                    help="the decomposer prompt (zero_shot for a model trained with it)")
     p.add_argument("--json", metavar="OUT", help="also write the report here")
     args = p.parse_args(argv)

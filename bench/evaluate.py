@@ -271,9 +271,9 @@ def _duplicate_line_rate(text: str) -> float:
     """Share of the LLM's output lines that repeat an earlier line (case and spacing ignored): the
     paper's reward-hacking signal (section 6.6); the runtime's parser stops at the first repeat, so
     this reads the raw text."""
-    lines = [" ".join(line.lower().split()) for line in text.split("\n")]
-    lines = [line for line in lines if line]
-    return (len(lines) - len(set(lines))) / len(lines) if lines else 0.0
+    from magicselector.train.rewards import duplicate_task_rate  # numpy only
+
+    return duplicate_task_rate([line for line in text.split("\n") if line.strip()])
 
 
 def _counterfactual(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
@@ -298,8 +298,7 @@ def _counterfactual(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
         "decompose_ms_p90": float(np.percentile(ms, 90)),
         "llm_share": mean(float(r.get("ran") == "llm") for r in rows),
         # over the turns the LLM decomposed (0 when it decomposed none)
-        "duplicate_rate": mean(r["duplicate_rate"] for r in rows if "duplicate_rate" in r)
-        if any("duplicate_rate" in r for r in rows) else 0.0,
+        "duplicate_rate": mean(r["duplicate_rate"] for r in rows if "duplicate_rate" in r),
     }
 
 

@@ -359,7 +359,9 @@ def checkpoint_prompt_style(checkpoint: str | Path) -> str:
         except (ValueError, AttributeError):
             raise ExportError(f"{info}: not a JSON object") from None
         if style is not None:
-            if style not in ("few_shot", "zero_shot"):
+            from magicselector.stages.decompose import PROMPT_STYLES
+
+            if style not in PROMPT_STYLES:
                 raise ExportError(f"{info}: unknown prompt style {style!r}")
             return style
     return "few_shot"

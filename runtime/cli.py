@@ -14,14 +14,20 @@ from .errors import InputError, MagicSelectorError
 DEMO_FILE = Path(__file__).resolve().parent / "demo" / "dialogue.json"
 
 
+def _cut(rule: str, k_min: int, k_max: int, range_margin: float | None, **more: Any):
+    """The shipped cut (``DEFAULT_CUT``) with the rule and bounds the flags give."""
+    from .config import DEFAULT_CUT
+
+    return replace(DEFAULT_CUT, rule=rule, k_min=k_min, k_max=k_max,
+                   **({} if range_margin is None else {"range_margin": range_margin}), **more)
+
+
 def _selector(args: argparse.Namespace, **config: Any):
     from .config import DEFAULT_CUT, SelectorConfig
     from .selector import Selector
 
-    margin = getattr(args, "range_margin", None)
-    cut = replace(DEFAULT_CUT, rule=getattr(args, "cut", DEFAULT_CUT.rule), k_min=getattr(args, "k_min", 1),
-                  k_max=getattr(args, "k_max", 20), fixed_k=getattr(args, "k", 10),
-                  **({} if margin is None else {"range_margin": margin}))
+    cut = _cut(getattr(args, "cut", DEFAULT_CUT.rule), getattr(args, "k_min", 1), getattr(args, "k_max", 20),
+               getattr(args, "range_margin", None), fixed_k=getattr(args, "k", 10))
     decomposition = {k: getattr(args, a) for k, a in (("decompose", "decompose"), ("decomposer_model", "decomposer_model"),
                                                        ("decomposer_prompt", "decomposer_prompt"),
                                                        ("decompose_deadline_ms", "deadline_ms"),
@@ -117,11 +123,8 @@ def cmd_bundle_verify(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from magicselector.bench.evaluate import EvalConfig, evaluate, format_report
 
-    from .config import DEFAULT_CUT
-
     config = EvalConfig(k=args.k, adaptive=args.adaptive, history=args.history, retriever=args.retriever,
-                        cut=replace(DEFAULT_CUT, rule=args.cut_rule, k_min=args.k_min, k_max=args.k_max,
-                                    **({} if args.range_margin is None else {"range_margin": args.range_margin})),
+                        cut=_cut(args.cut_rule, args.k_min, args.k_max, args.range_margin),
                         limit=args.limit,
                         decompose=args.decompose, fusion=args.fusion, cut_scope=args.cut_scope,
                         decompose_deadline_ms=args.deadline_ms, llm_threads=args.llm_threads,
@@ -148,6 +151,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .config import DEFAULT_CUT
     from .stages.cut import CUT_RULES
+    from .stages.decompose import PROMPT_STYLES
 
     p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -172,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sub-task decomposition: none, rules (no model), llm (GGUF), auto (gated LLM, deadline)")
         sp.add_argument("--decomposer-model", help="a GGUF file for the LLM decomposer (default: the bundle's, else "
                                                    "the pinned Qwen2.5 0.5B)")
-        sp.add_argument("--decomposer-prompt", choices=["few_shot", "zero_shot"],
+        sp.add_argument("--decomposer-prompt", choices=PROMPT_STYLES,
                         help="the decomposer's prompt: few_shot (an instruction model, the default) or zero_shot "
                              "(a model trained with `train decomposer --prompt zero_shot`)")
         sp.add_argument("--deadline-ms", type=float, default=1500.0, help="auto: LLM latency budget per turn")

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from .errors import InputError
 from .stages.cut import CutConfig
+from .stages.decompose import PROMPT_STYLES
 
 HISTORY_MODES = ("none", "user", "all")
 # The shipped cut: keep the tools within 82.5 % of the score range of the list's first 15 below the
@@ -78,7 +79,7 @@ class SelectorConfig:
             raise InputError("decompose_deadline_ms must be > 0 (or None for no deadline)")
         if self.llm_threads < 1 or self.llm_ctx < 256:
             raise InputError("llm_threads must be >= 1 and llm_ctx >= 256")
-        if self.decomposer_prompt not in ("few_shot", "zero_shot"):
-            raise InputError(f"decomposer_prompt must be 'few_shot' or 'zero_shot', got {self.decomposer_prompt!r}")
+        if self.decomposer_prompt not in PROMPT_STYLES:
+            raise InputError(f"decomposer_prompt must be one of {PROMPT_STYLES}, got {self.decomposer_prompt!r}")
         if self.cut_scope not in ("fused", "subtask"):
             raise InputError(f"cut_scope must be 'fused' or 'subtask', got {self.cut_scope!r}")

@@ -88,7 +88,16 @@ from magicselector.dialogue import Turn, validate_history
 from magicselector.errors import InputError
 from magicselector.stages.decompose import PROMPT_STYLES, LlmDecomposer, build_suffix, parse_tasks, prompt_prefix
 
-from .reranker import _linear_schedule, _Progress, _save_checkpoint, _seed_all, _sha256, training_versions
+from .reranker import (
+    DEVICES,
+    _linear_schedule,
+    _Progress,
+    _save_checkpoint,
+    _seed_all,
+    _sha256,
+    torch_device,
+    training_versions,
+)
 from .rewards import (
     CounterfactualReward,
     PreferenceScorer,
@@ -569,19 +578,6 @@ def _check_run_options(config, need) -> None:
     need(config.lora_rank >= 0, "lora_rank must be >= 0 (0: full fine-tuning)")
     need(config.lora_alpha > 0, "lora_alpha must be > 0")
     need(config.max_seconds is None or config.max_seconds > 0, "max_seconds must be > 0")
-
-
-DEVICES = ("cpu", "cuda", "auto")
-
-
-def torch_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``auto`` (cuda when available) as a torch device; asking for cuda
-    without one is an error, not a silent CPU run."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise InputError("device cuda: torch sees no CUDA device (use --device cpu or auto)")
-    return torch.device(name)
 
 
 def _autocast(config, device: torch.device):

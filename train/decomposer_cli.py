@@ -79,7 +79,9 @@ def add_decomposer_parser(train_subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--threads", type=int, help="torch threads")
     sp.add_argument("--epochs", type=int, help="sft: passes over the data when --steps is not given")
     sp.add_argument("--batch-size", type=int, help="sft: examples per step")
-    sp.add_argument("--prompt", choices=["few_shot", "zero_shot"],
+    from magicselector.stages.decompose import PROMPT_STYLES
+
+    sp.add_argument("--prompt", choices=PROMPT_STYLES,
                     help="sft: the runtime prompt to train on (default few_shot; zero_shot: the system prompt "
                          "alone, a quarter of the tokens); grpo uses the SFT checkpoint's")
     sp.add_argument("--group-size", type=int, help="grpo: samples per turn (B)")

@@ -69,6 +69,7 @@ from magicselector.errors import InputError
 from magicselector.stages.embed import TextTokenizer
 from magicselector.train.embedder_losses import info_nce, mine_embedder_negatives
 from magicselector.train.reranker import (
+    DEVICES,
     TrainQuery,
     _linear_schedule,
     _loss_summary,
@@ -79,6 +80,7 @@ from magicselector.train.reranker import (
     _tool_texts,
     default_base_model,
     prepare_training_data,
+    torch_device,
     training_versions,
 )
 
@@ -166,7 +168,7 @@ class EmbedderTrainConfig:
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
         need(self.encode_batch_size >= 1, "encode_batch_size must be >= 1")
         need(self.probe_items >= 0, "probe_items must be >= 0")
-        need(self.device in ("cpu", "cuda", "auto"), f"device must be cpu, cuda or auto, got {self.device!r}")
+        need(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,8 +476,6 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
         from transformers import AutoTokenizer
 
         base = config.base_model or default_base_model()
-        from .decomposer import torch_device
-
         _seed_all(config.seed)
         device = torch_device(config.device)
         model = load_embedder(base, config.layers, progress).to(device)

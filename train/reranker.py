@@ -458,6 +458,19 @@ def _candidate_pools(queries: list[TrainQuery], benches: list[Benchmark], retrie
 # ---------------------------------------------------------------------------------------------
 # training
 # ---------------------------------------------------------------------------------------------
+DEVICES = ("cpu", "cuda", "auto")
+
+
+def torch_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available) as a torch device; asking for cuda
+    without one is an error, not a silent CPU run."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("device cuda: torch sees no CUDA device (use --device cpu or auto)")
+    return torch.device(name)
+
+
 def _seed_all(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2 ** 32))
