@@ -13,7 +13,7 @@ from magicselector.dialogue import Turn
 from magicselector.errors import ModelError
 from magicselector.stages import llm as L
 from magicselector.stages.decompose import (GatedDecomposer, LlmDecomposer, RuleDecomposer, build_prefix,
-                                            parse_tasks, split_clauses)
+                                            is_request, parse_tasks, split_clauses)
 
 # Resolved at import (collection), before conftest's session fixture points MAGICSELECTOR_HOME at
 # a temporary folder, so the assembled model is reused across sessions.
@@ -189,6 +189,35 @@ def test_missing_or_short_part_names_the_package():
 def test_rule_clause_split(query, expected):
     assert split_clauses(query) == expected
     assert RuleDecomposer().decompose(query, []) == expected
+
+
+@pytest.mark.parametrize("clause,asks", [
+    ("block my card", True), ("What's the weather in Paris?", True), ("I need a cab to the airport", True),
+    ("First, could you sort these lists", True), ("I initially invested $5000", False),
+    ("Imagine you are a drone operator", False), ("The bank offers an annual interest rate of 2.5%", False),
+    ("My sister already paid", False), ("Lastly, my friend is joining from Tokyo", False),
+])
+def test_request_or_context(clause, asks):
+    assert is_request(clause) is asks
+
+
+def test_rule_tasks_are_requests_with_their_context():
+    rules = RuleDecomposer()
+    # context sentences join the request after them, not tasks of their own
+    assert rules.decompose("I'm planning a trip to Sydney. Can you recommend a hotel? Also, are there cooking "
+                           "classes in the city?", []) == [
+        "I'm planning a trip to Sydney, Can you recommend a hotel?", "are there cooking classes in the city?"]
+    assert rules.decompose("My sister already paid, cancel the request, and also block my card.", []) == [
+        "My sister already paid, cancel the request", "block my card"]
+    # one request with details: left whole, a fragment would only repeat the anchor with less context
+    one = "Can you help me find a house in London? It needs to have laundry service."
+    assert rules.decompose(one, []) == [one]
+    two = "Imagine you are a drone operator. The drone is at (5, 7). Compute the distance to (10, 15)."
+    assert rules.decompose(two, []) == [two]
+    # quoted text is not split; an utterance quoted as a whole is; "First,"/"Lastly," are not tasks
+    assert rules.decompose('send an email to John saying "Hi John. Best, Alex" and call mom', []) == [
+        'send an email to John saying "Hi John. Best, Alex"', "call mom"]
+    assert rules.decompose('"First, set an alarm for 7. Lastly, call mom."', []) == ["set an alarm for 7", "call mom"]
 
 
 def test_rule_elliptical_carry_over():

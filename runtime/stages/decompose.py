@@ -4,9 +4,11 @@
   configured history mode.
 * ``RuleDecomposer`` (``rules``): no model. Splits compound commands at connectors ("and",
   "also", "then", ";", "oh and", sentence ends ...) only where the next clause starts like a new
-  request, never inside fixed phrases ("rock and roll"); resolves elliptical follow-ups
-  ("and for tomorrow?", "turn it off", "try again", an answer to the assistant's question) by
-  carrying the previous user request's subject.
+  request, never inside fixed phrases ("rock and roll") or quoted text; keeps only clauses that
+  ask for something as tasks and folds context clauses ("I invested $5000", "Imagine you are a
+  drone operator") into the request they belong to; resolves elliptical follow-ups ("and for
+  tomorrow?", "turn it off", "try again", an answer to the assistant's question) by carrying the
+  previous user request's subject. A turn with one request and nothing to resolve stays whole.
 * ``LlmDecomposer`` (``llm``): a small instruction model (GGUF via llama.cpp) prompted after the
   MagicSelector paper's Appendix A task decomposition prompt: resolve pronouns and omissions
   from the dialogue, split compound commands, one task per line. Output is bounded by a grammar
@@ -127,6 +129,12 @@ def _norm(line: str) -> str:
 
 # -- rules -----------------------------------------------------------------------------------------
 
+# sequence words that open a clause only when a comma follows ("First, ...", "Lastly, ...")
+_SEQUENCE_WORDS = ("first", "firstly", "second", "secondly", "third", "thirdly", "fourth", "next", "finally",
+                   "lastly", "last", "afterwards", "moreover", "furthermore", "besides", "in addition",
+                   "one more thing", "on top of that", "additionally", "now")
+
+
 def _strip_fillers(clause: str) -> str:
     c = clause.strip(" ,;:.-")
     changed = True
@@ -138,6 +146,12 @@ def _strip_fillers(clause: str) -> str:
                 c = c[len(f):].strip(" ,;:.-")
                 changed = True
                 break
+        else:
+            for f in _SEQUENCE_WORDS:
+                if low.rstrip(".!") == f or low.startswith(f + ","):
+                    c = c[len(f):].strip(" ,;:.-")
+                    changed = True
+                    break
     return c
 
 
@@ -150,14 +164,49 @@ def _starts_request(text: str) -> bool:
     return _first_word(_strip_fillers(text)) in REQUEST_STARTS
 
 
+# Words that open a statement rather than a request: a subject (pronoun, determiner) or a scene
+# setter. A clause opening with one is context ("My sister already paid", "I invested $5000",
+# "Imagine you are a drone operator") unless it asks something anyway ("I need a cab", "...?").
+CONTEXT_STARTS = frozenset("""
+i i'm i've i'd i'll you you're you've he he's she she's it it's we we're we've they they're they've
+my your his her our their its the a an this that these those there there's here here's one
+if when whenever after before since because although though while given imagine assume suppose
+consider considering in on at as
+""".split())
+_REQUEST_PHRASE = re.compile(
+    r"\?\s*[\"'”’]?\s*$|\b(?:can|could|would|will) you\b|\bplease\b|\bhelp me\b|\b(?:i|you)(?:'d| would) (?:like|love)\b"
+    r"|\b(?:i|you) (?:want|need|wanna|have to|must)\b|\b(?:i'm|i am) (?:looking|trying|searching)\b|\blet me\b"
+    r"|\blet's\b", re.IGNORECASE)
+
+
+def is_request(clause: str) -> bool:
+    """Whether a clause asks for something (rather than giving context for a request)."""
+    text = _strip_fillers(clause).replace("’", "'")
+    if _first_word(text) not in CONTEXT_STARTS:
+        return True
+    return bool(_REQUEST_PHRASE.search(text))
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _HARD = re.compile(r"\s*;\s*|\s*,?\s*\boh,? and\b,?\s*|\s*,?\s*(?:\band\s+)?\b(?:then|after that|also|plus|as well as)\b,?\s+",
                    re.IGNORECASE)
 _AND = re.compile(r"(\s*,?\s+\band\b,?\s+|\s*,\s+)", re.IGNORECASE)
 
 
+_QUOTED = re.compile(r'"[^"\n]{1,400}"|“[^”\n]{1,400}”')
+
+
 def _protect(text: str) -> tuple[str, dict[str, str]]:
+    """Hide what must not be split (quoted text, fixed phrases with "and") behind placeholders."""
     saved: dict[str, str] = {}
+    stripped = text.strip()
+    if len(stripped) > 1 and stripped[0] in "\"“" and stripped[-1] in "\"”" and stripped.count('"') <= 2:
+        text = stripped[1:-1]  # an utterance wrapped in quotes as a whole
+    def hide(m: re.Match) -> str:
+        key = f"\x00{len(saved)}\x00"
+        saved[key] = m.group(0)
+        return key
+    text = _QUOTED.sub(hide, text)
     low = text.lower()
     for i, phrase in enumerate(FIXED_PHRASES):
         if " and " not in phrase:
@@ -283,13 +332,28 @@ class RuleDecomposer:
         return f"{prev.rstrip('?.! ')} {frag}".strip()
 
     def decompose(self, query: str, history: Sequence[Turn]) -> list[str]:
-        clauses = [c for c in split_clauses(query)]
-        resolved = []
-        for c in clauses:
-            r = self.resolve(c, history)
-            if content_words(r) and _norm(r) not in {_norm(x) for x in resolved}:
-                resolved.append(r)
-        return resolved[: self.max_tasks] or [query]
+        """The request clauses of an utterance, each with the context clauses before it (trailing
+        context joins the last request) and elliptical ones completed from the dialogue. An
+        utterance with at most one request and nothing resolved is left whole: the fragment would
+        only repeat the anchor query with less context."""
+        tasks: list[str] = []
+        context: list[str] = []
+        resolved_any = False
+        for clause in split_clauses(query):
+            task = self.resolve(clause, history)
+            if task == clause and not is_request(clause):
+                context.append(clause)
+                continue
+            resolved_any |= task != clause
+            if context:
+                task, context = ", ".join([*context, task]), []
+            if content_words(task) and _norm(task) not in {_norm(x) for x in tasks}:
+                tasks.append(task)
+        if context and tasks:
+            tasks[-1] = ", ".join([tasks[-1], *context])
+        if len(tasks) <= 1 and not resolved_any:
+            return [query]
+        return tasks[: self.max_tasks]
 
     def cues(self, query: str, history: Sequence[Turn]) -> dict[str, bool]:
         """What in a turn an LLM could help with (the gate's inputs)."""
