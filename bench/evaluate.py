@@ -238,8 +238,11 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
                    "tools": len(bench.catalog), "seconds": round(time.perf_counter() - t0, 2)},
     }
     if raw_selector is not None:
+        multi = [r for r in rows if len(set(r["gold"])) > 1]
         report["counterfactual"] = {**_counterfactual(rows, config.k),
-                                    "by_category": {c: _counterfactual(rs, config.k) for c, rs in sorted(by_cat.items())}}
+                                    "by_category": {c: _counterfactual(rs, config.k) for c, rs in sorted(by_cat.items())},
+                                    # the aim is stated on turns needing two or more tools
+                                    "multi_gold": _counterfactual(multi, config.k)}
         quality = _decomposition_quality(rows, config.k)
         if quality:
             report["decomposition"] = quality
@@ -354,6 +357,8 @@ def format_report(report: dict[str, Any]) -> str:
         for cat, m in cf.get("by_category", {}).items():
             if m:
                 lines.append(cline(cat[:22], m))
+        if cf.get("multi_gold"):
+            lines.append(cline("(2+ gold tools)", cf["multi_gold"]))
     dq = report.get("decomposition")
     if dq:
         lines.append("decomposition vs gold tasks: " + ", ".join(

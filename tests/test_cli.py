@@ -49,6 +49,24 @@ def test_eval_writes_the_json_contract(bundle_dir, tiny_benchmark, tmp_path, cap
     assert "ndcg@3" in json.loads(out.read_text())["overall"]
 
 
+def test_eval_counterfactual_report(bundle_dir, tiny_benchmark, tmp_path):
+    """eq. 4 both ways on every turn: the atom side is the report's own ranking, the shares add up,
+    and the two-or-more-gold-tools turns (the issue's aim) are reported apart."""
+    out = tmp_path / "cf.json"
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--k", "2", "--decompose", "rules",
+                 "--json", str(out), "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    cf = report["counterfactual"]
+    assert cf["queries"] == 4 and cf["ndcg_atom@2"] == pytest.approx(report["overall"]["ndcg@2"])
+    assert cf["mean_gain"] == pytest.approx(cf["ndcg_atom@2"] - cf["ndcg_raw@2"])
+    assert cf["helps"] + cf["hurts"] + cf["same"] == pytest.approx(1.0)
+    assert cf["llm_share"] == 0.0 and set(cf["by_category"]) == {"single", "multi", "followup"}
+    multi = cf["multi_gold"]
+    assert multi["queries"] == 1 and multi == cf["by_category"]["multi"]
+    # "turn on bluetooth and play some jazz": both tools in the top 2 once split
+    assert multi["completeness_atom@2"] == 1.0
+
+
 def test_errors_exit_2_with_a_message(bundle_dir, tmp_path):
     r = run_cli("select", "   ", "--bundle", str(bundle_dir))
     assert r.returncode == 2 and "empty" in r.stderr
