@@ -196,6 +196,7 @@ def test_rule_clause_split(query, expected):
     ("First, could you sort these lists", True), ("I initially invested $5000", False),
     ("Imagine you are a drone operator", False), ("The bank offers an annual interest rate of 2.5%", False),
     ("My sister already paid", False), ("Lastly, my friend is joining from Tokyo", False),
+    ("id: 3", False), ("at least 4.0 rating", False), ("mute it", True), ("I'm curious about the Imjin War", True),
 ])
 def test_request_or_context(clause, asks):
     assert is_request(clause) is asks
@@ -204,9 +205,16 @@ def test_request_or_context(clause, asks):
 def test_rule_tasks_are_requests_with_their_context():
     rules = RuleDecomposer()
     # context sentences join the request after them, not tasks of their own
-    assert rules.decompose("I'm planning a trip to Sydney. Can you recommend a hotel? Also, are there cooking "
+    assert rules.decompose("My flight lands in Sydney at noon. Can you recommend a hotel? Also, are there cooking "
                            "classes in the city?", []) == [
-        "I'm planning a trip to Sydney, Can you recommend a hotel?", "are there cooking classes in the city?"]
+        "My flight lands in Sydney at noon, Can you recommend a hotel?", "are there cooking classes in the city?"]
+    # a statement of intent is a request of its own
+    assert rules.decompose("I'm interested in machine learning. Can you recommend a course?", []) == [
+        "I'm interested in machine learning", "Can you recommend a course?"]
+    # a fragment completes the task before it; a short detail is context
+    assert rules.decompose("what's the weather in Boston and also for Paris?", []) == [
+        "what's the weather in Boston", "what's the weather in Boston for Paris"]
+    assert rules.decompose("list the projects Adriel works on. id:3", []) == ["list the projects Adriel works on. id:3"]
     assert rules.decompose("My sister already paid, cancel the request, and also block my card.", []) == [
         "My sister already paid, cancel the request", "block my card"]
     # one request with details: left whole, a fragment would only repeat the anchor with less context

@@ -80,6 +80,8 @@ move rename edit mark archive install uninstall scan print copy paste reset rest
 what what's whats how how's when when's where where's who who's which is are do does did can could would
 will should i i'm i'd i'll let let's please also then remind notify alert convert calculate compute
 keep bring leave ask order reserve rent hail summon request split top fill refill list display
+recommend suggest provide explain describe summarize estimate predict analyze analyse compare evaluate
+determine identify retrieve fetch extract generate plot sort filter solve locate research review block
 """.split())
 
 _FILLERS = ("oh and also", "and then also", "and after that", "after that", "and then", "and also", "oh and", "oh, and",
@@ -175,16 +177,20 @@ consider considering in on at as
 """.split())
 _REQUEST_PHRASE = re.compile(
     r"\?\s*[\"'”’]?\s*$|\b(?:can|could|would|will) you\b|\bplease\b|\bhelp me\b|\b(?:i|you)(?:'d| would) (?:like|love)\b"
-    r"|\b(?:i|you) (?:want|need|wanna|have to|must)\b|\b(?:i'm|i am) (?:looking|trying|searching)\b|\blet me\b"
+    r"|\b(?:i|you) (?:want|need|wanna|have to|must)\b|\blet me\b"
+    r"|\b(?:i'm|i am) (?:looking|trying|searching|interested|planning|curious|considering|thinking|hoping)\b"
     r"|\blet's\b", re.IGNORECASE)
 
 
 def is_request(clause: str) -> bool:
     """Whether a clause asks for something (rather than giving context for a request)."""
     text = _strip_fillers(clause).replace("’", "'")
-    if _first_word(text) not in CONTEXT_STARTS:
+    if _REQUEST_PHRASE.search(text):
         return True
-    return bool(_REQUEST_PHRASE.search(text))
+    word = _first_word(text)
+    if len(_WORD.findall(text.lower())) <= 3:  # "id: 3", "at least 4 stars": a detail, unless a command
+        return word in REQUEST_STARTS
+    return word not in CONTEXT_STARTS
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -290,6 +296,12 @@ def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
     return None
 
 
+def _is_fragment(clause: str) -> bool:
+    """A short follow-on that names no task of its own ("and for tomorrow", "what about Paris")."""
+    low = " ".join(_WORD.findall(clause.lower().replace("’", "'")))
+    return len(low.split()) <= 6 and any(low.startswith(s.strip()) for s in ELLIPSIS_STARTS)
+
+
 def _subject(request: str) -> str:
     """The object phrase of a request: the request without its leading verb/particles."""
     words = request.split()
@@ -340,7 +352,9 @@ class RuleDecomposer:
         context: list[str] = []
         resolved_any = False
         for clause in split_clauses(query):
-            task = self.resolve(clause, history)
+            # "... for Boston, and also for San Francisco?": a fragment completes the task before it
+            local = [*history, Turn("user", tasks[-1])] if tasks and _is_fragment(clause) else history
+            task = self.resolve(clause, local)
             if task == clause and not is_request(clause):
                 context.append(clause)
                 continue
