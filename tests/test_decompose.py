@@ -120,6 +120,32 @@ def test_gate_skips_a_plain_single_intent():
         assert gate.needs_llm(query, history)[0], query
 
 
+class _CannedLlm(LlmDecomposer):
+    """An LLM answer fixed in advance, to test what the gate does with it."""
+
+    def __init__(self, tasks):
+        super().__init__()
+        self.tasks = tasks
+
+    def load(self):
+        pass
+
+    def decompose_traced(self, query, history, deadline=None):
+        from magicselector.stages.decompose import DecomposeTrace
+        return list(self.tasks), DecomposeTrace(ran="llm")
+
+
+def test_gate_adds_the_llm_tasks_to_the_rules_tasks():
+    """Cheap lists always: the LLM's tasks first, then the rules' tasks it did not already name."""
+    query = "turn on bluetooth and play some jazz"
+    gate = GatedDecomposer(_CannedLlm(["Turn on Bluetooth.", "play jazz music"]), deadline_ms=None)
+    assert gate.decompose(query, []) == ["Turn on Bluetooth.", "play jazz music", "play some jazz"]
+    assert gate.last.ran == "llm" and "multi-clause" in gate.last.reason
+    # the rules leave a one-request turn whole: that is the anchor, not one more list
+    gate = GatedDecomposer(_CannedLlm(["turn Bluetooth off"]), deadline_ms=None)
+    assert gate.decompose("turn it off", BLUETOOTH) == ["turn Bluetooth off"]
+
+
 @pytest.mark.slow
 def test_deadline_falls_back_to_the_rules(llm):
     gate = GatedDecomposer(llm, deadline_ms=1.0)
