@@ -15,9 +15,10 @@
   (1..max_lines lines of <= max_chars characters), cut at the first repeated line, and lines that
   share no content word with the dialogue are dropped; the utterance is data inside a delimited
   field, so injected instructions cannot exceed those bounds.
-* ``GatedDecomposer`` (``auto``): the rules' answer when the LLM cannot help (one short intent,
-  nothing to resolve), the LLM otherwise, abandoned for the rules' answer when it would run
-  past ``deadline_ms``.
+* ``GatedDecomposer`` (``auto``): the rules' tasks always; the LLM's tasks added where it can
+  help (several clauses, a long turn, something to resolve from the dialogue), abandoned when it
+  would run past ``deadline_ms`` (the rules' tasks then stand alone: for a one-request turn, the
+  plain utterance).
 
 The Selector always retrieves the plain utterance too (the anchor list), so a wrong or partial
 decomposition costs less than it would alone.
