@@ -595,7 +595,7 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                           pin_big_cores: bool = False, *, passes_per_run: int = 1, python_cmd: str = "python",
                           workdir: str | None = None, remote_env: Mapping[str, str] | None = None,
                           remote_dir: str = DEFAULT_REMOTE_DIR, adb_path: str | os.PathLike | None = None,
-                          runner_module: str = RUNNER_MODULE, history_mode: str | None = None,
+                          runner_module: str = RUNNER_MODULE, history_mode: str | None = None, decompose: str = "none",
                           cool_down_below_c: float = 40.0, mem_probe: str = "runner", mem_poll_s: float = 0.5,
                           run_timeout_s: float = 900.0,
                           progress: Callable[[str], None] | None = _print_stderr) -> dict[str, Any]:
@@ -662,6 +662,8 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                     "--warmup", str(warmup), "--threads", str(threads), "--out", remote_out]
             if history_mode:
                 argv += ["--history-mode", history_mode]
+            if decompose != "none":
+                argv += ["--decompose", decompose]
             command = f"{python.command} {' '.join(shlex.quote(a) for a in argv)}"
             if mask:
                 command = f"taskset {mask} {command}"

@@ -61,7 +61,7 @@ def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
         out = Path(tmp) / "latency.json"
         cmd = [sys.executable, "-m", "magicselector.bench.latency_runner", "--bundle", bundle,
                "--runs", str(args.runs), "--warmup", str(args.warmup), "--threads", str(args.threads),
-               "--out", str(out), "--cool-down-s", str(args.cool_down_s)]
+               "--out", str(out), "--cool-down-s", str(args.cool_down_s), "--decompose", args.decompose]
         proc = subprocess.run(cmd)  # progress lines stream straight to our stderr
         if proc.returncode != 0 or not out.is_file():
             raise RuntimeError(f"the latency runner failed (exit {proc.returncode}): {' '.join(cmd)}")
@@ -74,7 +74,8 @@ def _run_adb(bundle: str, serial: str | None, out_dir: Path, args: argparse.Name
     except ImportError as e:
         raise LookupError(f"the ADB harness is not installed (magicselector.bench.adb could not be imported: {e})")
     return run_latency_on_device(bundle, serial=serial, runs=args.runs, warmup=args.warmup, threads=args.threads,
-                                 out_dir=out_dir, cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores)
+                                 out_dir=out_dir, cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores,
+                                 decompose=args.decompose)
 
 
 def write_stage_csv(results: Mapping[str, Any], path: Path) -> None:
@@ -396,6 +397,8 @@ def register(subparsers: Any) -> None:
                     help="also time FP32 PyTorch, BM25 and exact numpy search side by side (on this machine)")
     sp.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
     sp.add_argument("--pin-big-cores", action="store_true", help="pin the runner to the big cores (phones)")
+    sp.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default="none",
+                    help="run a decomposer in the measured pipeline (llm/auto: the GGUF model's memory is in the peak RSS)")
     sp.set_defaults(func=cmd_latency)
 
     sp = bsub.add_parser("scaling", help="search latency / memory / recall vs n, and adaptive Top-K time vs n")

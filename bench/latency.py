@@ -247,7 +247,7 @@ def turn_texts(selector: Any, turn: Mapping[str, Any]) -> list[str]:
 # -- the measurement --------------------------------------------------------------------------------
 def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, threads: int = 1,
                     workload: Sequence[Mapping[str, Any]] = WORKLOAD, *, cool_down_s: float = 0.0,
-                    history_mode: str = "user", verify: bool = True,
+                    history_mode: str = "user", verify: bool = True, decompose: str = "none",
                     progress: Callable[[str], None] | None = None,
                     import_ms: float | None = None, fresh_process: bool = False) -> dict[str, Any]:
     """Measure the runtime on ``workload`` (``runs`` timed passes after ``warmup`` untimed ones).
@@ -267,7 +267,8 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     from magicselector.config import SelectorConfig
     from magicselector.selector import Selector
 
-    config = SelectorConfig(history=history_mode, threads=threads)
+    # with a decomposer, the LLM (if any) loads in the first select: part of the cold start
+    config = SelectorConfig(history=history_mode, threads=threads, decompose=decompose)
     first = workload[0]
     t0 = time.perf_counter()
     selector = Selector.from_bundle(bundle_dir, config=config, verify=verify)

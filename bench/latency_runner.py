@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output JSON file ('-' for stdout)")
     p.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
     p.add_argument("--history-mode", choices=["none", "user", "all"], default="user")
+    p.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default="none",
+                   help="the decomposer to run (llm/auto load the GGUF model: its memory counts in the peak RSS)")
     p.add_argument("--no-verify", action="store_true", help="skip hashing the bundle files on load")
     return p
 
@@ -61,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         results = measure_latency(args.bundle, runs=args.runs, warmup=args.warmup, threads=args.threads,
-                                  cool_down_s=args.cool_down_s, history_mode=args.history_mode,
+                                  cool_down_s=args.cool_down_s, history_mode=args.history_mode, decompose=args.decompose,
                                   verify=not args.no_verify, progress=progress, import_ms=import_ms,
                                   fresh_process=True)
     except MagicSelectorError as e:

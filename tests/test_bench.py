@@ -46,7 +46,12 @@ def test_measure_latency_schema(bundle_dir):
     for key in ("platform", "cpu_model", "cores", "python", "onnxruntime", "usearch"):
         assert res["device"][key]
     assert res["config"]["runs"] == 2 and res["config"]["turns"] == len(work)
+    assert res["config"]["decomposer"] == "none"
     json.dumps(res)  # serialisable
+    # the decomposer is part of the measured pipeline when asked for
+    ruled = measure_latency(bundle_dir, runs=1, warmup=0, workload=work, decompose="rules")
+    assert ruled["config"]["decomposer"] == "rules" and validate_results(ruled) == []
+    assert ruled["stages"]["embed"]["n"] == len(work)
 
 
 @pytest.mark.slow
