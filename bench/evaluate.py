@@ -256,6 +256,7 @@ def _counterfactual_row(q: Query, sel, raw, selector: Selector, k: int) -> dict[
         "ndcg_raw": ndcg_at_k(raw.ranked_ids, q.gold, k), "complete_raw": completeness_at_k(raw.ranked_ids, q.gold, k),
         "subtasks": list(sel.subtasks), "decompose_ms": sel.timings_ms.get("decompose", 0.0),
         "ran": getattr(getattr(selector.decomposer, "last", None), "ran", "") or selector.decomposer.name,
+        "reason": getattr(getattr(selector.decomposer, "last", None), "reason", ""),
     }
     if row["ran"] == "llm":
         row["duplicate_rate"] = _duplicate_line_rate(getattr(selector.decomposer.last, "raw", "") or "")
@@ -300,6 +301,9 @@ def _counterfactual(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
         "decompose_ms_p50": float(np.percentile(ms, 50)),
         "decompose_ms_p90": float(np.percentile(ms, 90)),
         "llm_share": mean(float(r.get("ran") == "llm") for r in rows),
+        # auto only: turns the gate kept from the LLM, and turns whose LLM ran past the deadline
+        "gate_skipped": mean(float(r.get("reason", "").startswith("gate:") and r.get("ran") != "llm") for r in rows),
+        "deadline_missed": mean(float(r.get("reason", "").startswith("deadline")) for r in rows),
         # over the turns the LLM decomposed (0 when it decomposed none)
         "duplicate_rate": mean(r["duplicate_rate"] for r in rows if "duplicate_rate" in r),
     }
