@@ -226,8 +226,8 @@ class Selector:
 
 
 # -- decomposer and cut helpers ------------------------------------------------------------------
-_DECOMPOSER_KEYS = ("decompose", "history", "history_turns", "decomposer_model", "decomposer_prompt",
-                    "decompose_deadline_ms", "llm_threads", "llm_ctx")
+_LLM_KEYS = ("decomposer_model", "decomposer_prompt", "llm_threads", "llm_ctx")  # what a loaded LLM is built from
+_DECOMPOSER_KEYS = ("decompose", "history", "history_turns", "decompose_deadline_ms", *_LLM_KEYS)
 
 
 def _llm_of(decomposer: Any):
@@ -246,10 +246,7 @@ def _decomposer_for(config: SelectorConfig, current: Any = None):
     if current is not None and old is None and config.decompose == "none":
         return current  # a decomposer handed in by the caller
     llm = _llm_of(current)
-    if llm is not None and not (old is not None and (old.decomposer_model, old.decomposer_prompt, old.llm_threads,
-                                                     old.llm_ctx)
-                                == (config.decomposer_model, config.decomposer_prompt, config.llm_threads,
-                                    config.llm_ctx)):
+    if llm is not None and not (old is not None and all(getattr(old, k) == getattr(config, k) for k in _LLM_KEYS)):
         llm = None
     dec = build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
                            model=config.decomposer_model, deadline_ms=config.decompose_deadline_ms,

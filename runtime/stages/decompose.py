@@ -209,20 +209,20 @@ def _protect(text: str) -> tuple[str, dict[str, str]]:
     stripped = text.strip()
     if len(stripped) > 1 and stripped[0] in "\"“" and stripped[-1] in "\"”" and stripped.count('"') <= 2:
         text = stripped[1:-1]  # an utterance wrapped in quotes as a whole
-    def hide(m: re.Match) -> str:
+
+    def keep(span: str) -> str:
         key = f"\x00{len(saved)}\x00"
-        saved[key] = m.group(0)
+        saved[key] = span
         return key
-    text = _QUOTED.sub(hide, text)
+
+    text = _QUOTED.sub(lambda m: keep(m.group(0)), text)
     low = text.lower()
-    for i, phrase in enumerate(FIXED_PHRASES):
+    for phrase in FIXED_PHRASES:
         if " and " not in phrase:
             continue
         start = low.find(phrase)
         while start >= 0:
-            key = f"\x00{len(saved)}\x00"
-            saved[key] = text[start:start + len(phrase)]
-            text = text[:start] + key + text[start + len(phrase):]
+            text = text[:start] + keep(text[start:start + len(phrase)]) + text[start + len(phrase):]
             low = text.lower()
             start = low.find(phrase)
     return text, saved
@@ -287,7 +287,7 @@ def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
     own = content_words(clause)
     if _PRONOUN_RE.search(clause) and len(own - REQUEST_STARTS) <= 1 and len(words) <= 7:
         return "pronoun"
-    if any(low.startswith(s.strip()) for s in ELLIPSIS_STARTS) and len(words) <= 6:
+    if _is_fragment(clause):
         return "fragment"
     last_assistant = next((t.content for t in reversed(history) if t.role == "assistant"), "")
     if last_assistant.rstrip().endswith("?") and len(words) <= 5 and words[0] not in REQUEST_STARTS:
