@@ -23,7 +23,7 @@ import numpy as np
 from magicselector.selector import Selector
 from magicselector.stages.cut import CutConfig, apply_cut, cut_per_list
 
-from .datasets import Benchmark, load_benchmark
+from magicselector.data.datasets import Benchmark, load_benchmark
 
 CUT_SCOPES = ("subtask", "fused")
 

@@ -29,8 +29,8 @@ from magicselector.stages.cut import CutConfig, apply_cut
 from magicselector.stages.fuse import RankedList, reciprocal_rank_fusion
 from magicselector.stages.index import ToolIndex
 
-from .datasets import Benchmark, Query, load_benchmark
-from .metrics import completeness_at_k, mean, ndcg_at_k, recall_at_k
+from magicselector.data.datasets import Benchmark, Query, load_benchmark
+from magicselector.data.metrics import completeness_at_k, mean, ndcg_at_k, recall_at_k
 
 RETRIEVERS = ("dense", "bm25", "hybrid")
 
@@ -66,38 +66,9 @@ class EvalConfig:
             raise InputError("k must be >= 1")
 
 
-def _cached_tool_vectors(selector: Selector, catalog: Catalog) -> np.ndarray:
-    """Tool embeddings for a dataset catalog, cached by embedder hash + tool texts."""
-    texts = [tool_text(t) for t in catalog]
-    model_sha = ""
-    if selector.bundle is not None:
-        emb = selector.bundle.manifest["embedder"]["file"]
-        model_sha = selector.bundle.manifest["files"][emb]["sha256"]
-    key = hashlib.sha256((model_sha + "\x00" + "\x00".join(texts)).encode()).hexdigest()[:24]
-    path = cache_home() / "embeddings" / f"{key}.npy"
-    if path.is_file():
-        vecs = np.load(path)
-        if vecs.shape == (len(texts), selector.embedder.dim):
-            return vecs
-    order = np.argsort([len(t) for t in texts])  # similar lengths batch with little padding
-    vecs = np.zeros((len(texts), selector.embedder.dim), dtype=np.float32)
-    batch = 64
-    for start in range(0, len(order), batch):
-        idx = order[start:start + batch]
-        vecs[idx] = selector.embedder.embed([texts[i] for i in idx])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, vecs)
-    tmp.replace(path)
-    return vecs
-
-
 def selector_for_catalog(base: Selector, catalog: Catalog, config: SelectorConfig) -> Selector:
-    """A Selector over another catalog, sharing the base Selector's embedder and reranker."""
-    vecs = _cached_tool_vectors(base, catalog)
-    index = ToolIndex(vecs.shape[1], base.index.dtype)
-    index.add(catalog.ids, vecs)
-    return Selector(catalog, base.embedder, index, config=config, bundle=base.bundle, reranker=base.reranker)
+    """A Selector over another catalog, sharing the base Selector's models (``Selector.with_catalog``)."""
+    return base.with_catalog(catalog, config)
 
 
 _WORD = re.compile(r"[a-z0-9]+")

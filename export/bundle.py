@@ -328,7 +328,7 @@ def retrain_default_reranker(workdir: str | Path, train_data: str | Path | None 
                              log: Callable[[str], None] = print) -> Path:
     """Train the default reranker again with the recipe of its model card
     (``magicselector.train.reranker.SHIPPED_RECIPE`` on ``SHIPPED_DATA``); returns the checkpoint."""
-    from magicselector.bench.mobile import generate_benchmark
+    from magicselector.data.mobile import generate_benchmark
     from magicselector.train.reranker import SHIPPED_DATA, SHIPPED_RECIPE, train_reranker
 
     workdir = Path(workdir)

@@ -21,6 +21,7 @@ from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
 from .stages.pte import PteCrossEncoder, PteEmbedder
 from .stages.rerank import OnnxCrossEncoder, Reranker, mix_scores, pair_window
+from .tool_vectors import catalog_vectors
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,18 @@ class Selector:
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
                         decomposer=_decomposer_for(config, self.decomposer), reranker=self.reranker)
+
+    def with_catalog(self, catalog: Catalog, config: SelectorConfig | None = None) -> "Selector":
+        """A Selector over another catalog sharing this one's embedder and reranker; the catalog's
+        tool vectors are cached on disk by embedder hash and tool texts (``tool_vectors``)."""
+        model_sha = ""
+        if self.bundle is not None and self.bundle.section("embedder"):
+            model_sha = self.bundle.manifest["files"][self.bundle.section("embedder")["file"]]["sha256"]
+        vecs = catalog_vectors(self.embedder, catalog, model_sha)
+        index = ToolIndex(vecs.shape[1], self.index.dtype)
+        index.add(catalog.ids, vecs)
+        return Selector(catalog, self.embedder, index, config=config or self.config, bundle=self.bundle,
+                        reranker=self.reranker)
 
     def with_reranker(self, reranker: Reranker | None) -> "Selector":
         """A Selector sharing this one's models, index and settings, with another reranker (or none)."""

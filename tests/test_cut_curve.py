@@ -8,7 +8,7 @@ from magicselector.bench.cut_curve import (
     best_at_budget, choose_on_dev, collect_rankings, cut_curve, fixed_curve, format_compare, format_sweep, interpolate,
     plot_cut_curve, reapply, sweep,
 )
-from magicselector.bench.datasets import load_benchmark
+from magicselector.data.datasets import load_benchmark
 from magicselector.bench.evaluate import selector_for_catalog
 from magicselector.config import SelectorConfig
 from magicselector.stages.cut import CutConfig

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from magicselector.bench.datasets import load_benchmark
+from magicselector.data.datasets import load_benchmark
 from magicselector.bench.evaluate import EvalConfig, evaluate
 from magicselector.errors import InputError
 

@@ -1,6 +1,6 @@
 import math
 
-from magicselector.bench.metrics import completeness_at_k, ndcg_at_k, recall_at_k
+from magicselector.data.metrics import completeness_at_k, ndcg_at_k, recall_at_k
 
 
 def test_ndcg_hand_computed():

@@ -1,4 +1,4 @@
-"""Tests for the mobile multi-turn dialogue generator (magicselector.bench.mobile)."""
+"""Tests for the mobile multi-turn dialogue generator (magicselector.data.mobile)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from magicselector.bench.mobile import (
+from magicselector.data.mobile import (
     CATEGORIES,
     FIRST_TURN_CATEGORIES,
     MULTI_TURN_CATEGORIES,
@@ -22,8 +22,8 @@ from magicselector.bench.mobile import (
     p_switch,
     partition,
 )
-from magicselector.bench.mobile import generator as G
-from magicselector.bench.mobile.__main__ import main as cli_main
+from magicselector.data.mobile import generator as G
+from magicselector.data.mobile.__main__ import main as cli_main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mobile"
 SPLITS = ("train", "dev", "test", "test_ood")

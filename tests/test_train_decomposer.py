@@ -416,7 +416,7 @@ def test_max_seconds_bounds_a_run_and_cuda_is_not_faked(data, tiny_lm, tmp_path)
 
 
 def test_embedding_retriever_ranks_by_cosine_and_fuses_lists(data):
-    from magicselector.bench.datasets import load_benchmark
+    from magicselector.data.datasets import load_benchmark
     from magicselector.train.decomposer import embedding_retriever
 
     catalog = load_benchmark(data).catalog
@@ -487,7 +487,7 @@ def test_plot_draws_sft_and_grpo_curves(tmp_path):
 
 
 def test_product_retriever_uses_the_bundle_and_fuses(data, selector):
-    from magicselector.bench.datasets import load_benchmark
+    from magicselector.data.datasets import load_benchmark
     from magicselector.train.decomposer import product_retriever
 
     retrieve = product_retriever(load_benchmark(data).catalog, candidates=6, selector=selector)

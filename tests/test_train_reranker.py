@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from magicselector.bench.datasets import load_benchmark  # noqa: E402
+from magicselector.data.datasets import load_benchmark  # noqa: E402
 from magicselector.errors import InputError  # noqa: E402
 from magicselector.train import (  # noqa: E402
     PairEncoder,

@@ -108,7 +108,7 @@ def main() -> int:
     args = ap.parse_args()
 
     os.environ.setdefault("MAGICSELECTOR_HOME", str(args.work / "home"))
-    from magicselector.bench.datasets import load_benchmark
+    from magicselector.data.datasets import load_benchmark
     from magicselector.stages.embed import TextTokenizer
     from magicselector.train.decomposer import (
         DecomposerSFTConfig,

@@ -83,7 +83,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from magicselector.bench.datasets import Benchmark, load_benchmark
+from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.dialogue import Turn, validate_history
 from magicselector.errors import InputError
 from magicselector.stages.decompose import PROMPT_STYLES, LlmDecomposer, build_suffix, parse_tasks, prompt_prefix
@@ -851,16 +851,15 @@ def _fused_retriever(search: Callable[[list[str]], list], cache_size: int) -> Ta
 def product_retriever(catalog, bundle: str | Path | None = None, candidates: int = 30, selector=None,
                       cache_size: int = 100_000) -> TaskRetriever:
     """The product's retrieval of a turn's texts over ``catalog``: the bundle's dense embedder and
-    index (``bench.evaluate.selector_for_catalog``), one list of ``candidates`` tools per text, fused
+    index (``Selector.with_catalog``), one list of ``candidates`` tools per text, fused
     by peak rank (``stages.fuse.peak_rank_fusion``) when there are several, as ``Selector.select``
     does before its rerank and cut (the rerank is not run here). Texts are embedded once and cached."""
-    from magicselector.bench.evaluate import selector_for_catalog
     from magicselector.config import SelectorConfig
     from magicselector.selector import Selector
     from magicselector.stages.fuse import RankedList
 
     base = selector if selector is not None else Selector.from_bundle(bundle, progress=True)
-    sel = selector_for_catalog(base, catalog, SelectorConfig(candidates=candidates))
+    sel = base.with_catalog(catalog, SelectorConfig(candidates=candidates))
 
     def search(texts: list[str]) -> list:
         return [RankedList(list(ids), [float(s) for s in scores])

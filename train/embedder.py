@@ -63,7 +63,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from magicselector.bench.datasets import Benchmark, load_benchmark
+from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.config import HISTORY_MODES
 from magicselector.errors import InputError
 from magicselector.stages.embed import TextTokenizer

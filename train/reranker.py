@@ -50,7 +50,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from magicselector.bench.datasets import Benchmark, load_benchmark
+from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.catalog import Catalog, tool_text
 from magicselector.config import HISTORY_MODES
 from magicselector.dialogue import retrieval_text, validate_history
@@ -154,7 +154,7 @@ class RerankerTrainConfig:
 # The recipe of the reranker that ships in the package (see its MODEL_CARD.md): the generated
 # mobile train split of ``SHIPPED_DATA`` (``magicselector generate --seed 1 --dialogues 5000``),
 # 10k sampled queries, MiniLM's first 3 layers, a 64-token pair window, one hard-negative round.
-from magicselector.bench.mobile import GeneratorConfig  # noqa: E402  (light: no torch)
+from magicselector.data.mobile import GeneratorConfig  # noqa: E402  (light: no torch)
 
 SHIPPED_DATA = GeneratorConfig(seed=1, dialogues=5000)
 SHIPPED_RECIPE = RerankerTrainConfig(
@@ -411,8 +411,7 @@ def score_pairs(model, encoder: PairEncoder, queries: Sequence[str], texts: Sequ
 def dense_retriever(bundle: str | Path | None = None, pool: int = 20, batch: int = 64) -> Retriever:
     """The bundle's dense retriever (INT8 MiniLM + usearch) over any catalog: ``retrieve(texts,
     catalog) -> top-pool ids per text``. The catalog's tool vectors are embedded once and cached
-    (``bench.evaluate.selector_for_catalog``); queries are embedded in batches."""
-    from magicselector.bench.evaluate import selector_for_catalog
+    (``Selector.with_catalog``); queries are embedded in batches."""
     from magicselector.config import SelectorConfig
     from magicselector.selector import Selector
 
@@ -422,7 +421,7 @@ def dense_retriever(bundle: str | Path | None = None, pool: int = 20, batch: int
     def retrieve(texts: Sequence[str], catalog: Catalog) -> list[list[str]]:
         sel = cache.get(id(catalog))
         if sel is None:
-            sel = cache[id(catalog)] = selector_for_catalog(base, catalog, SelectorConfig(candidates=pool))
+            sel = cache[id(catalog)] = base.with_catalog(catalog, SelectorConfig(candidates=pool))
         out: list[list[str]] = []
         for start in range(0, len(texts), batch):
             vecs = sel.embedder.embed(list(texts[start:start + batch]))
@@ -910,7 +909,7 @@ def rerank_quality(checkpoint: str | Path, data_dir: str | Path, retrieve: Retri
     """
     from transformers import AutoModelForSequenceClassification
 
-    from magicselector.bench.metrics import mean, ndcg_at_k, recall_at_k
+    from magicselector.data.metrics import mean, ndcg_at_k, recall_at_k
 
     checkpoint = Path(checkpoint)
     info_path = checkpoint / "train_config.json"
@@ -929,12 +928,11 @@ def rerank_quality(checkpoint: str | Path, data_dir: str | Path, retrieve: Retri
         qs = [qs[int(i)] for i in sorted(rng.choice(len(qs), limit, replace=False))]
     texts = [retrieval_text(" ".join(q.query.split()), validate_history(q.history), history, turns) for q in qs]
     if retrieve is None:
-        from magicselector.bench.evaluate import selector_for_catalog
         from magicselector.config import SelectorConfig
         from magicselector.selector import Selector
         from magicselector.stages.cut import CutConfig
 
-        sel = selector_for_catalog(Selector.from_bundle(bundle, progress=True), bench.catalog,
+        sel = Selector.from_bundle(bundle, progress=True).with_catalog(bench.catalog,
                                    SelectorConfig(history=history, history_turns=turns, candidates=pool,
                                                   cut=CutConfig(rule="fixed", fixed_k=pool)))
         lists = [sel.select(q.query, q.history).ranked_ids[:pool] for q in qs]

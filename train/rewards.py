@@ -33,7 +33,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from magicselector.bench.metrics import completeness_at_k, ndcg_at_k
+from magicselector.data.metrics import completeness_at_k, ndcg_at_k
 from magicselector.errors import InputError
 
 Retrieve = Callable[[list[str]], Sequence[str]]

@@ -9,22 +9,23 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import InputError, MagicSelectorError
+import magicselector as _runtime
+from magicselector.errors import InputError, MagicSelectorError
 
-DEMO_FILE = Path(__file__).resolve().parent / "demo" / "dialogue.json"
+DEMO_FILE = Path(_runtime.__file__).resolve().parent / "demo" / "dialogue.json"
 
 
 def _cut(rule: str, k_min: int, k_max: int, range_margin: float | None, **more: Any):
     """The shipped cut (``DEFAULT_CUT``) with the rule and bounds the flags give."""
-    from .config import DEFAULT_CUT
+    from magicselector.config import DEFAULT_CUT
 
     return replace(DEFAULT_CUT, rule=rule, k_min=k_min, k_max=k_max,
                    **({} if range_margin is None else {"range_margin": range_margin}), **more)
 
 
 def _selector(args: argparse.Namespace, **config: Any):
-    from .config import DEFAULT_CUT, SelectorConfig
-    from .selector import Selector
+    from magicselector.config import DEFAULT_CUT, SelectorConfig
+    from magicselector.selector import Selector
 
     cut = _cut(getattr(args, "cut", DEFAULT_CUT.rule), getattr(args, "k_min", 1), getattr(args, "k_max", 20),
                getattr(args, "range_margin", None), fixed_k=getattr(args, "k", 10))
@@ -98,7 +99,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle_build(args: argparse.Namespace) -> int:
-    from .bundle import default_bundle_dir
+    from magicselector.bundle import default_bundle_dir
 
     out = Path(args.out) if args.out else default_bundle_dir()
     if (out / "manifest.json").exists() and not args.force:
@@ -113,7 +114,7 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle_verify(args: argparse.Namespace) -> int:
-    from .bundle_check import verify_bundle
+    from magicselector.bundle_check import verify_bundle
 
     checks = verify_bundle(args.dir)
     print(json.dumps({"ok": True, **checks}, indent=2))
@@ -141,7 +142,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from magicselector.bench.mobile import GeneratorConfig, generate_benchmark
+    from magicselector.data.mobile import GeneratorConfig, generate_benchmark
 
     summary = generate_benchmark(args.out, GeneratorConfig(seed=args.seed, dialogues=args.dialogues))
     print(json.dumps(summary, indent=2))
@@ -149,9 +150,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .config import DEFAULT_CUT
-    from .stages.cut import CUT_RULES
-    from .stages.decompose import PROMPT_STYLES
+    from magicselector.config import DEFAULT_CUT
+    from magicselector.stages.cut import CUT_RULES
+    from magicselector.stages.decompose import PROMPT_STYLES
 
     p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
     sub = p.add_subparsers(dest="command", required=True)

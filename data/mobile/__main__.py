@@ -1,4 +1,4 @@
-"""``python -m magicselector.bench.mobile --out DIR [--seed N] [--dialogues N]``"""
+"""``python -m magicselector.data.mobile --out DIR [--seed N] [--dialogues N]``"""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ from .generator import GeneratorConfig, format_summary, generate_benchmark
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m magicselector.bench.mobile",
+    ap = argparse.ArgumentParser(prog="python -m magicselector.data.mobile",
                                  description="Generate the mobile multi-turn tool-selection benchmark.")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--seed", type=int, default=0)

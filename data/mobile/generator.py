@@ -1,6 +1,6 @@
 """State-machine-driven multi-turn phone-assistant dialogue generator (after MTDTool, paper 3.1).
 
-The generator turns per-domain templates (``bench/mobile/domains/<domain>.json``, format in
+The generator turns per-domain templates (``data/mobile/domains/<domain>.json``, format in
 ``TEMPLATES.md``) and the shipped phone catalog (``magicselector/catalogs/phone/<domain>.json``)
 into a retrieval benchmark of multi-turn dialogues.  Every user turn is annotated with its atomic,
 reference-resolved tasks and the gold tools that serve them.
@@ -262,21 +262,14 @@ class GeneratorConfig:
     alpha: float = 0.85
     p_min: float = 0.01
     catalog_dir: str | Path | None = None      # None: the shipped magicselector/catalogs/phone
-    templates_dir: str | Path | None = None    # None: the shipped bench/mobile/domains
+    templates_dir: str | Path | None = None    # None: the shipped data/mobile/domains
     ood_fraction: float = 0.15                 # share of dialogues built from OOD domains
 
 
 def default_catalog_dir() -> Path:
-    here = Path(__file__).resolve()
-    for cand in (here.parents[2] / "catalogs" / "phone",            # installed: magicselector/
-                 here.parents[2] / "runtime" / "catalogs" / "phone"):  # source checkout
-        if cand.is_dir():
-            return cand
-    import magicselector  # noqa: WPS433 (lazy: only needed for non-standard layouts)
+    from magicselector.catalog import PHONE_CATALOG_DIR
 
-    base = Path(magicselector.__file__).parent if getattr(magicselector, "__file__", None) \
-        else Path(list(magicselector.__path__)[0])
-    return base / "catalogs" / "phone"
+    return PHONE_CATALOG_DIR
 
 
 def default_templates_dir() -> Path:
