@@ -7,17 +7,13 @@ package, the shipped phone catalog) and cached under ``$MAGICSELECTOR_HOME`` (de
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from .errors import BundleError
+from .files import cache_home, sha256_file, staged_dir  # noqa: F401 - staged_dir is re-exported
 
 MANIFEST = "manifest.json"
 FORMAT = "magicselector-bundle"
@@ -27,21 +23,9 @@ DEFAULT_BUNDLE_RECIPE = "default-v2"  # v2: the shipped cross-encoder reranker j
 SHIPPED_RERANKER_DIR = Path(__file__).parent / "models" / "reranker"  # committed INT8 ONNX + model card
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def file_entry(root: Path, rel: str) -> dict[str, Any]:
     p = root / rel
     return {"sha256": sha256_file(p), "size": p.stat().st_size}
-
-
-def cache_home() -> Path:
-    return Path(os.environ.get("MAGICSELECTOR_HOME") or Path.home() / ".cache" / "magicselector")
 
 
 def shipped_reranker_dir() -> Path | None:
@@ -119,28 +103,6 @@ def write_manifest(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     manifest["files"] = {rel: file_entry(root, rel) for rel in files}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return manifest
-
-
-@contextmanager
-def staged_dir(target: str | Path) -> Iterator[Path]:
-    """Build a folder next to ``target`` and move it into place only if the build succeeds,
-    so a failed build leaves nothing half-written behind."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        yield tmp
-        if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def ensure_default_bundle(progress: bool = True) -> Path:
