@@ -259,9 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     base = Selector.from_bundle(args.bundle)
     if args.reranker and not args.no_rerank:
-        from magicselector.stages.rerank import OnnxCrossEncoder
+        from magicselector.stages.rerank import CrossEncoder
 
-        base = base.with_reranker(OnnxCrossEncoder.from_dir(args.reranker))
+        base = base.with_reranker(CrossEncoder.from_dir(args.reranker))
     weight = {} if args.rerank_weight is None else {"rerank_weight": args.rerank_weight}
     config = SelectorConfig(candidates=args.candidates, decompose=args.decompose, cut_scope=args.cut_scope,
                             rerank=not args.no_rerank, **weight)

@@ -157,9 +157,9 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
                                 decomposer_model=model, decomposer_prompt=prompt, threads=config.threads,
                                 **rerank_opts)
     if config.reranker is not None and config.rerank:
-        from magicselector.stages.rerank import OnnxCrossEncoder
+        from magicselector.stages.rerank import CrossEncoder
 
-        base = base.with_reranker(OnnxCrossEncoder.from_dir(config.reranker, threads=config.threads))
+        base = base.with_reranker(CrossEncoder.from_dir(config.reranker, threads=config.threads))
     selector = selector_for_catalog(base, bench.catalog, sel_config)
     raw_selector = selector.with_config(decompose="none") if config.decompose != "none" else None
     bm25 = BM25Ranker(bench.catalog) if config.retriever in ("bm25", "hybrid") else None

@@ -4,7 +4,7 @@ The workload is fixed: ``DEFAULT_QUERIES`` (phone-assistant utterances of mixed 
 against ``candidates`` tool texts of the phone catalog (``tool_text``, as the selector builds
 them), picked by lexical overlap with the utterance (ties broken by a seeded shuffle), so every
 list holds plausible, same-domain candidates the way a retriever would hand them over. One sample
-is one rerank stage call: ``OnnxCrossEncoder.score(query, texts)`` for one list (pair
+is one rerank stage call: ``CrossEncoder.score(query, texts)`` for one list (pair
 tokenization included), and for FP32 the same ``PairTokenizer`` + the PyTorch forward pass under
 ``torch.inference_mode()`` (also tokenization included), so both time the same work.
 
@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from magicselector.errors import InputError
+from magicselector.ranks import spearman
 
 SCHEMA = "magicselector-rerank-latency/1"
 
@@ -98,7 +99,7 @@ def build_workload(queries: Sequence[str] | None = None, catalog: Iterable[Any] 
 
 def rerank_inputs(tokenizer: Any, query: str, texts: Sequence[str], batch_size: int = 32) -> list[dict[str, np.ndarray]]:
     """The encoded batches the rerank stage feeds its model for one list: exactly
-    ``OnnxCrossEncoder.score``'s tokenization (empty texts become " ", ``batch_size`` pairs a batch)."""
+    ``CrossEncoder.score``'s tokenization (empty texts become " ", ``batch_size`` pairs a batch)."""
     return [tokenizer.encode_pairs([(query, t or " ") for t in texts[s:s + batch_size]])
             for s in range(0, len(texts), batch_size)]
 
@@ -120,16 +121,6 @@ def _stats(samples_ms: list[float], per_pair_ms: list[float]) -> dict[str, float
     st = percentiles(samples_ms)
     st["ms_per_pair"] = float(np.percentile(per_pair_ms, 50)) if per_pair_ms else 0.0
     return st
-
-
-def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
-    if len(a) < 2:
-        return None
-    ra = np.argsort(np.argsort(a)).astype(np.float64)
-    rb = np.argsort(np.argsort(b)).astype(np.float64)
-    if ra.std() == 0 or rb.std() == 0:
-        return None
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def _host(torch_version: str | None) -> dict[str, Any]:
@@ -177,7 +168,7 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
     """Time the rerank stage (one ``score(query, texts)`` call per list) for the INT8 reranker
     folder and, given its FP32 ``checkpoint``, for PyTorch on the same token ids; see the module
     docstring for the result. torch's thread count is restored afterwards."""
-    from magicselector.stages.rerank import OnnxCrossEncoder, PairTokenizer, read_reranker_meta
+    from magicselector.stages.rerank import CrossEncoder, PairTokenizer, read_reranker_meta
 
     folder = Path(reranker_dir)
     meta = read_reranker_meta(folder)
@@ -190,7 +181,7 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
     workload = build_workload(queries, catalog, candidates, seed)
     loadavg_start = _loadavg()
 
-    probe = OnnxCrossEncoder.from_dir(folder, threads=threads[0])
+    probe = CrossEncoder.from_dir(folder, threads=threads[0])
     tok8, bs = probe.tokenizer, probe.batch_size
     enc8 = [rerank_inputs(tok8, q, texts, bs) for q, texts in workload]
     digest8 = inputs_digest(b for lst in enc8 for b in lst)
@@ -234,7 +225,7 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
         with torch.inference_mode() if torch is not None else contextlib.nullcontext():
             for n in threads:
                 key = str(n)
-                enc = probe if n == threads[0] else OnnxCrossEncoder.from_dir(folder, threads=n)
+                enc = probe if n == threads[0] else CrossEncoder.from_dir(folder, threads=n)
                 backends: list[tuple[str, Callable[[str, list[str]], np.ndarray]]] = [("int8", enc.score)]
                 if model is not None:
                     torch.set_num_threads(n)
@@ -258,9 +249,8 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
                             samples[b][key].append(ms)
                             per_pair[b][key].append(ms / len(texts))
                         if r == 0 and n == threads[0] and "fp32" in got:
-                            rho = _spearman(got["int8"], got["fp32"])
-                            if rho is not None:
-                                rhos.append(rho)
+                            if len(texts) > 1:  # a one-pair list has no ranking to agree on
+                                rhos.append(spearman(got["int8"], got["fp32"]))
                             max_diff = max(max_diff, float(np.max(np.abs(got["int8"] - got["fp32"]))))
     finally:
         if prev_threads is not None:

@@ -14,8 +14,9 @@ import numpy as np
 from magicselector.bundle import staged_dir, write_manifest
 from magicselector.catalog import Catalog, load_phone_catalog, tool_text
 from magicselector.stages.cut import paper_cut
-from magicselector.stages.embed import OnnxEmbedder, TextTokenizer
-from magicselector.stages.rerank import RERANKER_META, PairTokenizer, pair_window
+from magicselector.sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
+from magicselector.stages.embed import TextEmbedder, TextTokenizer
+from magicselector.stages.rerank import RERANKER_META, pair_window
 from magicselector.stages.index import ToolIndex
 
 from .onnx import ExportError, embedder_parity, export_encoder_onnx, host_preset, quantize_onnx_int8
@@ -99,7 +100,7 @@ def choose_index_dtype(recall: dict[str, float], floor: float = 0.99) -> str:
     return "i8" if recall.get("i8", 0.0) >= floor else "f16"
 
 
-def golden_vectors(embedder: OnnxEmbedder, tokenizer: TextTokenizer) -> dict[str, Any]:
+def golden_vectors(embedder: TextEmbedder, tokenizer: TextTokenizer) -> dict[str, Any]:
     """Probe inputs with expected outputs, for ports of the runtime to other languages."""
     texts = ["turn on bluetooth and play some jazz", "set_alarm: Create a new alarm", "hi"]
     enc = tokenizer.encode(texts)
@@ -141,8 +142,10 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         shutil.copy2(embedder_onnx, root / emb_rel)
         shutil.copy2(tokenizer_file, root / "embedder" / "tokenizer.json")
         max_length = int(embedder_meta.get("max_length", 128))
-        tokenizer = TextTokenizer(root / "embedder" / "tokenizer.json", max_length)
-        embedder = _embedder_class(emb_rel)(root / emb_rel, tokenizer, dim=int(embedder_meta["dim"]), threads=2)
+        emb_section = {"file": emb_rel, "tokenizer": "embedder/tokenizer.json",
+                       "pooling": "mean", "normalize": True, "max_length": max_length, **embedder_meta}
+        embedder = open_embedder(EmbedderSection.parse(emb_section, "embedder_meta"), root, threads=2)
+        tokenizer = embedder.tokenizer
         log(f"embedding {len(catalog)} tools")
         tool_vecs = embedder.embed([tool_text(t) for t in catalog])
         recall = measure_index_recall(tool_vecs, embedder.embed(PROBE_QUERIES))
@@ -160,8 +163,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         (root / "golden.json").write_text(json.dumps(golden) + "\n")
         manifest = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "embedder": {"file": emb_rel, "tokenizer": "embedder/tokenizer.json",
-                         "pooling": "mean", "normalize": True, "max_length": max_length, **embedder_meta},
+            "embedder": emb_section,
             "index": {"file": "index.usearch", "metric": "cos", "dtype": dtype, "ndim": int(tool_vecs.shape[1]),
                       "recall_at_10_vs_exact": recall,
                       "dtype_rule": "i8 when its recall@10 against exact search is >= 0.99, else f16"},
@@ -178,24 +180,6 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         if build_check is not None:
             build_check(root)
         return manifest
-
-
-def _embedder_class(rel: str):
-    if str(rel).endswith(".pte"):
-        from magicselector.stages.pte import PteEmbedder
-
-        return PteEmbedder
-    return OnnxEmbedder
-
-
-def _reranker_class(rel: str):
-    if str(rel).endswith(".pte"):
-        from magicselector.stages.pte import PteCrossEncoder
-
-        return PteCrossEncoder
-    from magicselector.stages.rerank import OnnxCrossEncoder
-
-    return OnnxCrossEncoder
 
 
 def rerank_probe_groups(catalog: Catalog, queries: Sequence[str] = PROBE_QUERIES[:8], per_query: int = 10,
@@ -221,7 +205,9 @@ def _add_reranker(root: Path, reranker: dict[str, Any], catalog: Catalog, golden
     shutil.copy2(reranker["tokenizer"], root / "reranker" / "tokenizer.json")
     meta = dict(reranker.get("meta", {}))
     window = pair_window(meta)
-    scorer = _reranker_class(rel)(root / rel, PairTokenizer(root / "reranker" / "tokenizer.json", **window), threads=2)
+    section = {"file": rel, "tokenizer": "reranker/tokenizer.json", **window,
+               "output": "one relevance logit per (query, tool text) pair", **meta}
+    scorer = open_reranker(RerankerSection.parse(section, "reranker metadata"), root, threads=2)
     log("golden reranker scores")
     groups = rerank_probe_groups(catalog, PROBE_QUERIES[:3], per_query=5)
     cases = []
@@ -231,8 +217,7 @@ def _add_reranker(root: Path, reranker: dict[str, Any], catalog: Catalog, golden
     golden["reranker"] = cases
     # Same artifact, another CPU: INT8 kernels may differ slightly; ranks must hold.
     golden["reranker_tolerance"] = {"spearman_min": 0.9, "max_abs_diff_of_range": 0.1}
-    return {"file": rel, "tokenizer": "reranker/tokenizer.json", **window,
-            "output": "one relevance logit per (query, tool text) pair", **meta}
+    return section
 
 
 def _add_decomposer(root: Path, decomposer: dict[str, Any], golden: dict[str, Any]) -> dict[str, Any]:
@@ -373,7 +358,7 @@ def export_embedder_for(source: str | Path, workdir: str | Path, fmt: str = "onn
     if source.is_file():
         _prebuilt(source, fmt, "embedder")
         tok = _tokenizer_next_to(source)
-        probe = _embedder_class(source.name)(source, TextTokenizer(tok, max_length), dim=0).embed(["dimension probe"])
+        probe = TextEmbedder(source, TextTokenizer(tok, max_length), dim=0).embed(["dimension probe"])
         return {"onnx": str(source), "tokenizer": str(tok),
                 "meta": {"dim": int(probe.shape[1]), "max_length": max_length, "format": fmt,
                          "quantization": {"type": "prebuilt"}, "parity": {"against": "none (prebuilt model)"},
@@ -469,7 +454,7 @@ def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", 
 def save_reranker_dir(exported: dict[str, Any], out: str | Path, extra: dict[str, Any] | None = None) -> Path:
     """Write an exported reranker (``export_reranker``'s result) as a reranker folder:
     ``model.onnx`` (or ``model.pte``), ``tokenizer.json`` and ``reranker.json`` (its metadata,
-    pair window and parity), the form the package ships and ``OnnxCrossEncoder.from_dir`` loads."""
+    pair window and parity), the form the package ships and ``CrossEncoder.from_dir`` loads."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     src = Path(exported["file"])

@@ -8,7 +8,7 @@ quantized, the embedding tables stay FP32 (XNNPACK has no quantized gather).
 Batch and sequence length are dynamic (``torch.export.Dim``) by default; ``dynamic=False`` (or a
 failure to export dynamically) gives fixed shapes ``[max_batch, max_length]`` that the runtime
 pads to. The program carries its shape facts as constant methods (``max_seq_len``, ``max_batch``,
-``fixed_shapes``) so that ``magicselector.stages.pte`` needs no side file.
+``fixed_shapes``) so that ``magicselector.backends.executorch`` needs no side file.
 
 executorch is imported inside the functions: it is installed with ``--no-deps``
 (``tools/install_release_deps.sh``), not through the ``export`` extra.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from magicselector.errors import MagicSelectorError
+from magicselector.ranks import spearman
 
 
 class ExportError(MagicSelectorError):
@@ -170,7 +171,7 @@ def embedder_parity(checkpoint: str | Path, onnx_model: str | Path, probe_texts:
     import torch
     from transformers import AutoModel
 
-    from magicselector.stages.embed import OnnxEmbedder, TextTokenizer, mean_pool_normalize
+    from magicselector.stages.embed import TextEmbedder, TextTokenizer, mean_pool_normalize
 
     checkpoint = Path(checkpoint)
     tok = TextTokenizer(checkpoint / "tokenizer.json", max_length)
@@ -182,44 +183,12 @@ def embedder_parity(checkpoint: str | Path, onnx_model: str | Path, probe_texts:
             hidden = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).last_hidden_state.numpy()
             ref.append(mean_pool_normalize(hidden, batch["attention_mask"]))
     ref_v = np.concatenate(ref)
-    cls = OnnxEmbedder
-    if str(onnx_model).endswith(".pte"):  # the same check for an ExecuTorch program
-        from magicselector.stages.pte import PteEmbedder as cls
-    got = cls(onnx_model, tok, dim=ref_v.shape[1], threads=1).embed(list(probe_texts))
+    got = TextEmbedder(onnx_model, tok, dim=ref_v.shape[1], threads=1).embed(list(probe_texts))  # .onnx or .pte
     cos = (ref_v * got).sum(axis=1)
     return {"mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()), "probes": len(probe_texts)}
 
 
 # -- rerankers ------------------------------------------------------------------------------------
-
-def rankdata(x: Sequence[float]):
-    """Ranks 1..n with ties given their average rank (as scipy.stats.rankdata)."""
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    sx = x[order]
-    i = 0
-    while i < len(x):
-        j = i
-        while j + 1 < len(x) and sx[j + 1] == sx[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    return ranks
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman's rank correlation; 1.0 when both sides are constant, 0.0 when only one is."""
-    import numpy as np
-
-    ra, rb = rankdata(a), rankdata(b)
-    sa, sb = ra.std(), rb.std()
-    if sa == 0 or sb == 0:
-        return 1.0 if sa == sb else 0.0
-    return float(((ra - ra.mean()) * (rb - rb.mean())).mean() / (sa * sb))
-
 
 def group_pairs(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     """(query, text) pairs -> {query: [texts]} in first-seen order."""
@@ -300,18 +269,15 @@ def reranker_parity(checkpoint: str | Path, onnx_model: str | Path, pairs: Seque
     """Scores of the PyTorch cross-encoder against the exported one (``.onnx`` or ``.pte``) on
     (query, text) pairs: Spearman overall and per query list, top-1 agreement over the query lists,
     the largest absolute logit difference."""
-    from magicselector.stages.rerank import OnnxCrossEncoder, PairTokenizer
+    from magicselector.stages.rerank import CrossEncoder, PairTokenizer
 
     checkpoint = Path(checkpoint)
     groups = group_pairs(pairs)
     if not groups:
         raise ExportError("reranker parity needs at least one (query, text) pair")
     ref = reranker_scores_torch(checkpoint, groups, max_length)
-    cls = OnnxCrossEncoder
-    if str(onnx_model).endswith(".pte"):
-        from magicselector.stages.pte import PteCrossEncoder as cls
     window = checkpoint_pair_window(checkpoint, max_length)
-    scorer = cls(onnx_model, PairTokenizer(checkpoint / "tokenizer.json", **window), threads=1)
+    scorer = CrossEncoder(onnx_model, PairTokenizer(checkpoint / "tokenizer.json", **window), threads=1)
     got = {q: scorer.score(q, texts) for q, texts in groups.items()}
     return compare_rerank_scores(ref, got)
 

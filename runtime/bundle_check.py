@@ -9,6 +9,7 @@ import numpy as np
 
 from .bundle import Bundle
 from .errors import BundleError
+from .ranks import spearman
 from .selector import Selector
 from .stages.cut import paper_cut
 
@@ -50,14 +51,6 @@ def verify_bundle(path: str | Path) -> dict[str, Any]:
     return checks
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra = np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(np.float64)
-    rb = np.argsort(np.argsort(b, kind="stable"), kind="stable").astype(np.float64)
-    if ra.std() == 0 or rb.std() == 0:
-        return 1.0 if ra.std() == rb.std() else 0.0
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
 def _check_golden_reranker(selector: Selector, golden: dict[str, Any]) -> dict[str, Any]:
     """Re-score the golden (query, tool text) pairs: ranks must hold and scores stay near."""
     if selector.reranker is None:
@@ -71,7 +64,7 @@ def _check_golden_reranker(selector: Selector, golden: dict[str, Any]) -> dict[s
         expected.extend(c["score"] for c in cases)
         got.extend(float(x) for x in selector.reranker.score(query, [c["text"] for c in cases]))
     e, g = np.asarray(expected, dtype=np.float64), np.asarray(got, dtype=np.float64)
-    rho = _spearman(e, g)
+    rho = spearman(e, g)
     span = float(e.max() - e.min()) or 1.0
     worst = float(np.abs(e - g).max())
     if rho < float(tol.get("spearman_min", 0.9)) or worst > float(tol.get("max_abs_diff_of_range", 0.1)) * span + 1e-3:

@@ -9,18 +9,18 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .bundle import Bundle, ensure_default_bundle
+from .bundle import MANIFEST, Bundle, ensure_default_bundle
 from .catalog import Catalog, Tool, load_catalog, tool_text
 from .config import SelectorConfig
 from .dialogue import retrieval_text, validate_history, validate_query
 from .errors import BundleError
+from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
 from .stages.cut import Cut, apply_cut, cut_per_list
 from .stages.decompose import Decomposer, PassthroughDecomposer, build_decomposer
-from .stages.embed import Embedder, OnnxEmbedder
+from .stages.embed import Embedder
 from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
-from .stages.pte import PteCrossEncoder, PteEmbedder
-from .stages.rerank import OnnxCrossEncoder, Reranker, mix_scores, pair_window
+from .stages.rerank import Reranker, mix_scores
 from .tool_vectors import catalog_vectors
 
 
@@ -116,16 +116,13 @@ class Selector:
         if not (emb and idx and cat):
             raise BundleError(f"{bundle.path}: manifest lacks an embedder, index or catalog section")
         catalog = load_catalog(bundle.file(cat["file"]))
-        embedder = (PteEmbedder if emb["file"].endswith(".pte") else OnnxEmbedder).from_path(bundle.file(emb["file"]), bundle.file(emb["tokenizer"]),
-                                          dim=int(emb["dim"]), max_length=int(emb.get("max_length", 128)),
-                                          threads=config.threads)
+        where = bundle.path / MANIFEST
+        embedder = open_embedder(EmbedderSection.parse(emb, where), bundle, threads=config.threads)
         index = ToolIndex.view(bundle.file(idx["file"]), catalog.ids)
         reranker = None
         rr = bundle.section("reranker")
         if rr:
-            cls_ = PteCrossEncoder if rr["file"].endswith(".pte") else OnnxCrossEncoder
-            reranker = cls_.from_path(bundle.file(rr["file"]), bundle.file(rr["tokenizer"]), threads=config.threads,
-                                      **pair_window(rr))
+            reranker = open_reranker(RerankerSection.parse(rr, where), bundle, threads=config.threads)
         dec = bundle.section("decomposer")
         if dec and config.decomposer_model is None:
             # the bundle's own decomposer (and the prompt it was trained with) replaces the pinned default

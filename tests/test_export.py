@@ -105,11 +105,11 @@ def test_minilm_pte_parity(minilm_pte):
 
 @pytest.mark.slow
 def test_pte_embedder_picks_the_same_top_tool_as_onnx(minilm_pte, selector):
-    from magicselector.stages.pte import PteEmbedder
+    from magicselector.stages.embed import TextEmbedder
 
     tools = list(selector.catalog)[:60]
     texts = [tool_text(t) for t in tools]
-    pte = PteEmbedder.from_path(minilm_pte["int8"].output, _minilm() / "tokenizer.json", dim=384)
+    pte = TextEmbedder.from_path(minilm_pte["int8"].output, _minilm() / "tokenizer.json", dim=384)
     onnx = selector.embedder
     t_pte, t_onnx = pte.embed(texts), onnx.embed(texts)
     q_pte, q_onnx = pte.embed(QUERIES), onnx.embed(QUERIES)
@@ -119,7 +119,7 @@ def test_pte_embedder_picks_the_same_top_tool_as_onnx(minilm_pte, selector):
 
 @pytest.mark.slow
 def test_tiny_reranker_pte_fixed_shapes(tiny_reranker, tmp_path):
-    """The fixed-shape form (padding to max_batch x max_length) through the runtime's PteCrossEncoder."""
+    """The fixed-shape form (padding to max_batch x max_length) through the runtime's CrossEncoder."""
     from magicselector.export.executorch import export_encoder_pte, pte_reranker_parity
 
     rep = export_encoder_pte(tiny_reranker, tmp_path / "rr.pte", kind="reranker", quantize="fp32",
@@ -150,7 +150,7 @@ def test_tiny_reranker_onnx_int8_parity_and_static_qdq(tiny_reranker, tmp_path):
 
 
 def test_spearman_and_ranks():
-    from magicselector.export.onnx import rankdata, spearman
+    from magicselector.ranks import rankdata, spearman
 
     assert rankdata([3, 1, 2, 2]).tolist() == [4.0, 1.0, 2.5, 2.5]
     assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
@@ -223,7 +223,7 @@ def test_export_bundle_round_trip(release_bundle, selector, tiny_reranker):
         assert a.ids[0] == b.ids[0]
         assert len(set(a.ranked_ids[:10]) & set(b.ranked_ids[:10])) >= 8
     # ... and the reranked order follows the PyTorch cross-encoder's.
-    from magicselector.export.onnx import spearman
+    from magicselector.ranks import spearman
 
     for q in QUERIES[:2]:
         cand = selector.with_config(rerank=False).select(q).ranked_ids[:20]

@@ -97,7 +97,7 @@ def test_int8_only(tiny):
 def test_fp32_rows_and_identical_inputs(tiny):
     torch = pytest.importorskip("torch")
     from magicselector.export.onnx import checkpoint_pair_window
-    from magicselector.stages.rerank import OnnxCrossEncoder, PairTokenizer
+    from magicselector.stages.rerank import CrossEncoder, PairTokenizer
 
     ckpt, folder = tiny
     torch.set_num_threads(1)
@@ -112,7 +112,7 @@ def test_fp32_rows_and_identical_inputs(tiny):
     assert -1.0 <= res["agreement"]["spearman_per_list_mean"] <= 1.0
 
     # Both backends are fed the very same token ids, and the result's digest is of those inputs.
-    enc = OnnxCrossEncoder.from_dir(folder)
+    enc = CrossEncoder.from_dir(folder)
     tok32 = PairTokenizer(ckpt / "tokenizer.json", **checkpoint_pair_window(ckpt))
     wl = build_workload(FAST["queries"], candidates=FAST["candidates"])
     ours = [b for q, texts in wl for b in rerank_inputs(enc.tokenizer, q, texts, enc.batch_size)]
@@ -125,8 +125,9 @@ def test_fp32_rows_and_identical_inputs(tiny):
         assert a["input_ids"].shape[1] <= 32
     assert res["input_sha256"]["int8"] == res["input_sha256"]["fp32"] == inputs_digest(ours)
     # and the INT8 logits come from those inputs
-    feeds = {k: v for k, v in ours[0].items() if k in {i.name for i in enc.session.get_inputs()}}
-    direct = np.asarray(enc.session.run(None, feeds)[0]).reshape(-1)
+    session = enc.model.session
+    feeds = {k: v for k, v in ours[0].items() if k in {i.name for i in session.get_inputs()}}
+    direct = np.asarray(session.run(None, feeds)[0]).reshape(-1)
     assert np.allclose(direct, enc.score(*wl[0]), atol=1e-5)
 
 

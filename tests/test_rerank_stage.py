@@ -10,7 +10,7 @@ import pytest
 from magicselector.bundle import shipped_reranker_dir
 from magicselector.catalog import Tool, tool_text
 from magicselector.errors import BundleError, InputError
-from magicselector.stages.rerank import OnnxCrossEncoder, PairTokenizer, read_reranker_meta
+from magicselector.stages.rerank import CrossEncoder, PairTokenizer, read_reranker_meta
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def shipped():
 
 @pytest.fixture(scope="module")
 def reranker(shipped):
-    return OnnxCrossEncoder.from_dir(shipped, threads=2)
+    return CrossEncoder.from_dir(shipped, threads=2)
 
 
 def test_shipped_artifact_is_small_and_documented(shipped):
@@ -91,15 +91,15 @@ def test_query_capped_matches_training(shipped):
 
 def test_reranker_folder_errors(shipped, tmp_path):
     with pytest.raises(BundleError, match="not a reranker folder"):
-        OnnxCrossEncoder.from_dir(tmp_path)
+        CrossEncoder.from_dir(tmp_path)
     broken = tmp_path / "broken"
     shutil.copytree(shipped, broken)
     (broken / "reranker.json").write_text("{not json")
     with pytest.raises(BundleError, match="unreadable"):
-        OnnxCrossEncoder.from_dir(broken)
+        CrossEncoder.from_dir(broken)
     (broken / "reranker.json").write_text(json.dumps({"max_length": 64, "truncation": "sideways"}))
     with pytest.raises(InputError, match="truncation"):
-        OnnxCrossEncoder.from_dir(broken)
+        CrossEncoder.from_dir(broken)
 
 
 def test_default_bundle_carries_the_shipped_reranker(selector, shipped):

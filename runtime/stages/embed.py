@@ -1,17 +1,16 @@
-"""Embedders: text -> L2-normalised vectors (mean pooling over the last hidden state).
+"""The embed task: text -> L2-normalised vectors (tokenize, run the encoder, mean-pool, normalise).
 
-The ONNX embedder is the default; loading (file checks, tokenizer) is separate from the inference
-session, which is created on first use so that a Selector that never embeds costs no memory.
+Which runtime runs the encoder is the backend's business (``magicselector.backends``); this module
+holds only the task.
 """
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
 
+from ..backends import EncoderModel, open_model
 from ..errors import BundleError, InputError
 
 
@@ -19,11 +18,6 @@ class Embedder(Protocol):
     dim: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class TokenizerConfig:
-    max_length: int = 128
 
 
 class TextTokenizer:
@@ -73,58 +67,48 @@ def mean_pool_normalize(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
 
 
-def make_session(model_path: Path, threads: int):
-    import onnxruntime as ort
+class TextEmbedder:
+    """Sentence embedder over an encoder whose output 0 is the last hidden state (any backend)."""
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(1, int(threads))
-    opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
-
-
-class OnnxEmbedder:
-    """Sentence embedder over an ONNX encoder whose output 0 is the last hidden state."""
-
-    def __init__(self, model_path: str | Path, tokenizer: TextTokenizer, dim: int, threads: int = 1,
+    def __init__(self, model: EncoderModel | str | Path, tokenizer: TextTokenizer, dim: int, threads: int = 1,
                  batch_size: int = 32) -> None:
-        self.model_path = Path(model_path)
-        if not self.model_path.is_file():
-            raise BundleError(f"embedder model not found: {self.model_path}")
+        self.model = open_model(model, threads=threads) if isinstance(model, (str, Path)) else model
         self.tokenizer = tokenizer
         self.dim = int(dim)
-        self.threads = threads
         self.batch_size = batch_size
-        self._session = None
-        self._lock = threading.Lock()
 
     @classmethod
     def from_path(cls, model_path: str | Path, tokenizer_file: str | Path, *, dim: int = 384,
-                  max_length: int = 128, threads: int = 1) -> "OnnxEmbedder":
-        return cls(model_path, TextTokenizer(tokenizer_file, max_length), dim=dim, threads=threads)
+                  max_length: int = 128, threads: int = 1) -> "TextEmbedder":
+        return cls(open_model(model_path, threads=threads), TextTokenizer(tokenizer_file, max_length), dim=dim)
 
     @property
-    def session(self):
-        if self._session is None:
-            with self._lock:  # one session per embedder, created once even under concurrent first use
-                if self._session is None:
-                    self._session = make_session(self.model_path, self.threads)
-                    self._input_names = {i.name for i in self._session.get_inputs()}
-        return self._session
+    def model_path(self) -> Path:
+        return self.model.path
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if isinstance(texts, str):
             raise InputError("embed() takes a list of texts, not one string")
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
+        step = batch_step(self.model, self.tokenizer.max_length, self.batch_size)
         out = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer.encode(texts[start:start + self.batch_size])
-            feeds = {k: v for k, v in batch.items() if k in self._names()}
-            hidden = self.session.run(None, feeds)[0]
+        for start in range(0, len(texts), step):
+            batch = self.tokenizer.encode(texts[start:start + step])
+            hidden = self.model.run(batch)
             out.append(mean_pool_normalize(hidden, batch["attention_mask"]))
         return np.concatenate(out, axis=0)
 
-    def _names(self) -> set[str]:
-        self.session  # noqa: B018 - ensures the input names are known
-        return self._input_names
+
+def batch_step(model: EncoderModel, max_length: int, batch_size: int) -> int:
+    """Rows per model call: ``batch_size``, capped by the model's own batch limit. A tokenizer
+    that truncates later than the model reads is a bundle error, named before anything runs."""
+    limit = model.max_seq_len
+    if limit is not None and max_length > limit:
+        raise BundleError(f"{model.path}: the tokenizer truncates at {max_length} tokens but the model "
+                          f"takes at most {limit}")
+    cap = model.max_batch
+    return max(1, min(batch_size, cap) if cap is not None else batch_size)
+
+
+OnnxEmbedder = TextEmbedder  # the name training code and its tests import

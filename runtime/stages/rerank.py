@@ -1,4 +1,4 @@
-"""Rerankers: score (sub-task, tool text) pairs with a cross-encoder.
+"""The rerank task: score (sub-task, tool text) pairs with a cross-encoder (any backend).
 
 The cost of a cross-encoder grows with candidates x tokens x layers and nothing can be cached per
 tool, so the stage bounds all three: at most ``candidates`` pairs per list, ``max_length`` tokens a
@@ -14,14 +14,14 @@ reranker's metadata (``reranker.json`` / the manifest section) records it:
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from ..backends import EncoderModel, open_model
 from ..errors import BundleError, InputError
-from .embed import make_session, pad_encodings
+from .embed import batch_step, pad_encodings
 
 TRUNCATIONS = ("query_capped", "longest_first")
 RERANKER_META = "reranker.json"  # the metadata file of a reranker folder (model + tokenizer + this)
@@ -77,10 +77,16 @@ class PairTokenizer:
         return pad_encodings(encs)
 
 
+# the pair window of a reranker whose metadata does not record one
+PAIR_WINDOW_DEFAULTS: dict[str, Any] = {"max_length": 96, "truncation": "longest_first", "min_tool_tokens": 32}
+
+
 def pair_window(meta: dict[str, Any]) -> dict[str, Any]:
-    """The pair-tokenization settings recorded in reranker metadata (old bundles: longest-first, 96)."""
-    return {"max_length": int(meta.get("max_length", 96)), "truncation": str(meta.get("truncation", "longest_first")),
-            "min_tool_tokens": int(meta.get("min_tool_tokens", 32))}
+    """The pair-tokenization settings recorded in reranker metadata (``PAIR_WINDOW_DEFAULTS`` where unrecorded)."""
+    d = PAIR_WINDOW_DEFAULTS
+    return {"max_length": int(meta.get("max_length", d["max_length"])),
+            "truncation": str(meta.get("truncation", d["truncation"])),
+            "min_tool_tokens": int(meta.get("min_tool_tokens", d["min_tool_tokens"]))}
 
 
 class Reranker(Protocol):
@@ -98,55 +104,46 @@ def check_rerank_input(query: str, texts: Sequence[str]) -> bool:
     return len(texts) > 0
 
 
-class OnnxCrossEncoder:
-    """A cross-encoder exported to ONNX whose output 0 is one relevance logit per pair."""
+class CrossEncoder:
+    """A cross-encoder whose output 0 is one relevance logit per pair (any backend)."""
 
-    name = "onnx-cross-encoder"
-
-    def __init__(self, model_path: str | Path, tokenizer: PairTokenizer, threads: int = 1, batch_size: int = 32) -> None:
-        self.model_path = Path(model_path)
-        if not self.model_path.is_file():
-            raise BundleError(f"reranker model not found: {self.model_path}")
+    def __init__(self, model: EncoderModel | str | Path, tokenizer: PairTokenizer, threads: int = 1,
+                 batch_size: int = 32) -> None:
+        self.model = open_model(model, threads=threads) if isinstance(model, (str, Path)) else model
         self.tokenizer = tokenizer
-        self.threads = threads
         self.batch_size = batch_size
-        self._session = None
-        self._names: set[str] = set()
-        self._lock = threading.Lock()
+        self.name = f"{self.model.kind}-cross-encoder"
 
     @classmethod
     def from_path(cls, model_path: str | Path, tokenizer_file: str | Path, *, max_length: int = 96,
                   truncation: str = "longest_first", min_tool_tokens: int = 32,
-                  threads: int = 1) -> "OnnxCrossEncoder":
-        return cls(model_path, PairTokenizer(tokenizer_file, max_length, truncation, min_tool_tokens), threads=threads)
+                  threads: int = 1) -> "CrossEncoder":
+        return cls(open_model(model_path, threads=threads),
+                   PairTokenizer(tokenizer_file, max_length, truncation, min_tool_tokens))
 
     @classmethod
-    def from_dir(cls, folder: str | Path, *, threads: int = 1) -> "OnnxCrossEncoder":
+    def from_dir(cls, folder: str | Path, *, threads: int = 1) -> "CrossEncoder":
         """A reranker folder: ``model.onnx``, ``tokenizer.json`` and ``reranker.json`` (its pair window)."""
         folder = Path(folder)
         meta = read_reranker_meta(folder)
         return cls.from_path(folder / "model.onnx", folder / "tokenizer.json", threads=threads, **pair_window(meta))
 
     @property
-    def session(self):
-        if self._session is None:
-            with self._lock:
-                if self._session is None:
-                    session = make_session(self.model_path, self.threads)
-                    self._names = {i.name for i in session.get_inputs()}
-                    self._session = session
-        return self._session
+    def model_path(self) -> Path:
+        return self.model.path
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         if not check_rerank_input(query, texts):
             return np.zeros(0, dtype=np.float32)
-        session = self.session
+        step = batch_step(self.model, self.tokenizer.max_length, self.batch_size)
         out = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer.encode_pairs([(query, t or " ") for t in texts[start:start + self.batch_size]])
-            feeds = {k: v for k, v in batch.items() if k in self._names}
-            out.append(np.asarray(session.run(None, feeds)[0], dtype=np.float32).reshape(-1))
+        for start in range(0, len(texts), step):
+            batch = self.tokenizer.encode_pairs([(query, t or " ") for t in texts[start:start + step]])
+            out.append(np.asarray(self.model.run(batch), dtype=np.float32).reshape(-1))
         return np.concatenate(out)
+
+
+OnnxCrossEncoder = CrossEncoder  # the name benches and training code import
 
 
 def read_reranker_meta(folder: str | Path) -> dict[str, Any]:

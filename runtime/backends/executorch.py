@@ -1,0 +1,110 @@
+"""The ExecuTorch backend: a ``.pte`` program loaded on first use, run one call at a time.
+
+``executorch`` is imported only when a ``.pte`` model first runs, so a bundle with ONNX models
+never needs it. Programs written by ``magicselector.export.executorch`` describe themselves through
+constant methods: ``max_seq_len``, ``max_batch`` and ``fixed_shapes`` (1 when the graph was exported
+with fixed shapes, in which case every batch is padded to ``max_batch`` x ``max_seq_len``; padding
+rows carry an all-zero attention mask and are dropped from the output).
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import BundleError, InputError
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")  # the exported forward's argument order
+
+
+def _runtime() -> Any:
+    try:
+        from executorch.runtime import Runtime
+    except ImportError as e:
+        raise BundleError("this bundle holds an ExecuTorch (.pte) model, which needs the executorch package: "
+                          "bash tools/install_release_deps.sh (executorch==1.5.1 --no-deps plus its few "
+                          f"dependencies), or rebuild the bundle with --format onnx ({e})") from None
+    return Runtime.get()
+
+
+class _Program:
+    """One loaded ``.pte``: the forward method plus the shape facts it carries."""
+
+    def __init__(self, model_path: Path) -> None:
+        import torch  # executorch's Python runtime takes and returns torch tensors
+
+        self._torch = torch
+        program = _runtime().load_program(str(model_path))
+        names = set(program.method_names)
+        if "forward" not in names:
+            raise BundleError(f"{model_path}: the ExecuTorch program has no forward method")
+        self.forward = program.load_method("forward")
+        self.max_seq_len = int(self._constant(program, names, "max_seq_len", 512))
+        self.max_batch = int(self._constant(program, names, "max_batch", 64))
+        self.fixed = bool(self._constant(program, names, "fixed_shapes", 0))
+        self.lock = threading.Lock()  # an ExecuTorch Method holds its own buffers: one call at a time
+
+    @staticmethod
+    def _constant(program: Any, names: set[str], name: str, default: int) -> int:
+        if name not in names:
+            return default
+        out = program.load_method(name).execute([])
+        return int(out[0])
+
+    def run(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        n, width = batch["input_ids"].shape
+        if width > self.max_seq_len:
+            raise InputError(f"{width} tokens exceed the program's {self.max_seq_len}")
+        if n > self.max_batch:
+            raise InputError(f"{n} rows exceed the program's batch of {self.max_batch}")
+        if self.fixed:
+            feeds = []
+            for name in INPUT_NAMES:
+                padded = np.zeros((self.max_batch, self.max_seq_len), dtype=np.int64)
+                padded[:n, :width] = batch[name]
+                feeds.append(padded)
+        else:
+            feeds = [np.ascontiguousarray(batch[name], dtype=np.int64) for name in INPUT_NAMES]
+        with self.lock:
+            out = self.forward.execute([self._torch.from_numpy(f) for f in feeds])[0]
+        out = out.detach().numpy() if hasattr(out, "detach") else np.asarray(out)
+        return out[:n, :width] if (self.fixed and out.ndim == 3) else out[:n]
+
+
+class ExecuTorchModel:
+    """A ``.pte`` encoder, loaded on first use (once under concurrent first use)."""
+
+    kind = "pte"
+
+    def __init__(self, path: str | Path, threads: int = 1) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise BundleError(f"{self.path}: model file not found")
+        self.threads = int(threads)  # XNNPACK sizes its own thread pool; kept for interface parity
+        self._program: _Program | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._program is not None
+
+    @property
+    def program(self) -> _Program:
+        if self._program is None:
+            with self._lock:
+                if self._program is None:
+                    self._program = _Program(self.path)
+        return self._program
+
+    @property
+    def max_batch(self) -> int:
+        return self.program.max_batch
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.program.max_seq_len
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+        return self.program.run(feeds)
