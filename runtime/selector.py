@@ -230,9 +230,14 @@ class Selector:
         order = np.argsort(-final, kind="stable")
         return RankedList([ids[i] for i in order], final[order])
 
-    def schemas(self, selection: Selection) -> list[dict[str, Any]]:
-        """The MCP tool entries to hand to the assistant's LLM for a selection."""
-        return [self.catalog.get(t.id).to_mcp() for t in selection.tools]
+    def schemas(self, selection: Selection, format: str = "mcp") -> list[dict[str, Any]]:
+        """The definitions of the selected tools to hand to the assistant's LLM, in ``format``:
+        ``mcp`` (the MCP tool), ``openai`` (Chat Completions), ``openai-responses`` or ``anthropic``
+        (``magicselector.formats``)."""
+        from .formats import tool_definitions
+
+        catalog = self.catalog
+        return tool_definitions([catalog.get(t.id) for t in selection.tools], format)
 
 
 # -- decomposer and cut helpers ------------------------------------------------------------------

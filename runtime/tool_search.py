@@ -1,0 +1,239 @@
+"""The client side of the hosted APIs' tool search: answer a model's tool-search call, made in a
+request that defers hundreds of tools, with the tools the Selector picks among them.
+
+- Anthropic Messages: the request's tools carry ``defer_loading: true`` and one non-deferred
+  custom tool (``search_tools`` by default) is the search; the model calls it with ``tool_use`` and
+  the answer is a ``tool_result`` whose content is one ``{"type": "tool_reference", "tool_name"}``
+  block per selected tool (the documented custom tool search: the API expands each reference into
+  the deferred definition).
+- OpenAI Responses: the request's tools hold ``{"type": "tool_search", "execution": "client"}`` and
+  function tools (top level or in namespaces) with ``defer_loading: true``; the model emits a
+  ``tool_search_call`` item and the answer is a ``tool_search_output`` item (same ``call_id``,
+  ``execution: "client"``, ``status: "completed"``) whose ``tools`` are the request's own
+  definitions of the selected tools, namespaced tools inside their namespace.
+
+The search query is the call's ``query`` argument (its string arguments joined when it has none);
+the request's conversation is the history. Each deferred catalog is indexed once and kept, by the
+hash of its definitions, for the requests that send it again.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from .catalog import Catalog, Tool, catalog_digest, parse_tool
+from .errors import InputError
+
+if TYPE_CHECKING:
+    from .selector import Selection, Selector
+
+DEFAULT_SEARCH_TOOL = "search_tools"
+# The search tool an Anthropic request defines for the model (non-deferred; the API needs one).
+ANTHROPIC_SEARCH_TOOL = {
+    "name": DEFAULT_SEARCH_TOOL,
+    "description": "Search the deferred tools by what you need to do; the matching tools become callable.",
+    "input_schema": {"type": "object", "properties": {"query": {"type": "string",
+                                                                "description": "the task, in a few words"}},
+                     "required": ["query"]},
+}
+# The client-executed tool search of an OpenAI Responses request.
+OPENAI_TOOL_SEARCH = {
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Search the deferred tools by what you need to do; the matching tools are loaded.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string",
+                                                              "description": "the task, in a few words"}},
+                   "required": ["query"], "additionalProperties": False},
+}
+
+
+def _query_of(arguments: Any, where: str) -> str:
+    """The search text of a tool-search call's arguments (an object or its JSON text)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            raise InputError(f"{where}: arguments are not valid JSON") from None
+    if not isinstance(arguments, Mapping):
+        raise InputError(f"{where}: arguments must be an object")
+    query = arguments.get("query")
+    if isinstance(query, str) and query.strip():
+        return query
+    words: list[str] = []
+    for value in arguments.values():  # e.g. {"queries": [...]} or {"paths": [...]}
+        if isinstance(value, str):
+            words.append(value)
+        elif isinstance(value, list):
+            words += [v for v in value if isinstance(v, str)]
+    if not any(w.strip() for w in words):
+        raise InputError(f"{where}: the tool-search call has no query text")
+    return " ".join(words)
+
+
+class ToolSearch:
+    """Answers tool-search calls with a Selector's picks. Thread-safe; one per process is enough."""
+
+    def __init__(self, selector: "Selector", *, search_tool: str = DEFAULT_SEARCH_TOOL, max_tools: int | None = None,
+                 cache_size: int = 8) -> None:
+        self.selector = selector
+        self.search_tool = search_tool
+        self.max_tools = max_tools
+        self._cache: collections.OrderedDict[str, "Selector"] = collections.OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def selector_for(self, catalog: Catalog) -> "Selector":
+        """A Selector over ``catalog``, built once per distinct catalog (by its definitions' hash)."""
+        key = catalog_digest(catalog) + "\x00" + "\x00".join(catalog.ids)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        built = self.selector.with_catalog(catalog)  # outside the lock: embedding takes a while
+        with self._lock:
+            self._cache[key] = built
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return built
+
+    def _select(self, catalog: Catalog, query: str, history: Any) -> "Selection":
+        selection = self.selector_for(catalog).select(query, history)
+        return selection
+
+    def _cap(self, ids: list[str]) -> list[str]:
+        return ids[: self.max_tools] if self.max_tools else ids
+
+    # -- Anthropic ----------------------------------------------------------------------------
+    def anthropic_catalog(self, request: Mapping[str, Any]) -> Catalog:
+        """The request's deferred tools (``defer_loading: true`` client tools) as a catalog."""
+        tools = request.get("tools") if isinstance(request, Mapping) else None
+        if not isinstance(tools, list):
+            raise InputError("request.tools: an Anthropic request needs a 'tools' list")
+        deferred = []
+        for i, t in enumerate(tools):
+            if not isinstance(t, Mapping):
+                raise InputError(f"request.tools[{i}]: a tool must be an object")
+            if t.get("defer_loading") is True and t.get("type", "custom") == "custom":
+                deferred.append(parse_tool({k: t[k] for k in ("name", "description", "input_schema") if k in t},
+                                           where=f"request.tools[{i}]", check_schemas=True))
+        if not deferred:
+            raise InputError("request.tools: no tool has \"defer_loading\": true; nothing to search")
+        return Catalog(deferred, source="request.tools")
+
+    def anthropic_result(self, request: Mapping[str, Any], tool_use: Mapping[str, Any],
+                         history: Any = None) -> dict[str, Any]:
+        """The ``tool_result`` block answering one ``tool_use`` of the search tool."""
+        if not isinstance(tool_use, Mapping) or tool_use.get("type") != "tool_use" or not isinstance(tool_use.get("id"), str):
+            raise InputError("tool_use: expected a {\"type\": \"tool_use\", \"id\", \"name\", \"input\"} block")
+        query = _query_of(tool_use.get("input", {}), f"tool_use {tool_use['id']}.input")
+        catalog = self.anthropic_catalog(request)
+        history = request.get("messages") if history is None else history
+        selection = self._select(catalog, query, history)
+        refs = [{"type": "tool_reference", "tool_name": catalog.get(i).name} for i in self._cap(selection.ids)]
+        return {"type": "tool_result", "tool_use_id": tool_use["id"], "content": refs}
+
+    def answer_anthropic(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> dict[str, Any]:
+        """The user message answering every call of the search tool in a Messages API response
+        (a ``tool_result`` block per ``tool_use``)."""
+        content = response.get("content") if isinstance(response, Mapping) else None
+        if not isinstance(content, list):
+            raise InputError("response.content: an Anthropic response needs a 'content' list")
+        calls = [b for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"
+                 and b.get("name") == self.search_tool]
+        if not calls:
+            raise InputError(f"response.content: no tool_use of the search tool {self.search_tool!r}")
+        history = [*(request.get("messages") or []), {"role": "assistant", "content": content}]
+        return {"role": "user", "content": [self.anthropic_result(request, c, history) for c in calls]}
+
+    # -- OpenAI Responses ---------------------------------------------------------------------
+    def openai_catalog(self, request: Mapping[str, Any]) -> tuple[Catalog, dict[str, tuple[str | None, dict]]]:
+        """The request's deferred function tools as a catalog, and per tool id its namespace (or
+        None) and its definition as the request gives it."""
+        tools = request.get("tools") if isinstance(request, Mapping) else None
+        if not isinstance(tools, list):
+            raise InputError("request.tools: a Responses request needs a 'tools' list")
+        if not any(isinstance(t, Mapping) and t.get("type") == "tool_search" and t.get("execution") == "client"
+                   for t in tools):
+            raise InputError("request.tools: no {\"type\": \"tool_search\", \"execution\": \"client\"} tool")
+        found: list[Tool] = []
+        origin: dict[str, tuple[str | None, dict]] = {}
+
+        def add(defn: Any, where: str, namespace: Mapping[str, Any] | None) -> None:
+            if not isinstance(defn, Mapping):
+                raise InputError(f"{where}: a tool must be an object")
+            deferred = defn.get("defer_loading") is True or (namespace is not None and namespace.get("defer_loading") is True)
+            if defn.get("type") != "function" or not deferred:
+                return
+            tool = parse_tool({k: defn[k] for k in ("name", "description", "parameters") if k in defn},
+                              where=where, check_schemas=True)
+            if namespace is not None:
+                tool = Tool(id=f"{namespace['name']}.{tool.name}", name=tool.name, description=tool.description,
+                            parameters=tool.parameters, domain=namespace["name"])
+            found.append(tool)
+            origin[tool.id] = (namespace["name"] if namespace is not None else None, dict(defn))
+
+        for i, t in enumerate(tools):
+            if isinstance(t, Mapping) and t.get("type") == "namespace":
+                if not isinstance(t.get("name"), str) or not isinstance(t.get("tools"), list):
+                    raise InputError(f"request.tools[{i}]: a namespace needs a 'name' and a 'tools' list")
+                for j, member in enumerate(t["tools"]):
+                    add(member, f"request.tools[{i}].tools[{j}]", t)
+            else:
+                add(t, f"request.tools[{i}]", None)
+        if not found:
+            raise InputError("request.tools: no function tool has \"defer_loading\": true; nothing to search")
+        return Catalog(found, source="request.tools"), origin
+
+    def openai_output(self, request: Mapping[str, Any], call: Mapping[str, Any], history: Any = None) -> dict[str, Any]:
+        """The ``tool_search_output`` item answering one client-executed ``tool_search_call``."""
+        if not isinstance(call, Mapping) or call.get("type") != "tool_search_call":
+            raise InputError("call: expected a {\"type\": \"tool_search_call\", \"call_id\", \"arguments\"} item")
+        if call.get("execution", "client") != "client":
+            raise InputError("call: a server-executed tool_search_call needs no answer from the client")
+        query = _query_of(call.get("arguments", {}), f"tool_search_call {call.get('call_id')}.arguments")
+        catalog, origin = self.openai_catalog(request)
+        if history is None:
+            given = request.get("input", [])
+            history = [{"role": "user", "content": given}] if isinstance(given, str) else given
+        selection = self._select(catalog, query, history)
+        tools: list[dict[str, Any]] = []
+        namespaces: dict[str, dict[str, Any]] = {}
+        spaces = {t["name"]: t for t in request["tools"] if isinstance(t, Mapping) and t.get("type") == "namespace"}
+        for tool_id in self._cap(selection.ids):
+            space, defn = origin[tool_id]
+            if space is None:
+                tools.append(defn)
+                continue
+            if space not in namespaces:
+                ns = spaces[space]
+                namespaces[space] = {"type": "namespace", "name": space, "description": ns.get("description", ""),
+                                     "tools": []}
+                tools.append(namespaces[space])
+            namespaces[space]["tools"].append(defn)
+        return {"type": "tool_search_output", "call_id": call.get("call_id"), "execution": "client",
+                "status": "completed", "tools": tools}
+
+    def answer_openai(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The ``tool_search_output`` items answering every client-executed ``tool_search_call`` of a
+        Responses API response."""
+        output = response.get("output") if isinstance(response, Mapping) else None
+        if not isinstance(output, list):
+            raise InputError("response.output: a Responses API response needs an 'output' list")
+        calls = [o for o in output if isinstance(o, Mapping) and o.get("type") == "tool_search_call"
+                 and o.get("execution", "client") == "client"]
+        if not calls:
+            raise InputError("response.output: no client-executed tool_search_call")
+        given = request.get("input", [])
+        history = [*([{"role": "user", "content": given}] if isinstance(given, str) else given), *output]
+        return [self.openai_output(request, c, history) for c in calls]
+
+
+def next_openai_input(request: Mapping[str, Any], response: Mapping[str, Any],
+                      outputs: Iterable[Mapping[str, Any]]) -> list[Any]:
+    """The ``input`` of the follow-up Responses request when the conversation is sent in full (no
+    ``previous_response_id``): the request's input, the response's output items, the answers."""
+    given = request.get("input", [])
+    prior = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+    return [*prior, *response.get("output", []), *outputs]
