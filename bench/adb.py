@@ -421,7 +421,8 @@ def push_bundle(adb: Adb, bundle_dir: str | os.PathLike, remote_dir: str, *, ver
     interrupted push leaves a bundle that fails verification rather than a silently mixed one.
     With ``verify`` the pushed files are hashed again on the device.
     """
-    from magicselector.bundle import MANIFEST, Bundle, sha256_file
+    from magicselector.bundle import MANIFEST, Bundle
+    from magicselector.files import sha256_file
 
     bundle = Bundle.open(bundle_dir, verify=True)
     local = {rel: str(entry["sha256"]) for rel, entry in bundle.manifest["files"].items()}

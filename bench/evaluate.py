@@ -19,11 +19,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from magicselector.bundle import Bundle, cache_home, ensure_default_bundle
+from magicselector.bundle import Bundle, ensure_default_bundle
 from magicselector.catalog import Catalog, schema_tokens, tool_text
 from magicselector.config import DEFAULT_CUT, SelectorConfig
 from magicselector.dialogue import retrieval_text, validate_history
 from magicselector.errors import InputError
+from magicselector.files import cache_home
 from magicselector.selector import Selector
 from magicselector.stages.cut import CutConfig, apply_cut
 from magicselector.stages.fuse import RankedList, reciprocal_rank_fusion

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .bundle import cache_home
+from .files import cache_home
 from .catalog import Catalog, tool_text
 
 if TYPE_CHECKING:
