@@ -80,18 +80,24 @@ def _read_history(path: str | None) -> list[dict[str, str]]:
         raise InputError(f"{path}: no such history file") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e})") from None
-    if isinstance(data, dict):
-        data = data.get("history", data.get("turns"))
+    if isinstance(data, dict):  # also a recorded chat request: its messages (Chat, Anthropic) or input (Responses)
+        data = next((data[k] for k in ("history", "turns", "messages", "input") if k in data), None)
     if not isinstance(data, list):
-        raise InputError(f"{path}: expected a JSON list of {{role, content}} turns")
+        raise InputError(f"{path}: expected a JSON list of messages (or an object with 'history' or 'messages')")
     return data
 
 
 def cmd_select(args: argparse.Namespace) -> int:
     history = _read_history(args.history)
     selector = _selector(args)
+    if args.catalog:  # tools from MCP servers' tools/list dumps, indexed here (vectors cached by content)
+        from magicselector.catalog import load_catalogs
+
+        selector = selector.with_catalog(load_catalogs(args.catalog))
     sel = selector.select(args.utterance, history)
-    if args.json:
+    if args.format:  # the definitions alone, as the caller's LLM API takes them
+        print(json.dumps(selector.schemas(sel, format=args.format), indent=2))
+    elif args.json:
         print(json.dumps({**sel.to_dict(), "schemas": selector.schemas(sel)}, indent=2))
     else:
         _print_selection(sel, indent="", trace=getattr(selector.decomposer, "last", None))
@@ -192,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("utterance")
     sp.add_argument("--history", help="JSON file: a list of {role, content} turns before the utterance")
     sp.add_argument("--json", action="store_true", help="print the selection (and tool schemas) as JSON")
+    sp.add_argument("--catalog", nargs="+", metavar="[SERVER=]FILE",
+                    help="select among these tools instead of the bundle's: MCP tools/list results (JSON-RPC "
+                         "response or result) or any catalog file; with several, tools are named SERVER__TOOL")
+    sp.add_argument("--format", choices=["mcp", "openai", "openai-responses", "anthropic"],
+                    help="print only the chosen tools' definitions, as this API takes them")
     selector_args(sp)
     sp.set_defaults(func=cmd_select)
 
@@ -269,6 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--dialogues", type=int, default=1200)
     sp.set_defaults(func=cmd_generate)
+
+    from magicselector.cli.serve import register as register_serve  # the mcp package loads only when it runs
+
+    register_serve(sub)
     return p
 
 
