@@ -1,7 +1,8 @@
 """``magicselector bench latency|scaling|rerank``: registered by ``magicselector.cli``.
 
-Only the standard library is imported at module level: the CLI imports this module on every
-invocation, so numpy, onnxruntime, torch and matplotlib are imported inside the commands.
+The CLI imports this module on every invocation, so only the standard library and the shared
+option vocabulary (``magicselector.cli_options``) are imported at module level; the benchmarks,
+torch and matplotlib are imported inside the commands.
 
 ``bench latency`` runs the latency runner in a fresh process (locally) or on a phone over ADB
 (``--device adb[:SERIAL]``, through ``magicselector.bench.adb``), optionally the side-by-side
@@ -22,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
+
+from magicselector.cli_options import add_bundle_option, add_decompose_options, add_threads_option
 
 DEFAULT_OUT = "bench-out"
 
@@ -174,7 +177,10 @@ def latency_summary(results: Mapping[str, Any]) -> str:
 
 def cmd_latency(args: argparse.Namespace) -> int:
     from magicselector.bundle import ensure_default_bundle
+    from magicselector.cli_options import SHIPPED
 
+    args.threads = args.threads or SHIPPED.threads
+    args.decompose = args.decompose or SHIPPED.decompose
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bundle = str(args.bundle) if args.bundle else str(ensure_default_bundle(progress=True))
@@ -387,18 +393,17 @@ def register(subparsers: Any) -> None:
     bsub = bp.add_subparsers(dest="bench_command", required=True)
 
     sp = bsub.add_parser("latency", help="cold start, per-stage latency percentiles and peak RSS on a fixed workload")
-    sp.add_argument("--bundle", help="bundle folder (default: the default bundle, built on first use)")
+    add_bundle_option(sp)
     sp.add_argument("--device", default="local", help="local (default) or adb[:SERIAL] for a phone")
     sp.add_argument("--runs", type=int, default=20)
     sp.add_argument("--warmup", type=int, default=3)
-    sp.add_argument("--threads", type=int, default=1)
+    add_threads_option(sp)
     sp.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}/)")
     sp.add_argument("--compare", action="store_true",
                     help="also time FP32 PyTorch, BM25 and exact numpy search side by side (on this machine)")
     sp.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
     sp.add_argument("--pin-big-cores", action="store_true", help="pin the runner to the big cores (phones)")
-    sp.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default="none",
-                    help="run a decomposer in the measured pipeline (llm/auto: the GGUF model's memory is in the peak RSS)")
+    add_decompose_options(sp, mode_only=True)  # llm/auto: the GGUF model's memory is in the peak RSS
     sp.set_defaults(func=cmd_latency)
 
     sp = bsub.add_parser("scaling", help="search latency / memory / recall vs n, and adaptive Top-K time vs n")

@@ -1,41 +1,28 @@
-"""The ``magicselector`` command. Export, bench and train code is imported only by the
-subcommands that need it, so the runtime commands stay lean."""
+"""The ``magicselector`` command: demo, select, bundle, eval and generate, plus the bench, export
+and train subcommands those layers register. Export, bench and train code is imported only by the
+subcommands that need it, so the runtime commands stay lean. The options shared by every
+subcommand are spelled once, in ``magicselector.cli_options``."""
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import magicselector as _runtime
+from magicselector.cli_options import (add_history_file_option, add_selector_options, history_mode_with_history,
+                                       selector_config, used_deprecated, warn)
 from magicselector.errors import InputError, MagicSelectorError
 
 DEMO_FILE = Path(_runtime.__file__).resolve().parent / "demo" / "dialogue.json"
-
-
-def _cut(rule: str, k_min: int, k_max: int, range_margin: float | None, **more: Any):
-    """The shipped cut (``DEFAULT_CUT``) with the rule and bounds the flags give."""
-    from magicselector.config import DEFAULT_CUT
-
-    return replace(DEFAULT_CUT, rule=rule, k_min=k_min, k_max=k_max,
-                   **({} if range_margin is None else {"range_margin": range_margin}), **more)
+METRICS_AT = 10  # eval's default metric cutoff (NDCG@10, Recall@10, Completeness@10)
 
 
 def _selector(args: argparse.Namespace, **config: Any):
-    from magicselector.config import DEFAULT_CUT, SelectorConfig
     from magicselector.selector import Selector
 
-    cut = _cut(getattr(args, "cut", DEFAULT_CUT.rule), getattr(args, "k_min", 1), getattr(args, "k_max", 20),
-               getattr(args, "range_margin", None), fixed_k=getattr(args, "k", 10))
-    decomposition = {k: getattr(args, a) for k, a in (("decompose", "decompose"), ("decomposer_model", "decomposer_model"),
-                                                       ("decomposer_prompt", "decomposer_prompt"),
-                                                       ("decompose_deadline_ms", "deadline_ms"),
-                                                       ("llm_threads", "llm_threads")) if getattr(args, a, None) is not None}
-    cfg = SelectorConfig(history=getattr(args, "history_mode", "none"), cut=cut, threads=getattr(args, "threads", 1),
-                         **decomposition, **config)
-    return Selector.from_bundle(args.bundle, config=cfg, progress=True)
+    return Selector.from_bundle(args.bundle, config=selector_config(args, **config), progress=True)
 
 
 def _print_selection(sel, indent: str = "  ", trace=None) -> None:
@@ -51,12 +38,15 @@ def _print_selection(sel, indent: str = "  ", trace=None) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     script = json.loads(DEMO_FILE.read_text(encoding="utf-8"))
-    selector = _selector(args)
+    # a dialogue with elliptical follow-ups: the demo always runs with a history mode that reads it
+    mode = history_mode_with_history(args, why="the demo is a dialogue")
+    selector = _selector(args, history=mode)
     history: list[dict[str, str]] = []
     out = []
     if not args.json:
         print(f"{script['title']}  (bundle: {selector.bundle.path if selector.bundle else '-'}, "
-              f"{len(selector.catalog)} tools, history={selector.config.history})")
+              f"{len(selector.catalog)} tools, history mode: {selector.config.history}, "
+              f"cut: {selector.config.cut.rule})")
     for n, turn in enumerate(script["turns"], 1):
         sel = selector.select(turn["user"], history)
         if args.json:
@@ -88,8 +78,9 @@ def _read_history(path: str | None) -> list[dict[str, str]]:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    history = _read_history(args.history)
-    selector = _selector(args)
+    history = _read_history(args.history_file)
+    mode = history_mode_with_history(args, why="--history-file was given") if history else None
+    selector = _selector(args, **({"history": mode} if mode else {}))
     if args.catalog:  # tools from MCP servers' tools/list dumps, indexed here (vectors cached by content)
         from magicselector.catalog import load_catalogs
 
@@ -104,7 +95,15 @@ def cmd_select(args: argparse.Namespace) -> int:
     return 0
 
 
+_CUSTOM_BUILD = ("embedder", "decomposer", "catalog", "model_format")
+
+
 def cmd_bundle_build(args: argparse.Namespace) -> int:
+    custom = [f"--{a.replace('_', '-')}" for a in _CUSTOM_BUILD if getattr(args, a) is not None]
+    if custom:
+        return _build_custom_bundle(args, custom)
+    if args.quant is not None or args.no_verify:
+        raise InputError("--quant and --no-verify apply to a custom bundle (with --embedder and --catalog)")
     from magicselector.bundle import default_bundle_dir
 
     out = Path(args.out) if args.out else default_bundle_dir()
@@ -113,10 +112,33 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
         return 0
     from magicselector.export.bundle import build_default_bundle
 
-    reranker = "retrain" if args.retrain_reranker else (None if args.no_reranker else "shipped")
+    if args.retrain_reranker:
+        reranker = "retrain"
+    elif args.no_reranker:
+        reranker = None
+    else:
+        reranker = args.reranker or "shipped"
     build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker, train_data=args.train_data)
     print(out)
     return 0
+
+
+def _build_custom_bundle(args: argparse.Namespace, custom: list[str]) -> int:
+    """``bundle build --embedder ... --catalog ...``: export every model, check parity, write and
+    verify the bundle (the code ``export bundle`` runs)."""
+    missing = [f for f, v in (("--embedder", args.embedder), ("--catalog", args.catalog), ("--out", args.out))
+               if v is None]
+    if missing:
+        raise InputError(f"a custom bundle ({', '.join(custom)}) needs {', '.join(missing)}")
+    if args.retrain_reranker or args.train_data:
+        raise InputError("--retrain-reranker and --train-data build the default bundle; a custom bundle "
+                         "takes a trained --reranker checkpoint (see `magicselector train reranker`)")
+    from magicselector.export.cli import run_export_bundle
+
+    return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog,
+                             reranker=None if args.no_reranker else args.reranker, decomposer=args.decomposer,
+                             fmt=args.model_format or "onnx", preset=args.preset, quant=args.quant or "q8_0",
+                             verify=not args.no_verify)
 
 
 def cmd_bundle_verify(args: argparse.Namespace) -> int:
@@ -127,19 +149,37 @@ def cmd_bundle_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from magicselector.bench.evaluate import EvalConfig, evaluate, format_report
+def eval_config(args: argparse.Namespace):
+    """The EvalConfig of ``eval``'s flags: without flags, exactly the shipped SelectorConfig
+    (its cut, history mode, rerank, fusion and decomposition), measured at ``--at`` (10)."""
+    from magicselector.bench.evaluate import EvalConfig
 
-    config = EvalConfig(k=args.k, adaptive=args.adaptive, history=args.history, retriever=args.retriever,
-                        cut=_cut(args.cut_rule, args.k_min, args.k_max, args.range_margin),
-                        limit=args.limit,
-                        decompose=args.decompose, fusion=args.fusion, cut_scope=args.cut_scope,
-                        decompose_deadline_ms=args.deadline_ms, llm_threads=args.llm_threads,
-                        decomposer_model=args.decomposer_model, decomposer_prompt=args.decomposer_prompt,
-                        rerank=not args.no_rerank, reranker=args.reranker,
-                        rerank_weight=args.rerank_weight, rerank_candidates=args.rerank_candidates,
-                        threads=args.threads)
-    report = evaluate(args.dataset, config, bundle=args.bundle, progress=not args.quiet)
+    at = args.at
+    old_adaptive = bool(args.adaptive) or used_deprecated(args, "--cut-rule")
+    if args.k is not None and at is None and (old_adaptive or args.cut is None):
+        # `eval --k N` used to set the metric cutoff too (and, without --adaptive, a fixed top-N cut)
+        warn(f"warning: eval --k {args.k} as the metric cutoff is deprecated and will be removed in the next "
+             f"release; use --at {args.k} for the metrics and --k N (alone, or with --cut fixed) for the cut")
+        at = args.k
+        if old_adaptive:
+            args.k = None
+    at = METRICS_AT if at is None else at
+    config = selector_config(args)
+    cut = config.cut
+    return EvalConfig(k=at, adaptive=not (cut.rule == "fixed" and cut.fixed_k == at), cut=cut,
+                      history=config.history, retriever=args.retriever, limit=args.limit,
+                      decompose=config.decompose, fusion=config.fusion, cut_scope=config.cut_scope,
+                      decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
+                      # None: the bundle's decomposer and its prompt (what from_bundle ships)
+                      decomposer_model=args.decomposer_model, decomposer_prompt=args.decomposer_prompt,
+                      rerank=config.rerank, reranker=args.reranker, rerank_weight=config.rerank_weight,
+                      rerank_candidates=config.rerank_candidates, threads=config.threads)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from magicselector.bench.evaluate import evaluate, format_report
+
+    report = evaluate(args.dataset, eval_config(args), bundle=args.bundle, progress=not args.quiet)
     print(format_report(report))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -155,64 +195,29 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from magicselector.config import DEFAULT_CUT
-    from magicselector.stages.cut import CUT_RULES
-    from magicselector.stages.decompose import PROMPT_STYLES
-
-    p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    def selector_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--bundle", help="bundle folder (default: the embedded default bundle, built on first use)")
-        sp.add_argument("--history-mode", choices=["none", "user", "all"], default="none",
-                        help="what of the dialogue retrieval sees (default: none)")
-        sp.add_argument("--cut", choices=sorted(CUT_RULES), default=DEFAULT_CUT.rule,
-                        help=f"Top-K rule (default: {DEFAULT_CUT.rule}; paper = Algorithm 2 as written)")
-        sp.add_argument("--range-margin", type=float,
-                        help=f"rmargin: keep tools within this fraction of the score range of the top "
-                             f"(default {DEFAULT_CUT.range_margin})")
-        sp.add_argument("--k", type=int, default=10, help="k for --cut fixed")
-        sp.add_argument("--k-min", type=int, default=1)
-        sp.add_argument("--k-max", type=int, default=20)
-        sp.add_argument("--threads", type=int, default=1)
-        decompose_args(sp)
-
-    def decompose_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default="none",
-                        help="sub-task decomposition: none, rules (no model), llm (GGUF), auto (gated LLM, deadline)")
-        sp.add_argument("--decomposer-model", help="a GGUF file for the LLM decomposer (default: the bundle's, else "
-                                                   "the pinned Qwen2.5 0.5B)")
-        sp.add_argument("--decomposer-prompt", choices=PROMPT_STYLES,
-                        help="the decomposer's prompt: few_shot (an instruction model, the default) or zero_shot "
-                             "(a model trained with `train decomposer --prompt zero_shot`)")
-        sp.add_argument("--deadline-ms", type=float, default=1500.0, help="auto: LLM latency budget per turn")
-        sp.add_argument("--llm-threads", type=int, default=2, help="threads for the LLM decomposer")
-
-    sp = sub.add_parser("demo", help="a scripted multi-turn phone dialogue: tools, K and stage times per turn")
-    selector_args(sp)
-    sp.add_argument("--json", action="store_true", help="print JSON instead of text")
-    sp.set_defaults(func=cmd_demo)
-
-    sp = sub.add_parser("select", help="select tools for one utterance")
-    sp.add_argument("utterance")
-    sp.add_argument("--history", help="JSON file: a list of {role, content} turns before the utterance")
-    sp.add_argument("--json", action="store_true", help="print the selection (and tool schemas) as JSON")
-    sp.add_argument("--catalog", nargs="+", metavar="[SERVER=]FILE",
-                    help="select among these tools instead of the bundle's: MCP tools/list results (JSON-RPC "
-                         "response or result) or any catalog file; with several, tools are named SERVER__TOOL")
-    sp.add_argument("--format", choices=["mcp", "openai", "openai-responses", "anthropic"],
-                    help="print only the chosen tools' definitions, as this API takes them")
-    selector_args(sp)
-    sp.set_defaults(func=cmd_select)
-
-    bp = sub.add_parser("bundle", help="build or verify bundles").add_subparsers(dest="bundle_command", required=True)
-    sp = bp.add_parser("build", help="build the default bundle (needs the export extra)")
-    sp.add_argument("--out", help="output folder (default: the cache folder the runtime loads from)")
-    sp.add_argument("--force", action="store_true", help="rebuild even if the bundle exists")
+def _add_bundle_build_parser(bp) -> None:
+    sp = bp.add_parser("build", help="build a bundle: the default one, or your models and catalog (needs the "
+                                     "export extra)")
+    sp.add_argument("--out", metavar="DIR", help="output folder (default bundle: the cache folder the runtime "
+                                                 "loads from; a custom bundle needs it)")
+    sp.add_argument("--force", action="store_true", help="rebuild the default bundle even if it exists")
     sp.add_argument("--preset", help="INT8 preset: qint8_arm64 (phones), qint8_x86, qint8_avx512_vnni, "
                                      "qint8_per_tensor (default: the building machine's)")
+    sp.add_argument("--embedder", metavar="PATH", help="a custom bundle's embedder: Hugging Face checkpoint "
+                    "folder, or a ready .onnx / .pte with tokenizer.json beside it (default: the packaged MiniLM)")
+    sp.add_argument("--catalog", metavar="PATH", help="a custom bundle's tools: MCP JSON, tools.jsonl or a "
+                                                      "folder (default: the phone catalog)")
+    sp.add_argument("--decomposer", metavar="PATH", help="a decomposer: causal-LM checkpoint folder (converted "
+                                                         "to GGUF) or a .gguf (default: none in the bundle)")
+    sp.add_argument("--model-format", choices=["onnx", "pte"], default=None,
+                    help="a custom bundle's encoder format: onnx (onnxruntime, default) or pte (ExecuTorch, "
+                         "XNNPACK INT8)")
+    sp.add_argument("--quant", help="a custom bundle's decomposer GGUF quantization: q8_0 (default), q4_k_m, "
+                                    "q4_0, q5_k_m, q6_k, f16, ...")
+    sp.add_argument("--no-verify", action="store_true", help="a custom bundle: skip the final bundle verify")
     rr = sp.add_mutually_exclusive_group()
+    rr.add_argument("--reranker", metavar="PATH", help="a cross-encoder: checkpoint folder, reranker folder, or a "
+                                                       "ready .onnx / .pte (default: the shipped INT8 reranker)")
     rr.add_argument("--retrain-reranker", action="store_true",
                     help="train the cross-encoder again with its model card's recipe (an hour or more) "
                          "instead of using the shipped INT8 reranker")
@@ -220,38 +225,47 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--train-data", metavar="DIR",
                     help="--retrain-reranker: benchmark folder to train on (default: generate the mobile train split)")
     sp.set_defaults(func=cmd_bundle_build)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sp = sub.add_parser("demo", help="a scripted multi-turn phone dialogue: tools, K and stage times per turn")
+    add_selector_options(sp)
+    sp.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sp.set_defaults(func=cmd_demo)
+
+    sp = sub.add_parser("select", help="select tools for one utterance")
+    sp.add_argument("utterance")
+    add_history_file_option(sp, old_spelling="--history")
+    sp.add_argument("--json", action="store_true", help="print the selection (and tool schemas) as JSON")
+    sp.add_argument("--catalog", nargs="+", metavar="[SERVER=]FILE",
+                    help="select among these tools instead of the bundle's: MCP tools/list results (JSON-RPC "
+                         "response or result) or any catalog file; with several, tools are named SERVER__TOOL")
+    sp.add_argument("--format", choices=["mcp", "openai", "openai-responses", "anthropic"],
+                    help="print only the chosen tools' definitions, as this API takes them")
+    add_selector_options(sp)
+    sp.set_defaults(func=cmd_select)
+
+    bp = sub.add_parser("bundle", help="build or verify bundles").add_subparsers(dest="bundle_command", required=True)
+    _add_bundle_build_parser(bp)
     sp = bp.add_parser("verify", help="check hashes, load every artifact, re-run the golden vectors")
     sp.add_argument("dir")
     sp.set_defaults(func=cmd_bundle_verify)
 
-    sp = sub.add_parser("eval", help="evaluate on a benchmark folder (tools.jsonl + queries.jsonl)")
+    sp = sub.add_parser("eval", help="evaluate on a benchmark folder (tools.jsonl + queries.jsonl); without "
+                                     "flags, the shipped configuration")
     sp.add_argument("dataset")
-    sp.add_argument("--k", type=int, default=10)
-    sp.add_argument("--adaptive", action="store_true", help="cut with the adaptive Top-K rule")
-    sp.add_argument("--cut-rule", choices=sorted(CUT_RULES), default=DEFAULT_CUT.rule,
-                    help=f"the adaptive rule (with --adaptive; default: {DEFAULT_CUT.rule}, the Selector's; "
-                         "paper = Algorithm 2 as written)")
-    sp.add_argument("--range-margin", type=float,
-                    help=f"rmargin: keep tools within this fraction of the score range of the top (default {DEFAULT_CUT.range_margin})")
-    sp.add_argument("--k-min", type=int, default=1)
-    sp.add_argument("--k-max", type=int, default=20)
-    sp.add_argument("--history", choices=["none", "user", "all"], default="none")
-    sp.add_argument("--no-rerank", action="store_true", help="retrieval only: switch the cross-encoder off")
+    sp.add_argument("--at", type=int, default=None, metavar="N",
+                    help=f"the metric cutoff: NDCG@N, Recall@N, Completeness@N (default {METRICS_AT})")
+    add_selector_options(sp, old_eval_spellings=True)
     sp.add_argument("--reranker", metavar="DIR",
                     help="a reranker folder (model.onnx, tokenizer.json, reranker.json) instead of the bundle's")
-    sp.add_argument("--rerank-weight", type=float,
-                    help="weight of the cross-encoder's z-scored logit against the retrieval similarity (1 = CE only)")
-    sp.add_argument("--rerank-candidates", type=int, help="tools per list the cross-encoder scores")
-    sp.add_argument("--threads", type=int, default=1, help="inference threads (embedder, reranker)")
     sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default="dense")
     sp.add_argument("--json", metavar="OUT", help="write the report as JSON")
-    sp.add_argument("--bundle")
     sp.add_argument("--limit", type=int, help="evaluate a seeded sample of this many queries")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
-    decompose_args(sp)
-    sp.add_argument("--fusion", choices=["peak", "rrf"], default="peak", help="how sub-task lists are fused")
-    sp.add_argument("--cut-scope", choices=["fused", "subtask"], default="subtask",
-                    help="adaptive cut per sub-task list then union (default), or on the fused list")
     sp.set_defaults(func=cmd_eval)
 
     # `magicselector bench ...` lives in magicselector.bench.cli (registered here; its heavy
@@ -262,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         register_bench = None
     if register_bench is not None:
         register_bench(sub)
-    try:  # `magicselector export bundle ...` (needs the export extra only when it runs)
+    try:  # `magicselector export bundle ...`: the deprecated spelling of `bundle build --embedder ...`
         from magicselector.export.cli import register as register_export
     except ImportError:
         register_export = None

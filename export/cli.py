@@ -1,5 +1,7 @@
-"""``magicselector export ...``: release exports. Parsing imports nothing heavy; the command
-imports the exporters (torch, transformers, onnx, executorch, llama-cpp-python) when it runs.
+"""``magicselector export bundle``: the deprecated spelling of ``magicselector bundle build
+--embedder ... --catalog ...``, and ``run_export_bundle``, the code both spellings run. Parsing
+imports nothing heavy; the exporters (torch, transformers, onnx, executorch, llama-cpp-python)
+are imported when the command runs.
 
 Registered by ``magicselector.cli.build_parser`` through ``register(subparsers)``; also runnable
 alone as ``python -m magicselector.export.cli export bundle ...``.
@@ -10,10 +12,15 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 
-def cmd_export_bundle(args: argparse.Namespace) -> int:
+def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | Path,
+                      reranker: str | Path | None = None, decomposer: str | Path | None = None,
+                      fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
+                      verify: bool = True) -> int:
+    """Export every model, check parity, write and verify the bundle; print a JSON summary."""
     from .bundle import export_bundle
 
     t0 = time.perf_counter()
@@ -21,10 +28,9 @@ def cmd_export_bundle(args: argparse.Namespace) -> int:
     def log(msg: str) -> None:
         print(f"[export {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    manifest = export_bundle(args.out, embedder=args.embedder, reranker=args.reranker, decomposer=args.decomposer,
-                             catalog=args.catalog, fmt=args.format, preset=args.preset, quant=args.quant,
-                             verify=not args.no_verify, log=log)
-    summary = {"out": args.out, "files": {k: v["size"] for k, v in manifest["files"].items()}}
+    manifest = export_bundle(out, embedder=embedder, reranker=reranker, decomposer=decomposer,
+                             catalog=catalog, fmt=fmt, preset=preset, quant=quant, verify=verify, log=log)
+    summary = {"out": str(out), "files": {k: v["size"] for k, v in manifest["files"].items()}}
     for section in ("embedder", "reranker", "decomposer"):
         sec = manifest.get(section)
         if sec:
@@ -34,11 +40,22 @@ def cmd_export_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_bundle(args: argparse.Namespace) -> int:
+    from magicselector.cli_options import warn
+
+    warn("warning: `magicselector export bundle` is deprecated and will be removed in the next release; use "
+         "`magicselector bundle build --embedder ... --catalog ... --out DIR` (--format is --model-format there)")
+    return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog, reranker=args.reranker,
+                             decomposer=args.decomposer, fmt=args.format, preset=args.preset, quant=args.quant,
+                             verify=not args.no_verify)
+
+
 def register(subparsers) -> None:
-    """Add ``export bundle`` to a ``magicselector`` subparsers object."""
-    ep = subparsers.add_parser("export", help="release exports (needs the export extra)")
+    """Add ``export bundle`` (deprecated: ``bundle build``) to a ``magicselector`` subparsers object."""
+    ep = subparsers.add_parser("export", help="deprecated: use `magicselector bundle build`")
     sub = ep.add_subparsers(dest="export_command", required=True)
-    sp = sub.add_parser("bundle", help="export embedder, reranker and decomposer and write a verified bundle")
+    sp = sub.add_parser("bundle", help="deprecated spelling of `magicselector bundle build --embedder ... "
+                                       "--catalog ... --out DIR`")
     sp.add_argument("--embedder", required=True, help="embedder: Hugging Face checkpoint folder, or a ready "
                     ".onnx / .pte with tokenizer.json beside it")
     sp.add_argument("--reranker", help="cross-encoder: checkpoint folder, or a ready .onnx / .pte")

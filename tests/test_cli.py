@@ -2,10 +2,12 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 
 import pytest
 
 from magicselector.cli import main
+from magicselector.config import SelectorConfig
 
 pytestmark = pytest.mark.slow
 
@@ -19,42 +21,99 @@ def test_select_json(bundle_dir, tmp_path, capsys):
     history = tmp_path / "h.json"
     history.write_text(json.dumps([{"role": "user", "content": "turn on bluetooth"},
                                    {"role": "assistant", "content": "Bluetooth is on."}]))
-    assert main(["select", "connect my headphones", "--bundle", str(bundle_dir), "--history", str(history),
+    assert main(["select", "connect my headphones", "--bundle", str(bundle_dir), "--history-file", str(history),
                  "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     assert out["k"] == len(out["tools"]) == len(out["schemas"]) >= 1
     assert {"embed", "search", "cut", "total"} <= set(out["timings_ms"])
     assert out["schemas"][0]["inputSchema"]["type"] == "object"
+    # the history file is used: the shipped history mode, or "user" (with a note) when that is "none"
+    mode = SelectorConfig().history
+    assert "turn on bluetooth" in " ".join(out["subtasks"])
+    assert ("using --history-mode user" in captured.err) == (mode == "none")
+
+
+def test_select_old_history_spelling_still_reads_the_file(bundle_dir, tmp_path):
+    history = tmp_path / "h.json"
+    history.write_text(json.dumps([{"role": "user", "content": "what's the weather in Paris?"},
+                                   {"role": "assistant", "content": "Sunny, 21 degrees."}]))
+    new = run_cli("select", "and tomorrow?", "--bundle", str(bundle_dir), "--history-file", str(history),
+                  "--history-mode", "user", "--json")
+    old = run_cli("select", "and tomorrow?", "--bundle", str(bundle_dir), "--history", str(history),
+                  "--history-mode", "user", "--json")
+    assert new.returncode == old.returncode == 0, old.stderr
+    assert "--history is deprecated" in old.stderr and "--history-file" in old.stderr
+    assert "deprecated" not in new.stderr
+    pick = lambda r: [t["id"] for t in json.loads(r.stdout)["tools"]]  # noqa: E731
+    assert pick(old) == pick(new) and "get_weather" in " ".join(pick(new))
 
 
 def test_demo_runs_the_scripted_dialogue(bundle_dir, capsys):
     assert main(["demo", "--bundle", str(bundle_dir)]) == 0
     out = capsys.readouterr().out
     assert out.count("user:") == 8 and "K=" in out and "ms:" in out
+    # the dialogue's elliptical follow-ups need the history: the demo runs with a history mode and says which
+    mode = SelectorConfig().history
+    assert f"history mode: {'user' if mode == 'none' else mode}" in out
+    turns = out.split("\n[")
+    saturday = next(t for t in turns if "user: and on Saturday?" in t)
+    assert "get_current_weather" in saturday.split("tools (")[1].split("\n")[0]
 
 
 def test_eval_writes_the_json_contract(bundle_dir, tiny_benchmark, tmp_path, capsys):
     out = tmp_path / "r.json"
-    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--adaptive", "--json", str(out),
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--cut", "paper", "--json", str(out),
                  "--quiet"]) == 0
     report = json.loads(out.read_text())
     assert {"ndcg@10", "recall@10", "completeness@10", "completeness@K", "mean_k", "schema_tokens"} <= set(report["overall"])
     assert set(report["by_category"]) == {"single", "multi", "followup"}
     assert report["config"]["retriever"] == "dense" and report["config"]["adaptive"] is True
+    assert report["config"]["cut"]["rule"] == "paper"
     assert report["overall"]["completeness@10"] == 1.0  # 6 tools: every gold tool is in the top 10
     table = capsys.readouterr().out
     assert "overall" in table and "completeness@K" in table
-    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--k", "3", "--retriever", "bm25",
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--at", "3", "--retriever", "bm25",
                  "--json", str(out), "--quiet"]) == 0
     assert "ndcg@3" in json.loads(out.read_text())["overall"]
+
+
+def test_eval_without_flags_measures_the_shipped_product(bundle_dir, tiny_benchmark, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--json", str(out), "--quiet"]) == 0
+    config = json.loads(out.read_text())["config"]
+    shipped = SelectorConfig()
+    assert config["cut"] == asdict(shipped.cut) and config["adaptive"] is True and config["k"] == 10
+    assert (config["history"], config["rerank"], config["decompose"], config["fusion"], config["cut_scope"]) == (
+        shipped.history, shipped.rerank, shipped.decompose, shipped.fusion, shipped.cut_scope)
+    assert capsys.readouterr().err == ""
+
+
+def test_eval_old_spellings_still_work(bundle_dir, tiny_benchmark, tmp_path, capsys):
+    """--adaptive, --cut-rule, --history MODE and --k as the metric cutoff: the same report as the
+    new spellings, with a deprecation message each."""
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--adaptive", "--cut-rule", "paper",
+                 "--history", "user", "--k", "5", "--json", str(old), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    for flag in ("--adaptive", "--cut-rule", "--history"):
+        assert f"{flag} is deprecated" in err
+    assert "--at 5" in err
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--cut", "paper", "--history-mode",
+                 "user", "--at", "5", "--json", str(new), "--quiet"]) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    old_report, new_report = json.loads(old.read_text()), json.loads(new.read_text())
+    assert old_report["overall"] == new_report["overall"] and "ndcg@5" in new_report["overall"]
+    assert {k: v for k, v in old_report["config"].items() if k != "seconds"} == {
+        k: v for k, v in new_report["config"].items() if k != "seconds"}
 
 
 def test_eval_counterfactual_report(bundle_dir, tiny_benchmark, tmp_path):
     """eq. 4 both ways on every turn: the atom side is the report's own ranking, the shares add up,
     and the two-or-more-gold-tools turns (the issue's aim) are reported apart."""
     out = tmp_path / "cf.json"
-    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--k", "2", "--decompose", "rules",
-                 "--json", str(out), "--quiet"]) == 0
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--at", "2", "--cut", "fixed", "--k", "2",
+                 "--decompose", "rules", "--json", str(out), "--quiet"]) == 0
     report = json.loads(out.read_text())
     cf = report["counterfactual"]
     assert cf["queries"] == 4 and cf["ndcg_atom@2"] == pytest.approx(report["overall"]["ndcg@2"])
@@ -75,7 +134,7 @@ def test_errors_exit_2_with_a_message(bundle_dir, tmp_path):
     assert r.returncode == 2 and "no such bundle" in r.stderr
     bad = tmp_path / "h.json"
     bad.write_text("{broken")
-    r = run_cli("select", "hi", "--bundle", str(bundle_dir), "--history", str(bad))
+    r = run_cli("select", "hi", "--bundle", str(bundle_dir), "--history-file", str(bad))
     assert r.returncode == 2 and "not valid JSON" in r.stderr
     r = run_cli("eval", str(tmp_path), "--bundle", str(bundle_dir))
     assert r.returncode == 2 and "tools.jsonl" in r.stderr

@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from magicselector.cli_options import add_history_mode_option
+
 
 def cmd_train_reranker(args: argparse.Namespace) -> int:
     from .reranker import RerankerTrainConfig, train_reranker
@@ -14,7 +16,7 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
         "seed": args.seed, "epochs_pointwise": args.epochs_pointwise, "epochs_listwise": args.epochs_listwise,
         "rounds": args.rounds, "negatives": args.negatives, "list_size": args.list_size, "pool": args.pool,
         "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length, "layers": args.layers,
-        "history": args.history, "max_queries": args.max_queries, "threads": args.threads,
+        "history": args.history_mode, "max_queries": args.max_queries, "threads": args.threads,
         "base_model": args.base_model, "include_tasks": not args.no_tasks, "truncation": args.truncation,
         "catalog_scope": args.catalog_scope, "mining_epochs_listwise": args.mining_epochs_listwise, "save_stages": args.save_stages or None,
     }
@@ -34,7 +36,7 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
         "seed": args.seed, "epochs": args.epochs, "rounds": args.rounds, "negatives": args.negatives,
         "pool": args.pool, "batch_size": args.batch_size, "lr": args.lr, "temperature": args.temperature,
         "in_batch": args.in_batch or None, "max_length": args.max_length, "layers": args.layers,
-        "max_queries": args.max_queries, "threads": args.threads, "history": args.history,
+        "max_queries": args.max_queries, "threads": args.threads, "history": args.history_mode,
         "catalog_scope": args.catalog_scope, "base_model": args.base_model,
         "include_tasks": False if args.no_tasks else None, "device": args.device,
         "freeze_embeddings": args.freeze_embeddings or None,
@@ -83,7 +85,7 @@ def register(subparsers) -> None:
     sp.add_argument("--max-length", type=int, help="tokens per (query, tool) pair (default 96)")
     sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
     sp.add_argument("--threads", type=int, help="torch threads")
-    sp.add_argument("--history", choices=["none", "user", "all"], help="history mode of the query text (default user)")
+    add_history_mode_option(sp, old_spelling="--history", default_help="'user' (the training default)")
     sp.add_argument("--truncation", choices=["query_capped", "longest_first"])
     sp.add_argument("--catalog-scope", choices=["gold", "all"],
                     help="train against the tools some training query needs (gold, default) or the whole catalog")
@@ -110,7 +112,7 @@ def register(subparsers) -> None:
     sp.add_argument("--max-length", type=int, help="tokens per text (default 128, the runtime's window)")
     sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
     sp.add_argument("--threads", type=int, help="torch threads")
-    sp.add_argument("--history", choices=["none", "user", "all"], help="history mode of the query text (default user)")
+    add_history_mode_option(sp, old_spelling="--history", default_help="'user' (the training default)")
     sp.add_argument("--catalog-scope", choices=["gold", "all"],
                     help="train against the tools some training query needs (gold, default) or the whole catalog")
     sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")

@@ -248,5 +248,4 @@ def cut_per_list(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequenc
     return order, cut
 
 
-CUT_RULES = {"paper": paper_cut, "fixed": fixed_cut, "margin": margin_cut, "zmargin": zmargin_cut,
-             "rmargin": rmargin_cut, "mass": mass_cut}
+CUT_RULES = ("paper", "fixed", "margin", "zmargin", "rmargin", "mass")  # the rules apply_cut dispatches on

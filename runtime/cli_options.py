@@ -1,0 +1,209 @@
+"""The command-line vocabulary every ``magicselector`` subcommand shares: one spelling per
+SelectorConfig setting, the deprecated spellings that still work, and parsed args -> SelectorConfig.
+
+It lives at the floor (standard library and ``magicselector.config`` only) so that the CLI, bench
+and train layers can all spell their options the same way without importing upward.
+
+Every option defaults to None, meaning "what ``SelectorConfig()`` ships"; ``selector_config``
+fills in only what was given, so a command without flags runs exactly the shipped product.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from typing import Any
+
+from .config import DECOMPOSE_MODES, HISTORY_MODES, PROMPT_STYLES, SelectorConfig
+from .stages.cut import CUT_RULES, CutConfig
+
+SHIPPED = SelectorConfig()
+
+# the parameters of each cut rule: (flag, CutConfig field, type, help)
+_CUT_PARAMETERS = (
+    ("--k-min", "k_min", int, "lower bound on K for every adaptive rule"),
+    ("--k-max", "k_max", int, "upper bound on K for every adaptive rule"),
+    ("--range-margin", "range_margin", float, "rmargin: keep tools within this fraction of the head's score range"),
+    ("--range-depth", "range_depth", int, "rmargin: the head the range is taken over (0: the whole list)"),
+    ("--margin", "margin", float, "margin: score distance below the top that is still kept"),
+    ("--z-margin", "z_margin", float, "zmargin: the same in list standard deviations"),
+    ("--mass", "mass", float, "mass: probability the kept prefix must hold"),
+    ("--temperature", "temperature", float, "mass: softmax temperature"),
+)
+
+
+def warn(message: str) -> None:
+    """A note on stderr (stdout stays the command's output, e.g. JSON)."""
+    print(f"magicselector: {message}", file=sys.stderr, flush=True)
+
+
+class DeprecatedSpelling(argparse.Action):
+    """An old spelling of an option: warns on stderr, then stores into the new option's dest.
+
+    ``new`` names the spelling to use instead. The flag is recorded in ``namespace.deprecated``
+    so a command can tell an old command line from a new one where the meaning changed."""
+
+    def __init__(self, option_strings, dest, new: str, nargs=None, const=None, **kwargs: Any) -> None:
+        self.new = new
+        kwargs.setdefault("help", f"deprecated spelling of {new}")
+        super().__init__(option_strings, dest, nargs=nargs, const=const, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        warn(f"warning: {option_string} is deprecated and will be removed in the next release; use {self.new}")
+        used = list(getattr(namespace, "deprecated", None) or [])
+        setattr(namespace, "deprecated", used + [option_string])
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def used_deprecated(args: argparse.Namespace, flag: str) -> bool:
+    """Whether the command line used the old spelling ``flag``."""
+    return flag in (getattr(args, "deprecated", None) or [])
+
+
+def add_bundle_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bundle", metavar="DIR",
+                   help="bundle folder (default: the embedded default bundle, built on first use)")
+
+
+def add_threads_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, metavar="N",
+                   help=f"inference threads of the embedder and reranker (default {SHIPPED.threads})")
+
+
+def add_history_mode_option(p: argparse.ArgumentParser, *, old_spelling: str | None = None,
+                            default_help: str | None = None) -> None:
+    """``--history-mode none|user|all``; ``old_spelling`` (e.g. ``--history``) keeps working, deprecated."""
+    p.add_argument("--history-mode", choices=HISTORY_MODES, default=None, dest="history_mode",
+                   help="what of the dialogue retrieval sees: none (the utterance), user (plus earlier user "
+                        f"turns), all (plus the whole dialogue); default {default_help or repr(SHIPPED.history)}")
+    if old_spelling:
+        p.add_argument(old_spelling, choices=HISTORY_MODES, dest="history_mode", metavar="MODE",
+                       action=DeprecatedSpelling, new="--history-mode")
+
+
+def add_history_file_option(p: argparse.ArgumentParser, *, old_spelling: str | None = None) -> None:
+    """``--history-file FILE``; ``old_spelling`` (e.g. ``--history``) keeps working, deprecated."""
+    p.add_argument("--history-file", dest="history_file", metavar="FILE",
+                   help="JSON file: the chat history before the utterance (a list of {role, content} "
+                        "messages, or {\"history\": [...]})")
+    if old_spelling:
+        p.add_argument(old_spelling, dest="history_file", metavar="FILE", action=DeprecatedSpelling,
+                       new="--history-file")
+
+
+def add_cut_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = False) -> None:
+    """``--cut RULE``, ``--k N`` (the fixed cut's k) and each rule's parameters.
+
+    ``old_eval_spellings`` adds eval's deprecated ``--cut-rule RULE`` and ``--adaptive``."""
+    p.add_argument("--cut", choices=sorted(CUT_RULES), default=None,
+                   help=f"the Top-K rule (default {SHIPPED.cut.rule!r}, the shipped one; 'paper' is the paper's "
+                        "Algorithm 2 as written, 'fixed' keeps --k tools)")
+    p.add_argument("--k", type=int, default=None, metavar="N",
+                   help=f"k of the fixed cut; alone it means --cut fixed (default k {SHIPPED.cut.fixed_k})")
+    for flag, field, type_, text in _CUT_PARAMETERS:
+        p.add_argument(flag, type=type_, default=None, dest=f"cut_{field}",
+                       help=f"{text} (default {getattr(SHIPPED.cut, field)})")
+    if old_eval_spellings:
+        p.add_argument("--cut-rule", choices=sorted(CUT_RULES), dest="cut", metavar="RULE",
+                       action=DeprecatedSpelling, new="--cut RULE")
+        p.add_argument("--adaptive", nargs=0, const=True, default=False, dest="adaptive",
+                       action=DeprecatedSpelling, new="--cut RULE (the shipped adaptive cut is the default)")
+
+
+def add_decompose_options(p: argparse.ArgumentParser, *, mode_only: bool = False) -> None:
+    """``--decompose MODE`` and, unless ``mode_only``, the decomposer's model, prompt, deadline, threads."""
+    p.add_argument("--decompose", choices=DECOMPOSE_MODES, default=None,
+                   help=f"sub-task decomposition: none, rules (no model), llm (GGUF), auto (gated LLM with a "
+                        f"deadline); default {SHIPPED.decompose!r}")
+    if mode_only:
+        return
+    p.add_argument("--decomposer-model", metavar="GGUF",
+                   help="a GGUF file for the LLM decomposer (default: the bundle's, else the pinned Qwen2.5 0.5B)")
+    p.add_argument("--decomposer-prompt", choices=PROMPT_STYLES,
+                   help="the decomposer's prompt: few_shot (an instruction model) or zero_shot (a model trained "
+                        "with `train decomposer --prompt zero_shot`); default: the bundle decomposer's, else few_shot")
+    p.add_argument("--deadline-ms", type=float, default=None, dest="deadline_ms",
+                   help=f"auto: the LLM's latency budget per turn (default {SHIPPED.decompose_deadline_ms})")
+    p.add_argument("--llm-threads", type=int, default=None, dest="llm_threads",
+                   help=f"threads of the LLM decomposer (default {SHIPPED.llm_threads})")
+
+
+def add_rerank_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-rerank", action="store_true", default=None, dest="no_rerank",
+                   help="retrieval only: switch the bundle's cross-encoder off")
+    p.add_argument("--rerank-weight", type=float, default=None, metavar="W",
+                   help="weight of the cross-encoder's z-scored logit against the retrieval similarity "
+                        f"(1 = cross-encoder only; default {SHIPPED.rerank_weight})")
+    p.add_argument("--rerank-candidates", type=int, default=None, metavar="N",
+                   help=f"tools per list the cross-encoder scores (default {SHIPPED.rerank_candidates})")
+
+
+def add_fusion_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fusion", choices=["peak", "rrf"], default=None,
+                   help=f"how sub-task lists are fused (default {SHIPPED.fusion!r})")
+    p.add_argument("--cut-scope", choices=["fused", "subtask"], default=None, dest="cut_scope",
+                   help="the adaptive cut per sub-task list then union (subtask), or on the fused list "
+                        f"(default {SHIPPED.cut_scope!r})")
+
+
+def add_selector_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = False) -> None:
+    """Every SelectorConfig option: bundle, history mode, cut, threads, rerank, fusion, decomposition."""
+    add_bundle_option(p)
+    add_history_mode_option(p, old_spelling="--history" if old_eval_spellings else None)
+    add_cut_options(p, old_eval_spellings=old_eval_spellings)
+    add_threads_option(p)
+    add_rerank_options(p)
+    add_fusion_options(p)
+    add_decompose_options(p)
+
+
+def cut_config(args: argparse.Namespace, base: CutConfig = SHIPPED.cut) -> CutConfig:
+    """The cut the flags ask for: ``base`` (the shipped cut) with the given rule and parameters.
+
+    ``--k N`` without ``--cut`` means ``--cut fixed``; a fixed k above k_max raises k_max to it
+    (the per-sub-task union is capped at k_max), unless ``--k-max`` was given."""
+    k = getattr(args, "k", None)
+    rule = getattr(args, "cut", None) or ("fixed" if k is not None else base.rule)
+    changes: dict[str, Any] = {"rule": rule}
+    for _, field, _, _ in _CUT_PARAMETERS:
+        value = getattr(args, f"cut_{field}", None)
+        if value is not None:
+            changes[field] = value
+    if k is not None:
+        if rule != "fixed":
+            warn(f"note: --k sets the fixed cut's k; --cut {rule} does not read it (bounds: --k-min, --k-max)")
+        changes["fixed_k"] = k
+        if rule == "fixed" and "k_max" not in changes and k > base.k_max:
+            changes["k_max"] = k
+    return replace(base, **changes)
+
+
+def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **overrides: Any) -> SelectorConfig:
+    """``base`` (the shipped SelectorConfig) with what the flags gave; ``overrides`` win over both."""
+    changes: dict[str, Any] = {"cut": cut_config(args, base.cut)}
+    for field, attr in (("history", "history_mode"), ("threads", "threads"), ("rerank_weight", "rerank_weight"),
+                        ("rerank_candidates", "rerank_candidates"), ("fusion", "fusion"),
+                        ("cut_scope", "cut_scope"), ("decompose", "decompose"),
+                        ("decomposer_model", "decomposer_model"), ("decomposer_prompt", "decomposer_prompt"),
+                        ("decompose_deadline_ms", "deadline_ms"), ("llm_threads", "llm_threads")):
+        value = getattr(args, attr, None)
+        if value is not None:
+            changes[field] = value
+    if getattr(args, "no_rerank", None):
+        changes["rerank"] = False
+    changes.update(overrides)
+    return replace(base, **changes)
+
+
+def history_mode_with_history(args: argparse.Namespace, base: SelectorConfig = SHIPPED, why: str = "") -> str:
+    """The history mode for a command that has a history to use (``select --history-file``, ``demo``):
+    ``--history-mode`` when given, else the shipped mode, else (when that is ``none``, which would
+    ignore the history) ``user``, with a note on stderr."""
+    mode = getattr(args, "history_mode", None)
+    if mode is not None:
+        return mode
+    if base.history != "none":
+        return base.history
+    warn(f"note: {why or 'a history was given'} but the shipped history mode is 'none', which ignores it; "
+         "using --history-mode user (pass --history-mode to choose)")
+    return "user"

@@ -1,0 +1,138 @@
+"""One command-line vocabulary: new spellings parse into the SelectorConfig they name, old spellings
+still work with a deprecation message on stderr, and `eval` without flags is the shipped product."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from magicselector.cli import build_parser
+from magicselector.cli.main import eval_config
+from magicselector.cli_options import history_mode_with_history, selector_config
+from magicselector.config import DEFAULT_CUT, SelectorConfig
+from magicselector.errors import InputError
+from magicselector.stages.cut import CutConfig
+
+
+def parse(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+def test_no_flags_is_the_shipped_config(capsys):
+    for argv in (["demo"], ["select", "hi"], ["eval", "DIR"]):
+        assert selector_config(parse(*argv)) == SelectorConfig()
+    assert capsys.readouterr().err == ""
+
+
+def test_eval_defaults_to_what_from_bundle_ships(capsys):
+    shipped = SelectorConfig()
+    config = eval_config(parse("eval", "DIR"))
+    assert config.cut == shipped.cut == DEFAULT_CUT and config.adaptive is True
+    assert (config.history, config.rerank, config.decompose, config.fusion, config.cut_scope, config.threads) == (
+        shipped.history, shipped.rerank, shipped.decompose, shipped.fusion, shipped.cut_scope, shipped.threads)
+    assert (config.rerank_weight, config.rerank_candidates) == (shipped.rerank_weight, shipped.rerank_candidates)
+    # no decomposer named: the bundle's (with its prompt), as Selector.from_bundle does
+    assert config.decomposer_model is None and config.decomposer_prompt is None
+    assert config.decompose_deadline_ms == shipped.decompose_deadline_ms and config.llm_threads == shipped.llm_threads
+    assert config.k == 10  # the metric cutoff
+    assert capsys.readouterr().err == ""
+
+
+def test_new_spellings(capsys):
+    args = parse("select", "hi", "--history-file", "h.json", "--history-mode", "all", "--cut", "rmargin",
+                 "--range-margin", "0.5", "--range-depth", "0", "--k-max", "8", "--threads", "2", "--no-rerank",
+                 "--decompose", "rules", "--fusion", "rrf", "--cut-scope", "fused")
+    assert args.history_file == "h.json"
+    config = selector_config(args)
+    assert config == replace(SelectorConfig(), history="all", threads=2, rerank=False, decompose="rules",
+                             fusion="rrf", cut_scope="fused",
+                             cut=replace(DEFAULT_CUT, range_margin=0.5, range_depth=0, k_max=8))
+    # --k is the fixed cut's k, and alone it means --cut fixed
+    assert selector_config(parse("select", "hi", "--k", "4")).cut == replace(DEFAULT_CUT, rule="fixed", fixed_k=4)
+    assert selector_config(parse("demo", "--cut", "fixed", "--k", "30")).cut.k_max == 30
+    assert selector_config(parse("demo", "--cut", "paper")).cut == replace(DEFAULT_CUT, rule="paper")
+    # eval: --at is the metric cutoff, --k the cut's
+    config = eval_config(parse("eval", "DIR", "--at", "5", "--k", "3"))
+    assert config.k == 5 and config.cut.rule == "fixed" and config.cut.fixed_k == 3 and config.adaptive
+    config = eval_config(parse("eval", "DIR", "--history-mode", "user", "--cut", "paper"))
+    assert config.history == "user" and config.cut == replace(DEFAULT_CUT, rule="paper") and config.k == 10
+    assert "deprecated" not in capsys.readouterr().err
+
+
+def test_k_with_an_adaptive_rule_says_it_is_not_read(capsys):
+    assert selector_config(parse("demo", "--cut", "paper", "--k", "4")).cut.rule == "paper"
+    assert "does not read it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, check, new", [
+    (["select", "hi", "--history", "h.json"], lambda a: a.history_file == "h.json" and a.history_mode is None,
+     "--history-file"),
+    (["eval", "DIR", "--history", "user"], lambda a: eval_config(a).history == "user", "--history-mode"),
+    (["eval", "DIR", "--cut-rule", "paper"], lambda a: eval_config(a).cut == replace(DEFAULT_CUT, rule="paper"),
+     "--cut RULE"),
+    (["eval", "DIR", "--adaptive"], lambda a: eval_config(a).cut == DEFAULT_CUT, "--cut RULE"),
+    (["train", "reranker", "--data", "D", "--out", "O", "--history", "all"], lambda a: a.history_mode == "all",
+     "--history-mode"),
+    (["train", "embedder", "--data", "D", "--out", "O", "--history", "none"], lambda a: a.history_mode == "none",
+     "--history-mode"),
+])
+def test_old_spellings_work_and_warn(argv, check, new, capsys):
+    assert check(parse(*argv))
+    old = next(a for a in argv if a in ("--history", "--cut-rule", "--adaptive"))
+    err = capsys.readouterr().err
+    assert f"{old} is deprecated" in err and f"use {new}" in err
+
+
+def test_old_eval_k_keeps_its_meaning_for_one_release(capsys):
+    # `eval --k N` was the metric cutoff and, without --adaptive, a fixed top-N cut
+    config = eval_config(parse("eval", "DIR", "--k", "3"))
+    assert config.k == 3 and config.adaptive is False and config.cut.rule == "fixed" and config.cut.fixed_k == 3
+    assert "--at 3" in capsys.readouterr().err
+    # with --adaptive it was the metric cutoff only
+    config = eval_config(parse("eval", "DIR", "--adaptive", "--cut-rule", "paper", "--k", "5"))
+    assert config.k == 5 and config.cut == replace(DEFAULT_CUT, rule="paper") and config.adaptive
+    err = capsys.readouterr().err
+    assert "--adaptive is deprecated" in err and "--cut-rule is deprecated" in err and "--at 5" in err
+
+
+def test_a_history_is_used_when_one_is_given(capsys):
+    args = parse("select", "hi", "--history-file", "h.json")
+    shipped = SelectorConfig()
+    if shipped.history == "none":
+        assert history_mode_with_history(args, shipped) == "user"
+        assert "using --history-mode user" in capsys.readouterr().err
+    assert history_mode_with_history(args, replace(shipped, history="all")) == "all"
+    assert history_mode_with_history(parse("demo", "--history-mode", "none"), shipped) == "none"
+
+
+def test_bundle_build_and_export_bundle_run_the_same_code(monkeypatch, capsys):
+    import magicselector.export.cli as export_cli
+
+    calls = []
+    monkeypatch.setattr(export_cli, "run_export_bundle", lambda **kw: calls.append(kw) or 0)
+    common = ["--embedder", "m.onnx", "--catalog", "tools.jsonl", "--out", "B", "--reranker", "R", "--quant", "q4_0"]
+    new = parse("bundle", "build", *common, "--model-format", "pte")
+    assert new.func(new) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    old = parse("export", "bundle", *common, "--format", "pte")
+    assert old.func(old) == 0
+    assert "`magicselector export bundle` is deprecated" in capsys.readouterr().err
+    assert calls[0] == calls[1]
+    assert dict(out="B", embedder="m.onnx", catalog="tools.jsonl", reranker="R", decomposer=None, fmt="pte",
+                preset=None, quant="q4_0", verify=True).items() <= calls[0].items()
+
+
+def test_a_custom_bundle_names_what_it_lacks():
+    args = parse("bundle", "build", "--embedder", "m.onnx")
+    with pytest.raises(InputError, match="--catalog, --out"):
+        args.func(args)
+    args = parse("bundle", "build", "--embedder", "m.onnx", "--catalog", "c", "--out", "o", "--retrain-reranker")
+    with pytest.raises(InputError, match="retrain"):
+        args.func(args)
+
+
+def test_cut_rules_are_names():
+    from magicselector.stages.cut import CUT_RULES
+
+    for rule in CUT_RULES:
+        assert CutConfig(rule=rule).rule == rule
