@@ -1,4 +1,4 @@
-"""``magicselector bench latency|scaling|rerank``: registered by ``magicselector.cli``.
+"""``magicselector bench latency|scaling|rerank|lexical``: registered by ``magicselector.cli``.
 
 The CLI imports this module on every invocation, so only the standard library and the shared
 option vocabulary (``magicselector.cli_options``) are imported at module level; the benchmarks,
@@ -12,6 +12,8 @@ compare on this machine, and writes ``results.json`` (the ``magicselector-latenc
 ``bench rerank`` times the rerank stage alone (INT8 ONNX vs the FP32 PyTorch checkpoint, per
 thread count; ``magicselector.bench.rerank_latency``), prints a markdown table and optionally
 writes it (``--md``) and the results (``--json``).
+``bench lexical`` times the runtime's BM25 index on synthetic catalogs, on one core
+(``magicselector.bench.lexical_bench``), prints a markdown table and optionally writes ``--json``.
 """
 from __future__ import annotations
 
@@ -338,6 +340,22 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- lexical --------------------------------------------------------------------------------------
+def cmd_lexical(args: argparse.Namespace) -> int:
+    from .lexical_bench import DEFAULT_NS, format_lexical_bench, run_lexical_bench
+
+    ns = [int(x) for x in args.ns.split(",")] if args.ns else list(DEFAULT_NS)
+    if args.queries < 1 or args.updates < 1 or any(n < 1 for n in ns):
+        return _err("--ns, --queries and --updates must be >= 1")
+    res = run_lexical_bench(ns, queries=args.queries, updates=args.updates, progress=_progress)
+    table = format_lexical_bench(res)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    print(table)
+    return 0
+
+
 # -- rerank ---------------------------------------------------------------------------------------
 RERANK_SCHEMA_SET = "magicselector-rerank-latency-set/1"
 
@@ -435,3 +453,11 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.add_argument("--md", metavar="OUT", help="write the markdown table")
     sp.set_defaults(func=cmd_rerank)
+
+    sp = bsub.add_parser("lexical", help="the runtime BM25 index on synthetic catalogs: build, size, load, "
+                                         "search and add/remove time, on one core")
+    sp.add_argument("--ns", help="comma-separated catalog sizes (default: 10000,100000)")
+    sp.add_argument("--queries", type=int, default=500)
+    sp.add_argument("--updates", type=int, default=20, help="tools added and removed at run time")
+    sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    sp.set_defaults(func=cmd_lexical)

@@ -1,8 +1,9 @@
 """``magicselector eval``: quality of a bundle's pipeline on a benchmark folder.
 
 The dataset's own tools are indexed with the bundle's embedder (embeddings cached on disk), then
-every query is ranked by the chosen retriever (dense = the Selector itself, bm25, or hybrid) and
-cut by the configured rule. Reports NDCG@k, Recall@k, Completeness@k; for adaptive cuts,
+every query is ranked by the chosen retriever (dense = the Selector itself; hybrid = the Selector
+with its lexical channel on, BM25 fused into every retrieval list, decomposed or not; bm25 = the
+runtime's BM25 alone) and cut by the configured rule. Reports NDCG@k, Recall@k, Completeness@k; for adaptive cuts,
 Completeness@K and mean K next to Completeness at a fixed k of the rounded mean K; the mean
 number of schema tokens handed to the assistant; and the same per category.
 """
@@ -27,7 +28,6 @@ from magicselector.errors import InputError
 from magicselector.files import cache_home
 from magicselector.selector import Selector
 from magicselector.stages.cut import CutConfig, apply_cut
-from magicselector.stages.fuse import RankedList, reciprocal_rank_fusion
 from magicselector.stages.index import ToolIndex
 
 from magicselector.data.datasets import Benchmark, Query, load_benchmark
@@ -45,7 +45,7 @@ class EvalConfig:
     cut: CutConfig = field(default_factory=lambda: DEFAULT_CUT)  # with --adaptive; the Selector's default
     limit: int | None = None
     seed: int = 0
-    decompose: str = "none"  # none | rules | llm | auto (dense retriever only)
+    decompose: str = "none"  # none | rules | llm | auto (dense and hybrid retrievers)
     fusion: str = "peak"     # peak | rrf
     cut_scope: str = "subtask"  # subtask | fused
     decompose_deadline_ms: float | None = 1500.0
@@ -57,12 +57,15 @@ class EvalConfig:
     rerank_weight: float | None = None  # None: SelectorConfig's default
     rerank_candidates: int | None = None
     threads: int = 1
+    lexical_fusion: str | None = None  # hybrid: rrf | zmix; None: SelectorConfig's default (so the weights)
+    lexical_weight: float | None = None
+    lexical_candidates: int | None = None
 
     def __post_init__(self) -> None:
         if self.retriever not in RETRIEVERS:
             raise InputError(f"retriever must be one of {RETRIEVERS}, got {self.retriever!r}")
-        if self.decompose != "none" and self.retriever != "dense":
-            raise InputError("decomposition is evaluated with the dense retriever only (--retriever dense)")
+        if self.decompose != "none" and self.retriever == "bm25":
+            raise InputError("decomposition is evaluated with the dense or hybrid retriever (--retriever dense|hybrid)")
         if self.k < 1:
             raise InputError("k must be >= 1")
 
@@ -80,11 +83,14 @@ def bm25_tokens(text: str) -> list[str]:
 
 
 class BM25Ranker:
+    """rank_bm25's BM25Okapi over ``bm25_tokens``: the reference BM25 that ``bench latency --compare``
+    times (the eval's bm25 and hybrid retrievers use the runtime's own, ``magicselector.stages.lexical``)."""
+
     def __init__(self, catalog: Catalog) -> None:
         try:
             from rank_bm25 import BM25Okapi
         except ImportError:
-            raise InputError("the bm25 and hybrid retrievers need rank-bm25: pip install 'magicselector[bench]'") from None
+            raise InputError("the reference BM25 needs rank-bm25: pip install 'magicselector[bench]'") from None
         self.ids = catalog.ids
         self._bm25 = BM25Okapi([bm25_tokens(tool_text(t)) for t in catalog])
 
@@ -144,6 +150,10 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         rerank_opts["rerank_weight"] = config.rerank_weight
     if config.rerank_candidates is not None:
         rerank_opts["rerank_candidates"] = config.rerank_candidates
+    rerank_opts["lexical"] = config.retriever == "hybrid"
+    for key in ("lexical_fusion", "lexical_weight", "lexical_candidates"):
+        if getattr(config, key) is not None:
+            rerank_opts[key] = getattr(config, key)
     t0 = time.perf_counter()
     if base is None:
         base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress),
@@ -163,7 +173,6 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         base = base.with_reranker(CrossEncoder.from_dir(config.reranker, threads=config.threads))
     selector = selector_for_catalog(base, bench.catalog, sel_config)
     raw_selector = selector.with_config(decompose="none") if config.decompose != "none" else None
-    bm25 = BM25Ranker(bench.catalog) if config.retriever in ("bm25", "hybrid") else None
     cost = {t.id: schema_tokens(t) for t in bench.catalog}
 
     def token_cost(ids: Sequence[str]) -> int:
@@ -173,7 +182,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     bar = _progress(len(queries), f"eval {bench.name}", progress)
     for q in queries:
         extra: dict[str, Any] = {}
-        if config.retriever == "dense":
+        if config.retriever != "bm25":
             sel = selector.select(q.query, q.history)
             ranked, K = sel.ranked_ids, sel.k
             if raw_selector is not None:
@@ -181,11 +190,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         else:
             text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), config.history,
                                   sel_config.history_turns)
-            ids, scores = bm25.rank(text, candidates)
-            if config.retriever == "hybrid":
-                sel = selector.select(q.query, q.history)
-                fused = reciprocal_rank_fusion([RankedList(sel.ranked_ids, sel.ranked_scores), RankedList(ids, scores)])
-                ids, scores = fused.ids[:candidates], fused.scores[:candidates]
+            ids, scores = selector.lexical.search([text], candidates)[0]
             emb = selector.index.vectors(ids) if cut.rule != "fixed" else None
             ranked, K = list(ids), apply_cut(cut, np.asarray(scores), emb).k
         rows.append({
@@ -200,7 +205,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     by_cat: dict[str, list] = defaultdict(list)
     for r in rows:
         by_cat[r["category"]].append(r)
-    reranked = config.rerank and selector.reranker is not None and config.retriever == "dense"
+    reranked = config.rerank and selector.reranker is not None and config.retriever != "bm25"
     report = {
         "dataset": str(bench.path),
         "reranker": (config.reranker or "bundle") if reranked else None,

@@ -173,7 +173,9 @@ def eval_config(args: argparse.Namespace):
                       # None: the bundle's decomposer and its prompt (what from_bundle ships)
                       decomposer_model=args.decomposer_model, decomposer_prompt=args.decomposer_prompt,
                       rerank=config.rerank, reranker=args.reranker, rerank_weight=config.rerank_weight,
-                      rerank_candidates=config.rerank_candidates, threads=config.threads)
+                      rerank_candidates=config.rerank_candidates, threads=config.threads,
+                      lexical_fusion=args.lexical_fusion, lexical_weight=args.lexical_weight,
+                      lexical_candidates=args.lexical_candidates)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -262,7 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_selector_options(sp, old_eval_spellings=True)
     sp.add_argument("--reranker", metavar="DIR",
                     help="a reranker folder (model.onnx, tokenizer.json, reranker.json) instead of the bundle's")
-    sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default="dense")
+    sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default="dense",
+                    help="dense (the Selector), hybrid (the Selector with its BM25 channel fused into every "
+                         "list) or bm25 (the runtime's BM25 alone)")
+    sp.add_argument("--lexical-fusion", choices=["rrf", "zmix"],
+                    help="hybrid: weighted reciprocal ranks or weighted z-scores (default: the Selector's)")
+    sp.add_argument("--lexical-weight", type=float, help="hybrid: the BM25 list's share in the fusion, 0..1")
+    sp.add_argument("--lexical-candidates", type=int, help="hybrid: BM25 hits per list that enter the fusion")
     sp.add_argument("--json", metavar="OUT", help="write the report as JSON")
     sp.add_argument("--limit", type=int, help="evaluate a seeded sample of this many queries")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -18,6 +18,7 @@ from magicselector.sections import EmbedderSection, RerankerSection, open_embedd
 from magicselector.stages.embed import TextEmbedder, TextTokenizer
 from magicselector.stages.rerank import RERANKER_META, pair_window
 from magicselector.stages.index import ToolIndex
+from magicselector.stages.lexical import LexicalIndex
 
 from .onnx import ExportError, embedder_parity, export_encoder_onnx, host_preset, quantize_onnx_int8
 
@@ -154,6 +155,8 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         index.add(catalog.ids, tool_vecs)
         index.save(root / "index.usearch")
         catalog.write_jsonl(root / "catalog.jsonl")
+        lexical = LexicalIndex.from_catalog(catalog)
+        lexical.save(root / "lexical.npz")
         golden = golden_vectors(embedder, tokenizer)
         rr_section = dec_section = None
         if reranker:
@@ -169,6 +172,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
                       "dtype_rule": "i8 when its recall@10 against exact search is >= 0.99, else f16"},
             "catalog": {"file": "catalog.jsonl", "tools": len(catalog), "source": catalog.source,
                         "tool_text": "name (de-snake-cased): description (parameters: names)"},
+            "lexical": {"file": "lexical.npz", **lexical.describe()},
             "golden": {"file": "golden.json"},
             "reranker": rr_section,
             "decomposer": dec_section,

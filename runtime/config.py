@@ -59,6 +59,14 @@ class SelectorConfig:
     llm_threads: int = 2
     llm_ctx: int = 2048
     cut_scope: str = "subtask"  # adaptive cut per sub-task list then union (measured), or on the fused list
+    # the lexical channel (stages/lexical.py): BM25 over the tool texts, fused into every dense list
+    # (the utterance and each sub-task) before the rerank; lexical_weight is its share in the
+    # fusion (rrf: weighted reciprocal ranks; zmix: weighted z-scores of cosine and BM25);
+    # lexical_candidates: BM25 hits per list that enter the fusion
+    lexical: bool = False
+    lexical_fusion: str = "rrf"
+    lexical_weight: float = 0.5
+    lexical_candidates: int = 30
 
     def __post_init__(self) -> None:
         if self.history not in HISTORY_MODES:
@@ -83,3 +91,9 @@ class SelectorConfig:
             raise InputError(f"decomposer_prompt must be one of {PROMPT_STYLES}, got {self.decomposer_prompt!r}")
         if self.cut_scope not in ("fused", "subtask"):
             raise InputError(f"cut_scope must be 'fused' or 'subtask', got {self.cut_scope!r}")
+        if self.lexical_fusion not in ("rrf", "zmix"):
+            raise InputError(f"lexical_fusion must be 'rrf' or 'zmix', got {self.lexical_fusion!r}")
+        if not 0.0 <= self.lexical_weight <= 1.0:
+            raise InputError("lexical_weight must be within [0, 1]")
+        if self.lexical_candidates < 1:
+            raise InputError("lexical_candidates must be >= 1")

@@ -20,6 +20,7 @@ from .stages.decompose import Decomposer, PassthroughDecomposer, build_decompose
 from .stages.embed import Embedder
 from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
+from .stages.lexical import LexicalIndex, bundle_lexical, fuse_lexical
 from .stages.rerank import Reranker, mix_scores
 from .tool_vectors import catalog_vectors
 
@@ -89,7 +90,8 @@ class Selector:
 
     def __init__(self, catalog: Catalog, embedder: Embedder, index: ToolIndex,
                  config: SelectorConfig | None = None, decomposer: Decomposer | None = None,
-                 bundle: Bundle | None = None, reranker: Reranker | None = None) -> None:
+                 bundle: Bundle | None = None, reranker: Reranker | None = None,
+                 lexical: LexicalIndex | None = None) -> None:
         self.config = config or SelectorConfig()
         self.catalog = catalog
         self.embedder = embedder
@@ -97,6 +99,7 @@ class Selector:
         self.decomposer = decomposer or _decomposer_for(self.config)
         self.bundle = bundle
         self.reranker = reranker
+        self._lexical = lexical  # built from the catalog on first use when None
         self._lock = threading.RLock()
         missing = [t.id for t in catalog if t.id not in index]
         if missing or len(index) != len(catalog):
@@ -128,13 +131,15 @@ class Selector:
             # the bundle's own decomposer (and the prompt it was trained with) replaces the pinned default
             config = replace(config, decomposer_model=str(bundle.file(dec["file"])),
                              decomposer_prompt=dec.get("prompt", "few_shot"))
-        return cls(catalog, embedder, index, config=config, bundle=bundle, reranker=reranker)
+        return cls(catalog, embedder, index, config=config, bundle=bundle, reranker=reranker,
+                   lexical=bundle_lexical(bundle, catalog.ids))
 
     def with_config(self, **changes: Any) -> "Selector":
         """A Selector sharing this one's models and index, with some settings changed."""
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
-                        decomposer=_decomposer_for(config, self.decomposer), reranker=self.reranker)
+                        decomposer=_decomposer_for(config, self.decomposer), reranker=self.reranker,
+                        lexical=self._lexical)
 
     def with_catalog(self, catalog: Catalog, config: SelectorConfig | None = None) -> "Selector":
         """A Selector over another catalog sharing this one's embedder and reranker; the catalog's
@@ -145,13 +150,16 @@ class Selector:
         vecs = catalog_vectors(self.embedder, catalog, model_sha)
         index = ToolIndex(vecs.shape[1], self.index.dtype)
         index.add(catalog.ids, vecs)
-        return Selector(catalog, self.embedder, index, config=config or self.config, bundle=self.bundle,
-                        reranker=self.reranker)
+        config = config or self.config
+        params = self._lexical.params if self._lexical is not None else {}
+        lexical = LexicalIndex.from_catalog(catalog, **params) if config.lexical else None  # else on first use
+        return Selector(catalog, self.embedder, index, config=config, bundle=self.bundle,
+                        reranker=self.reranker, lexical=lexical)
 
     def with_reranker(self, reranker: Reranker | None) -> "Selector":
         """A Selector sharing this one's models, index and settings, with another reranker (or none)."""
         return Selector(self.catalog, self.embedder, self.index, config=self.config, bundle=self.bundle,
-                        decomposer=self.decomposer, reranker=reranker)
+                        decomposer=self.decomposer, reranker=reranker, lexical=self._lexical)
 
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
@@ -159,13 +167,25 @@ class Selector:
         vec = self.embedder.embed([tool_text(tool)])
         with self._lock:
             self.index.add([tool.id], vec)
+            if self._lexical is not None:
+                self._lexical.add(tool.id, tool_text(tool))
             self.catalog = self.catalog.with_tool(tool)
 
     def remove_tool(self, tool_id: str) -> None:
         with self._lock:
             self.catalog.get(tool_id)  # raises UnknownToolError with the id
             self.index.remove(tool_id)
+            if self._lexical is not None:
+                self._lexical.remove(tool_id)
             self.catalog = self.catalog.without(tool_id)
+
+    @property
+    def lexical(self) -> LexicalIndex:
+        """The BM25 index of the catalog's tool texts (the bundle's, else built on first use)."""
+        with self._lock:
+            if self._lexical is None:
+                self._lexical = LexicalIndex.from_catalog(self.catalog)
+            return self._lexical
 
     # -- selection ----------------------------------------------------------------------------
     def select(self, query: str, history: Iterable[Any] | None = ()) -> Selection:
@@ -196,6 +216,9 @@ class Selector:
             results = index.search(vectors, self.config.candidates)
             t = timer.lap("search", t)
             lists = [RankedList(ids, scores) for ids, scores in results]
+            if self.config.lexical:  # BM25 fused into each dense list, before the rerank
+                lists = fuse_lexical(lists, texts, vectors, index, self.lexical, self.config)
+                t = timer.lap("lexical", t)
             if self.reranker is not None and self.config.rerank:
                 lists = [self._rerank(text, lst, catalog) for text, lst in zip(texts, lists)]
                 t = timer.lap("rerank", t)

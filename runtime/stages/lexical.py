@@ -1,0 +1,360 @@
+"""The lexical channel: an Okapi BM25 index of the tool texts (numpy only), and its fusion with dense lists.
+
+Tokens (``lexical_tokens``): the text's words (runs of letters and digits, any script) with
+identifiers split at snake_case, kebab-case and camelCase boundaries, lowercased, then, with
+``stem``, reduced by Harman's S-stemmer (plural endings only: "alarms" -> "alarm", "queries" ->
+"query"; it never merges words that differ in more than their plural).
+
+Scores (Robertson's BM25): for a query of tokens q_1..q_m (repeats count again) and a tool d,
+  score(d) = sum_j idf(q_j) * tf(q_j, d) * (k1 + 1) / (tf(q_j, d) + k1 * (1 - b + b * |d| / avgdl))
+with idf ``lucene`` = ln(1 + (N - df + 0.5) / (df + 0.5)) (always positive), or ``okapi`` =
+ln((N - df + 0.5) / (df + 0.5)) with negative values raised to epsilon * the mean idf (rank_bm25's
+BM25Okapi, epsilon = 0.25). Only tools that share a token with the query are returned.
+
+The index is a term -> postings CSR matrix (``indptr``, tool rows ``docs``, term frequencies
+``tf``) plus each tool's length; the per-posting BM25 weights are computed from them once, so a
+query is a gather of its terms' postings and one ``bincount``. ``save`` writes one uncompressed
+``.npz`` (format ``magicselector-bm25/1``: ``meta``, ``vocab`` and ``ids`` as UTF-8 JSON bytes,
+``indptr`` int64, ``docs`` int32, ``tf`` uint16, ``doc_len`` int32); ``load`` reads it without
+pickle. ``add`` / ``remove`` edit the postings in place of a rebuild: each is one vectorised pass
+over all postings (O(total postings)) plus the weights' recomputation, because N and avgdl change
+every tool's weights (docs/bench/lexical.md measures it).
+
+``fuse_lexical`` merges each dense retrieval list with the lexical list of the same text, by
+weighted reciprocal rank fusion (``rrf``) or by a weighted sum of per-list z-scores of the cosine
+and BM25 scores (``zmix``, both computed exactly for every candidate of either list).
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import BundleError, InputError, UnknownToolError
+from .fuse import RankedList
+
+FORMAT = "magicselector-bm25/1"
+IDF_MODES = ("lucene", "okapi")
+LEXICAL_FUSIONS = ("rrf", "zmix")
+RRF_K = 60
+_OKAPI_EPSILON = 0.25
+_WORD = re.compile(r"[^\W_]+")
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # not after a digit: "ZR4QX7" is one code
+
+
+@lru_cache(maxsize=1 << 16)
+def s_stem(word: str) -> str:
+    """Harman's S-stemmer (1991): strips English plural endings, nothing else."""
+    if len(word) > 3 and word.endswith("ies") and not word.endswith(("eies", "aies")):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
+        return word[:-1]
+    if len(word) > 2 and word.endswith("s") and not word.endswith(("us", "ss")):
+        return word[:-1]
+    return word
+
+
+def lexical_tokens(text: str, stem: bool = True) -> list[str]:
+    """The BM25 tokens of a text (see the module docstring)."""
+    words = _WORD.findall(_CAMEL.sub(" ", text).lower())
+    return [s_stem(w) for w in words] if stem else words
+
+
+class LexicalIndex:
+    """BM25 over tool texts, addressed by tool id; ``search`` ranks tools for a batch of texts."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75, idf: str = "lucene", stem: bool = True) -> None:
+        if not k1 >= 0.0:
+            raise InputError(f"lexical k1 must be >= 0, got {k1!r}")
+        if not 0.0 <= b <= 1.0:
+            raise InputError(f"lexical b must be within [0, 1], got {b!r}")
+        if idf not in IDF_MODES:
+            raise InputError(f"lexical idf must be one of {IDF_MODES}, got {idf!r}")
+        self.k1, self.b, self.idf_mode, self.stem = float(k1), float(b), idf, bool(stem)
+        self._vocab: list[str] = []
+        self._term_id: dict[str, int] = {}
+        self._ids: list[str] = []
+        self._row: dict[str, int] = {}
+        self._indptr = np.zeros(1, dtype=np.int64)
+        self._docs = np.zeros(0, dtype=np.int32)
+        self._tf = np.zeros(0, dtype=np.uint16)
+        self._doc_len = np.zeros(0, dtype=np.int32)
+        self._weights = np.zeros(0, dtype=np.float32)
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def build(cls, ids: Sequence[str], texts: Sequence[str], **params) -> "LexicalIndex":
+        """An index of these tools (``texts[i]`` is the text of ``ids[i]``)."""
+        index = cls(**params)
+        if len(ids) != len(texts):
+            raise InputError(f"lexical build: {len(ids)} ids but {len(texts)} texts")
+        if len(set(ids)) != len(ids):
+            raise InputError("lexical build: the same tool id appears twice")
+        terms, docs, tfs, lengths = [], [], [], []
+        for row, text in enumerate(texts):
+            counts = index._counts(text)
+            terms.extend(index._intern(t) for t in counts)
+            docs.extend([row] * len(counts))
+            tfs.extend(counts.values())
+            lengths.append(sum(counts.values()))
+        index._ids = list(ids)
+        index._row = {i: r for r, i in enumerate(index._ids)}
+        index._set_postings(np.asarray(terms, dtype=np.int64), np.asarray(docs, dtype=np.int32),
+                            np.asarray(tfs, dtype=np.int64), lengths)
+        return index
+
+    @classmethod
+    def from_catalog(cls, catalog, **params) -> "LexicalIndex":
+        """An index of a catalog's tool texts (``catalog.tool_text``)."""
+        from ..catalog import tool_text
+
+        return cls.build(catalog.ids, [tool_text(t) for t in catalog], **params)
+
+    def _counts(self, text: str) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for tok in lexical_tokens(text, self.stem):
+            counts[tok] = counts.get(tok, 0) + 1
+        return counts
+
+    def _intern(self, term: str) -> int:
+        tid = self._term_id.get(term)
+        if tid is None:
+            tid = self._term_id[term] = len(self._vocab)
+            self._vocab.append(term)
+        return tid
+
+    def _set_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray, doc_len: Sequence[int]) -> None:
+        order = np.lexsort((docs, terms))  # term-major, rows ascending within a term
+        counts = np.bincount(terms, minlength=len(self._vocab)) if len(terms) else np.zeros(len(self._vocab), np.int64)
+        self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._docs = docs[order].astype(np.int32)
+        self._tf = np.minimum(tfs[order], np.iinfo(np.uint16).max).astype(np.uint16)
+        self._doc_len = np.asarray(doc_len, dtype=np.int32).reshape(-1)
+        self._reweigh()
+
+    def _reweigh(self) -> None:
+        """The per-posting BM25 weights from tf, df, N and avgdl."""
+        n = len(self._ids)
+        df = np.diff(self._indptr).astype(np.float64)
+        if self.idf_mode == "lucene":
+            idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        else:  # rank_bm25's BM25Okapi: idf of the terms that occur, negatives raised to eps * their mean
+            idf = np.log(np.maximum(n - df + 0.5, 1e-12) / (df + 0.5))
+            present = df > 0
+            floor = _OKAPI_EPSILON * (idf[present].mean() if present.any() else 0.0)
+            idf = np.where(idf < 0, floor, idf)
+        self._idf = idf
+        avgdl = float(self._doc_len.mean()) if n else 1.0
+        avgdl = avgdl if avgdl > 0 else 1.0
+        if len(self._docs) == 0:
+            self._weights = np.zeros(0, dtype=np.float32)
+            return
+        tf = self._tf.astype(np.float64)
+        norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[self._docs] / avgdl)
+        term_of = np.repeat(np.arange(len(self._vocab)), np.diff(self._indptr))
+        self._weights = (idf[term_of] * tf * (self.k1 + 1.0) / (tf + norm)).astype(np.float32)
+
+    # -- persistence ----------------------------------------------------------------------------
+    def describe(self) -> dict:
+        """The index's format, parameters and size (the bundle manifest's ``lexical`` section)."""
+        return {"format": FORMAT, **self.params, "text": "catalog.tool_text",
+                "tokens": "words split at snake/kebab/camelCase, lowercased" + (", S-stemmed" if self.stem else ""),
+                "tools": len(self._ids), "terms": len(self._vocab), "postings": int(len(self._docs))}
+
+    def save(self, path: str | Path) -> None:
+        """One uncompressed .npz (``FORMAT``), loadable without pickle."""
+        meta = self.describe()
+        with open(path, "wb") as f:  # a file object: np.savez would append .npz to a bare path
+            np.savez(f, meta=_json_bytes(meta), vocab=_json_bytes(self._vocab), ids=_json_bytes(self._ids),
+                     indptr=self._indptr, docs=self._docs, tf=self._tf, doc_len=self._doc_len)
+
+    @classmethod
+    def load(cls, path: str | Path, ids: Sequence[str] | None = None) -> "LexicalIndex":
+        """Read a saved index; with ``ids``, check that it holds exactly those tools."""
+        path = Path(path)
+        if not path.is_file():
+            raise BundleError(f"lexical index file not found: {path}")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(bytes(z["meta"]).decode("utf-8"))
+                if meta.get("format") != FORMAT:
+                    raise BundleError(f"{path}: lexical index format {meta.get('format')!r}, expected {FORMAT!r}")
+                index = cls(k1=meta["k1"], b=meta["b"], idf=meta["idf"], stem=meta["stem"])
+                index._vocab = json.loads(bytes(z["vocab"]).decode("utf-8"))
+                index._ids = json.loads(bytes(z["ids"]).decode("utf-8"))
+                index._indptr = z["indptr"].astype(np.int64)
+                index._docs = z["docs"].astype(np.int32)
+                index._tf = z["tf"].astype(np.uint16)
+                index._doc_len = z["doc_len"].astype(np.int32)
+        except BundleError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise BundleError(f"{path}: not a readable lexical index ({type(e).__name__}: {e})") from None
+        n, v = len(index._ids), len(index._vocab)
+        if (len(index._indptr) != v + 1 or index._indptr[-1] != len(index._docs) or len(index._tf) != len(index._docs)
+                or len(index._doc_len) != n or (len(index._docs) and not 0 <= index._docs.min() <= index._docs.max() < n)):
+            raise BundleError(f"{path}: lexical index arrays disagree (tools {n}, terms {v}, postings {len(index._docs)})")
+        index._term_id = {t: i for i, t in enumerate(index._vocab)}
+        index._row = {i: r for r, i in enumerate(index._ids)}
+        if ids is not None and set(ids) != set(index._row) or ids is not None and len(ids) != n:
+            missing = [i for i in ids if i not in index._row][:3]
+            raise BundleError(f"{path}: the lexical index holds {n} tools, the catalog {len(ids)} "
+                              f"(e.g. {missing} not indexed); rebuild the bundle")
+        index._reweigh()
+        return index
+
+    # -- catalog changes -------------------------------------------------------------------------
+    def add(self, tool_id: str, text: str) -> None:
+        """Add a tool, or replace the tool with the same id (O(total postings), see the module docstring)."""
+        if tool_id in self._row:
+            self._drop(self._row[tool_id])
+        counts = self._counts(text)
+        terms = np.asarray([self._intern(t) for t in counts], dtype=np.int64)
+        row = len(self._ids)
+        self._ids.append(tool_id)
+        self._row[tool_id] = row
+        self._doc_len = np.append(self._doc_len, np.int32(sum(counts.values())))
+        if len(self._indptr) < len(self._vocab) + 1:  # new terms get empty posting lists
+            self._indptr = np.concatenate([self._indptr, np.full(len(self._vocab) + 1 - len(self._indptr),
+                                                                 self._indptr[-1], dtype=np.int64)])
+        if len(terms):
+            order = np.argsort(terms, kind="stable")
+            terms = terms[order]
+            tfs = np.minimum(np.fromiter(counts.values(), dtype=np.int64)[order], np.iinfo(np.uint16).max)
+            at = self._indptr[terms + 1]  # the end of each term's postings: the new row is the highest
+            self._docs = np.insert(self._docs, at, np.int32(row))
+            self._tf = np.insert(self._tf, at, tfs.astype(np.uint16))
+            self._indptr = self._indptr + np.concatenate(
+                [[0], np.cumsum(np.bincount(terms, minlength=len(self._vocab)))])
+        self._reweigh()
+
+    def remove(self, tool_id: str) -> None:
+        row = self._row.get(tool_id)
+        if row is None:
+            raise UnknownToolError(f"unknown tool id {tool_id!r} (not in the lexical index)")
+        self._drop(row)
+        self._reweigh()
+
+    def _drop(self, row: int) -> None:
+        keep = self._docs != row
+        removed = np.repeat(np.arange(len(self._vocab)), np.diff(self._indptr))[~keep]
+        self._indptr = self._indptr - np.concatenate(
+            [[0], np.cumsum(np.bincount(removed, minlength=len(self._vocab)))])
+        docs = self._docs[keep]
+        self._docs = np.where(docs > row, docs - 1, docs).astype(np.int32)
+        self._tf = self._tf[keep]
+        self._doc_len = np.delete(self._doc_len, row)
+        del self._ids[row]
+        self._row = {i: r for r, i in enumerate(self._ids)}
+
+    # -- queries -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, tool_id: object) -> bool:
+        return tool_id in self._row
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+    @property
+    def params(self) -> dict:
+        return {"k1": self.k1, "b": self.b, "idf": self.idf_mode, "stem": self.stem}
+
+    def tokens(self, text: str) -> list[str]:
+        return lexical_tokens(text, self.stem)
+
+    def scores(self, text: str) -> np.ndarray:
+        """BM25 of every tool for one text, in index row order (``ids``)."""
+        tids = [self._term_id[t] for t in lexical_tokens(text, self.stem) if t in self._term_id]
+        if not tids:
+            return np.zeros(len(self._ids), dtype=np.float32)
+        ip = self._indptr
+        if len(tids) == 1:
+            sl = slice(ip[tids[0]], ip[tids[0] + 1])
+            rows, w = self._docs[sl], self._weights[sl]
+        else:
+            rows = np.concatenate([self._docs[ip[t]:ip[t + 1]] for t in tids])
+            w = np.concatenate([self._weights[ip[t]:ip[t + 1]] for t in tids])
+        return np.bincount(rows, weights=w, minlength=len(self._ids)).astype(np.float32)
+
+    def search(self, texts: Iterable[str], count: int) -> list[tuple[list[str], np.ndarray]]:
+        """For each text, up to ``count`` tools that share a token with it, as (ids, BM25 scores),
+        best first; ties go to the tool indexed first."""
+        return [self._top(self.scores(text), count) for text in texts]
+
+    def _top(self, scores: np.ndarray, count: int) -> tuple[list[str], np.ndarray]:
+        hit = np.flatnonzero(scores > 0)
+        s = scores[hit]
+        if count <= 0 or not len(hit):
+            return [], np.zeros(0, dtype=np.float32)
+        if len(hit) > count:  # keep every tool tied with the count-th, so the tie order is exact
+            kth = -np.partition(-s, count - 1)[count - 1]
+            keep = s >= kth
+            hit, s = hit[keep], s[keep]
+        order = np.lexsort((hit, -s))[:count]
+        return [self._ids[i] for i in hit[order]], s[order]
+
+
+def bundle_lexical(bundle, ids: Sequence[str]) -> "LexicalIndex | None":
+    """The bundle's lexical index (its ``lexical`` manifest section), bound to the catalog's ids;
+    None when the bundle has none."""
+    section = bundle.section("lexical")
+    if not section:
+        return None
+    return LexicalIndex.load(bundle.file(section["file"]), ids)
+
+
+def _json_bytes(value) -> np.ndarray:
+    return np.frombuffer(json.dumps(value, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+
+
+# -- fusion with the dense lists ---------------------------------------------------------------------
+def fuse_lexical(lists: Sequence[RankedList], texts: Sequence[str], vectors: np.ndarray, index, lexical: LexicalIndex,
+                 config) -> list[RankedList]:
+    """Each dense list fused with the lexical list of its text (``config.lexical_candidates`` BM25
+    hits), cut to ``config.candidates`` tools; ``config.lexical_fusion`` says how, with
+    ``weight`` = ``config.lexical_weight``:
+
+    ``rrf``: score = (1 - weight) / (60 + dense rank) + weight / (60 + lexical rank), a list
+    contributing nothing where it lacks the tool. ``zmix``: score = (1 - weight) * z(cosine) +
+    weight * z(BM25) over the union of both lists, with the cosine from the index's vectors and
+    the BM25 of every candidate (0 where it shares no token), so a text that matches no tool
+    lexically keeps its dense order. ``index`` gives the tool vectors (``ToolIndex.vectors``).
+    """
+    fusion, weight, count = config.lexical_fusion, config.lexical_weight, config.candidates
+    if fusion not in LEXICAL_FUSIONS:
+        raise InputError(f"lexical fusion must be one of {LEXICAL_FUSIONS}, got {fusion!r}")
+    out = []
+    for lst, text, vec in zip(lists, texts, vectors):
+        bm25 = lexical.scores(text)
+        lex_ids, _ = lexical._top(bm25, config.lexical_candidates)
+        if not lex_ids or weight <= 0.0:
+            out.append(RankedList(list(lst.ids)[:count], np.asarray(lst.scores, dtype=np.float32)[:count]))
+            continue
+        union = list(dict.fromkeys([*lst.ids, *lex_ids]))
+        if fusion == "rrf":
+            fused = np.zeros(len(union))
+            pos = {t: i for i, t in enumerate(union)}
+            for rank, t in enumerate(lst.ids):
+                fused[pos[t]] += (1.0 - weight) / (RRF_K + rank + 1)
+            for rank, t in enumerate(lex_ids):
+                fused[pos[t]] += weight / (RRF_K + rank + 1)
+        else:
+            cos = index.vectors(union) @ np.asarray(vec, dtype=np.float32)
+            lex = np.asarray([bm25[lexical._row[t]] if t in lexical._row else 0.0 for t in union])
+            fused = (1.0 - weight) * _z(cos) + weight * _z(lex)
+        order = np.argsort(-fused, kind="stable")[:count]
+        out.append(RankedList([union[i] for i in order], fused[order].astype(np.float32)))
+    return out
+
+
+def _z(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    sd = x.std()
+    return (x - x.mean()) / sd if sd > 1e-12 else np.zeros_like(x)
