@@ -15,7 +15,10 @@ runner writes as JSON; the ADB harness pulls the same dict back from a phone)::
         "cores": int,                  # os.cpu_count()
         "cores_usable": int,           # the CPU affinity mask (after pinning, if any)
         "loadavg": [1m, 5m, 15m] | null,   # at the start of the run: other work on shared cores
-        "python": str, "numpy": str, "onnxruntime": str, "usearch": str, "tokenizers": str
+        "isa": [str],                  # INT8-relevant ISA flags (avx2, avx512_vnni, amx_int8, asimddp, i8mm, ...)
+        "int8_target": str,            # the INT8 target this CPU is (arm64 | x86-avx2 | x86-vnni)
+        "python": str, "numpy": str, "onnxruntime": str, "onnxruntime_build": str | null,
+        "usearch": str, "tokenizers": str
       },
       "config": {
         "bundle": str, "runs": int, "warmup": int, "threads": int, "cool_down_s": float,
@@ -176,6 +179,9 @@ def machine_description() -> dict[str, Any]:
         load = [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         load = None
+    from magicselector.targets import cpu_flags, host_target
+
+    flags = cpu_flags()
     return {
         "platform": platform.platform(),
         "system": platform.system(),
@@ -185,12 +191,37 @@ def machine_description() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "cores_usable": usable,
         "loadavg": load,
+        # the instruction sets INT8 kernels dispatch on; a latency figure is only comparable between
+        # machines with the same ones
+        "isa": sorted(flags & ISA_FLAGS),
+        "int8_target": host_target(flags=flags),
         "python": platform.python_version(),
         "numpy": _version("numpy"),
         "onnxruntime": _version("onnxruntime"),
+        "onnxruntime_build": _onnxruntime_build(),
         "usearch": _version("usearch"),
         "tokenizers": _version("tokenizers"),
     }
+
+
+# x86: AVX2 (vpmaddubsw INT8), AVX-512, VNNI (vpdpbusd), AMX tiles; ARM: dot product (asimddp), i8mm
+ISA_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
+                       "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm", "sve", "sve2", "bf16"})
+
+
+def _onnxruntime_build() -> str | None:
+    try:
+        from onnxruntime.capi import _pybind_state
+
+        return " ".join(_pybind_state.get_build_info().split())
+    except Exception:  # an onnxruntime build without the call (older, or a custom mobile build)
+        return None
+
+
+def isa_summary(device: Mapping[str, Any]) -> str:
+    """One line naming the CPU, its INT8-relevant ISA flags and cores, for report headers."""
+    isa = ", ".join(device.get("isa") or []) or "ISA flags unknown"
+    return f"{device.get('cpu_model')} ({isa}; {device.get('cores_usable')} of {device.get('cores')} cores usable)"
 
 
 def artifact_sizes(manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -240,14 +271,14 @@ def turn_texts(selector: Any, turn: Mapping[str, Any]) -> list[str]:
     from magicselector.dialogue import validate_history, validate_query
 
     query = validate_query(turn["utterance"], selector.config.max_query_chars)
-    subtasks = selector.decomposer.decompose(query, validate_history(turn.get("history") or [])) or [query]
+    subtasks = list(selector.decomposer.decompose(query, validate_history(turn.get("history") or [])).tasks) or [query]
     return list(dict.fromkeys([query, *subtasks]))
 
 
 # -- the measurement --------------------------------------------------------------------------------
 def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, threads: int = 1,
                     workload: Sequence[Mapping[str, Any]] = WORKLOAD, *, cool_down_s: float = 0.0,
-                    history_mode: str = "user", verify: bool = True, decompose: str = "none",
+                    history_mode: str | None = None, verify: bool = True, decompose: str | None = None,
                     progress: Callable[[str], None] | None = None,
                     import_ms: float | None = None, fresh_process: bool = False) -> dict[str, Any]:
     """Measure the runtime on ``workload`` (``runs`` timed passes after ``warmup`` untimed ones).
@@ -255,6 +286,7 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     Returns the ``magicselector-latency/1`` dict described in the module docstring. ``progress``
     gets one line per pass. ``cool_down_s`` sleeps between passes (thermal headroom on phones).
     ``import_ms`` and ``fresh_process`` are filled in by the runner, which owns the process.
+    ``history_mode`` / ``decompose`` default to the shipped ``SelectorConfig``.
     """
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("need runs >= 1, warmup >= 0, threads >= 1")
@@ -267,7 +299,11 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     from magicselector.config import SelectorConfig
     from magicselector.selector import Selector
 
-    # with a decomposer, the LLM (if any) loads in the first select: part of the cold start
+    # The shipped configuration unless a setting is given: the bench measures what users run.
+    # With a decomposer, the LLM (if any) loads in the first select: part of the cold start.
+    shipped = SelectorConfig()
+    history_mode = shipped.history if history_mode is None else history_mode
+    decompose = shipped.decompose if decompose is None else decompose
     config = SelectorConfig(history=history_mode, threads=threads, decompose=decompose)
     first = workload[0]
     t0 = time.perf_counter()

@@ -32,8 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True, help="output JSON file ('-' for stdout)")
     p.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
-    p.add_argument("--history-mode", choices=["none", "user", "all"], default="user")
-    p.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default="none",
+    p.add_argument("--history-mode", choices=["none", "user", "all"], default=None,
+                   help="default: the shipped SelectorConfig's")
+    p.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default=None,
                    help="the decomposer to run (llm/auto load the GGUF model: its memory counts in the peak RSS)")
     p.add_argument("--no-verify", action="store_true", help="skip hashing the bundle files on load")
     return p

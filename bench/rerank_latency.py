@@ -45,6 +45,8 @@ import numpy as np
 from magicselector.errors import InputError
 from magicselector.ranks import spearman
 
+from .latency import isa_summary
+
 SCHEMA = "magicselector-rerank-latency/1"
 
 # Phone requests from 2 to ~25 words: single intents, multi-intent requests, long rambling ones
@@ -127,8 +129,8 @@ def _host(torch_version: str | None) -> dict[str, Any]:
     from .latency import machine_description
 
     d = machine_description()
-    keep = ("platform", "machine", "cpu_model", "cores", "cores_usable", "loadavg", "python", "numpy",
-            "onnxruntime", "tokenizers")
+    keep = ("platform", "machine", "cpu_model", "cores", "cores_usable", "isa", "int8_target", "loadavg", "python",
+            "numpy", "onnxruntime", "onnxruntime_build", "tokenizers")
     out = {k: d.get(k) for k in keep}
     out["torch"] = torch_version
     return out
@@ -301,8 +303,7 @@ def format_rerank_latency(result: Mapping[str, Any] | Sequence[Mapping[str, Any]
         return "(no rerank latency results)\n"
     host, cfg = results[0]["host"], results[0]["config"]
     lines = ["# magicselector rerank latency", "",
-             f"Host: {host.get('cpu_model')} ({host.get('platform')}), {host.get('cores')} cores "
-             f"({host.get('cores_usable')} usable), load avg {host.get('loadavg')} -> {host.get('loadavg_end')}; "
+             f"Host: {isa_summary(host)}, {host.get('platform')}, load avg {host.get('loadavg')} -> {host.get('loadavg_end')}; "
              f"onnxruntime {host.get('onnxruntime')}, torch {host.get('torch') or '-'}.",
              f"Workload: {cfg['queries']} utterances x {cfg['pairs_per_list']:g} candidates (one score() call "
              f"per list, tokenization included), {cfg['runs']} runs after {cfg['warmup']} warm-up passes"
