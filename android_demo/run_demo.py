@@ -35,8 +35,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"where the bundle goes on the device, as REMOTE_DIR/bundle (default: {DEFAULT_REMOTE_DIR})")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment variable for the device's Python (repeatable), e.g. LD_LIBRARY_PATH=...")
-    p.add_argument("--history-mode", choices=["none", "user", "all"], default="none",
-                   help="what of the dialogue retrieval sees (default: none, as `magicselector demo`)")
+    p.add_argument("--history-mode", choices=["none", "user", "all"], default=None,
+                   help="what of the dialogue retrieval sees (default: as `magicselector demo`, the shipped "
+                        "mode, or user when that is none)")
     p.add_argument("--adb", help="the adb executable (default: $ADB or adb on PATH)")
     p.add_argument("--json", action="store_true", help="print the device's per-turn JSON instead of text")
     return p.parse_args(argv)
@@ -99,6 +100,9 @@ def run_demo(args: argparse.Namespace) -> int:
     python = RemotePython(args.python_cmd, args.workdir, env)
     found = remote_preflight(adb, python, args.remote_dir, module=None)
     say(f"device Python {found['python']} ({found['executable']}), magicselector {found['magicselector']}")
+    from magicselector.cli_options import history_mode_with_history
+
+    args.history_mode = history_mode_with_history(args, why="the demo is a dialogue")
     cmd = (f"{python.prefix(args.remote_dir)}; {python.command} -m magicselector demo --bundle "
            f"{shlex.quote(remote_bundle)} --history-mode {shlex.quote(args.history_mode)} --json")
     proc = adb.shell(cmd, timeout_s=600)
