@@ -167,7 +167,7 @@ class Catalog(Sequence[Tool]):
                 f.write(json.dumps(tool.to_record(), ensure_ascii=False, sort_keys=True) + "\n")
 
 
-def parse_tool(entry: Any, *, where: str, domain: str | None = None, unique_names: bool = True,
+def parse_tool(entry: Any, *, where: str, domain: str | None = None,
                check_schemas: bool = False) -> Tool:
     """Validate one catalog entry (MCP or benchmark style) into a Tool, or raise CatalogError.
 
