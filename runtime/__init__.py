@@ -8,8 +8,8 @@
 import os as _os
 
 # OpenMP runtimes read their wait policy once, when they load: usearch's (numkong's libgomp) loads
-# with the index, llama.cpp's with the LLM decomposer. Spinning workers cost the 2-thread LLM up to
-# 40x on a busy phone-class CPU (measured: 56 s vs 1.2 s for one decomposition), so ask for passive
+# with the index, llama.cpp's with the LLM decomposer. Spinning workers slow the 2-thread LLM by an
+# order of magnitude on a busy phone-class CPU (docs/bench/decomposition.md), so ask for passive
 # waits before either loads, unless the user chose a policy.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

@@ -5,9 +5,9 @@ gives the ids, and loading checks that the index holds exactly those ids. A view
 index is immutable; the first add or remove copies it into memory (copy-on-write).
 
 Search is exact (a scan of every tool vector) up to ``EXACT_SEARCH_MAX`` tools, the graph search
-above it. A phone catalog of hundreds to a few thousand tools scans in under a millisecond, and
-the HNSW graph, built on several threads, is neither exact nor the same from one build to the
-next: on the dev sets it missed 1-3 % of the true top 10 (199 and 2,724 tools).
+above it. A phone catalog of hundreds to a few thousand tools scans quickly, and the HNSW graph,
+built on several threads, is neither exact nor the same from one build to the next: it missed part
+of the true top 10 on the dev catalogs (docs/bench/decomposition.md, "What changed").
 """
 from __future__ import annotations
 
