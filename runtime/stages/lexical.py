@@ -17,8 +17,9 @@ query is a gather of its terms' postings and one ``bincount``. ``save`` writes o
 ``.npz`` (format ``magicselector-bm25/1``: ``meta``, ``vocab`` and ``ids`` as UTF-8 JSON bytes,
 ``indptr`` int64, ``docs`` int32, ``tf`` uint16, ``doc_len`` int32); ``load`` reads it without
 pickle. ``add`` / ``remove`` edit the postings in place of a rebuild: each is one vectorised pass
-over all postings (O(total postings)) plus the weights' recomputation, because N and avgdl change
-every tool's weights (docs/bench/lexical.md measures it).
+over all postings (O(total postings)); the weights, which N and avgdl change for every tool, are
+recomputed once by the next query (also O(total postings)), so a batch of changes pays it once
+(docs/bench/lexical.md measures both).
 
 ``fuse_lexical`` merges each dense retrieval list with the lexical list of the same text, by
 weighted reciprocal rank fusion (``rrf``) or by a weighted sum of per-list z-scores of the cosine
@@ -84,6 +85,7 @@ class LexicalIndex:
         self._tf = np.zeros(0, dtype=np.uint16)
         self._doc_len = np.zeros(0, dtype=np.int32)
         self._weights = np.zeros(0, dtype=np.float32)
+        self._stale = False  # weights out of date after add/remove; recomputed by the next query
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -138,6 +140,7 @@ class LexicalIndex:
 
     def _reweigh(self) -> None:
         """The per-posting BM25 weights from tf, df, N and avgdl."""
+        self._stale = False
         n = len(self._ids)
         df = np.diff(self._indptr).astype(np.float64)
         if self.idf_mode == "lucene":
@@ -230,14 +233,14 @@ class LexicalIndex:
             self._tf = np.insert(self._tf, at, tfs.astype(np.uint16))
             self._indptr = self._indptr + np.concatenate(
                 [[0], np.cumsum(np.bincount(terms, minlength=len(self._vocab)))])
-        self._reweigh()
+        self._stale = True
 
     def remove(self, tool_id: str) -> None:
         row = self._row.get(tool_id)
         if row is None:
             raise UnknownToolError(f"unknown tool id {tool_id!r} (not in the lexical index)")
         self._drop(row)
-        self._reweigh()
+        self._stale = True
 
     def _drop(self, row: int) -> None:
         keep = self._docs != row
@@ -271,6 +274,8 @@ class LexicalIndex:
 
     def scores(self, text: str) -> np.ndarray:
         """BM25 of every tool for one text, in index row order (``ids``)."""
+        if self._stale:
+            self._reweigh()
         tids = [self._term_id[t] for t in lexical_tokens(text, self.stem) if t in self._term_id]
         if not tids:
             return np.zeros(len(self._ids), dtype=np.float32)
