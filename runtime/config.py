@@ -9,9 +9,8 @@ from .stages.decompose import PROMPT_STYLES
 
 HISTORY_MODES = ("none", "user", "all")
 # The shipped cut: keep the tools within 82.5 % of the score range of the list's first 15 below the
-# top score. range_margin chosen on the generated dev split (mean K <= 8) over the reranked scores;
-# it beat a fixed k of the same mean K on all five sets measured, where the paper's Algorithm 2
-# lost on all five (docs/bench/reranker.md).
+# top score. range_margin was chosen on the generated dev split (mean K <= 8) over the reranked
+# scores; how it compares with a fixed k and the paper's Algorithm 2 is in docs/bench/reranker.md.
 DEFAULT_CUT = CutConfig(rule="rmargin", range_margin=0.825, range_depth=15)
 DECOMPOSE_MODES = ("none", "rules", "llm", "auto")
 
@@ -35,8 +34,8 @@ class SelectorConfig:
       for the rules past ``decompose_deadline_ms``). The LLM loads on first use.
     cut_scope: with several retrieval lists (a decomposed turn), the adaptive cut runs on each list
       and the kept tools are united (``subtask``, default) or it runs once on the fused list
-      (``fused``). Measured on the generated dev split (150 turns): ``subtask`` beat a fixed K of
-      the same mean K (LLM 0.840 vs 0.833, rules 0.833 vs 0.813 Completeness@K); ``fused`` did not.
+      (``fused``). On the generated dev split ``subtask`` beat a fixed K of the same mean K and
+      ``fused`` did not (docs/bench/decomposition.md).
     """
 
     history: str = "none"
