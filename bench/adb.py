@@ -591,14 +591,40 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _finished_runs(partial: Path, out: Path, key: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The finished runs an earlier, interrupted call left in ``partial.json`` (and ``runs/``), if
+    that call measured the same thing (same ``resume_key``); else nothing."""
+    from magicselector.bench.latency import validate_results
+
+    try:
+        kept = json.loads(partial.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [], []
+    if not isinstance(kept, dict) or kept.get("config", {}).get("adb", {}).get("resume_key") != json.loads(json.dumps(key)):
+        return [], []
+    results, meta = [], []
+    for n, entry in enumerate(kept.get("runs", []), 1):
+        if not isinstance(entry, dict) or entry.get("run") != n:
+            break
+        try:
+            data = json.loads((out / "runs" / f"run-{n}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            break
+        if validate_results(data):
+            break
+        results.append(data)
+        meta.append(entry)
+    return results, meta
+
+
 def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = None, runs: int = 20, warmup: int = 3,
                           threads: int = 1, out_dir: str | os.PathLike = "bench-out", cool_down_s: float = 0.0,
                           pin_big_cores: bool = False, *, passes_per_run: int = 1, python_cmd: str = "python",
                           workdir: str | None = None, remote_env: Mapping[str, str] | None = None,
                           remote_dir: str = DEFAULT_REMOTE_DIR, adb_path: str | os.PathLike | None = None,
-                          runner_module: str = RUNNER_MODULE, history_mode: str | None = None, decompose: str = "none",
+                          runner_module: str = RUNNER_MODULE, history_mode: str | None = None, decompose: str | None = None,
                           cool_down_below_c: float = 40.0, mem_probe: str = "runner", mem_poll_s: float = 0.5,
-                          run_timeout_s: float = 900.0,
+                          run_timeout_s: float = 900.0, resume: bool = True,
                           progress: Callable[[str], None] | None = _print_stderr) -> dict[str, Any]:
     """Measure latency on an Android device: ``runs`` fresh runner processes, merged.
 
@@ -614,9 +640,14 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
     when the runner reports none; both are in ``runs``).
 
     Writes ``out_dir/runs/run-N.json`` (pulled) and ``run-N.log`` (the runner's stderr), then
-    ``out_dir/latency.json`` (the merged dict, also returned). If the device disconnects or a run
-    fails, the runs gathered so far are merged into ``out_dir/partial.json`` before DeviceError.
+    ``out_dir/latency.json`` (the merged dict, also returned). After every finished run the runs
+    so far are merged into ``out_dir/partial.json``, so a device that drops (or a host that is
+    killed) loses no finished measurement; the DeviceError says how many were kept. With ``resume``
+    (the default) a later call with the same device, bundle and runner settings into the same
+    ``out_dir`` keeps those runs and starts at the first one missing.
     """
+    from magicselector.files import sha256_file
+
     if runs < 1 or warmup < 0 or threads < 1 or passes_per_run < 1:
         raise DeviceError("need runs >= 1, warmup >= 0, threads >= 1, passes_per_run >= 1")
     if mem_probe not in MEM_PROBES:
@@ -647,13 +678,19 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                "pinned_cores": device.get("big_cores") if mask else None, "taskset_mask": mask,
                "cool_down_s": cool_down_s, "cool_down_below_c": cool_down_below_c, "mem_probe": mem_probe,
                "runs_requested": runs, "push": pushed,
+               "resume_key": {"serial": info.serial, "bundle_manifest_sha256": sha256_file(Path(bundle_dir) / "manifest.json"),
+                              "runner_module": runner_module, "python_cmd": python_cmd, "warmup": warmup,
+                              "threads": threads, "passes_per_run": passes_per_run, "decompose": decompose,
+                              "history_mode": history_mode, "taskset_mask": mask, "mem_probe": mem_probe},
                "merge": "one runner process per run; cold_start_ms is the median over runs; stage p50/p90/p99 "
                         "are medians of the per-run percentiles, mean is n-weighted, min/max/n exact"}
 
-    results: list[dict[str, Any]] = []
-    meta: list[dict[str, Any]] = []
     partial = out / "partial.json"
-    for i in range(1, runs + 1):
+    results, meta = _finished_runs(partial, out, harness["resume_key"]) if resume else ([], [])
+    results, meta = results[:runs], meta[:runs]
+    if results:
+        say(f"[adb] resuming: {len(results)} finished run(s) kept from {partial}")
+    for i in range(len(results) + 1, runs + 1):
         try:
             cool = None
             if cool_down_s > 0 and i > 1:
@@ -663,7 +700,7 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                     "--warmup", str(warmup), "--threads", str(threads), "--out", remote_out]
             if history_mode:
                 argv += ["--history-mode", history_mode]
-            if decompose != "none":
+            if decompose is not None:  # else the runner measures the shipped configuration
                 argv += ["--decompose", decompose]
             command = f"{python.command} {' '.join(shlex.quote(a) for a in argv)}"
             if mask:
@@ -709,6 +746,9 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                          "wall_s": round(wall, 3), "cool_down": cool, "file": f"runs/run-{i}.json"})
             say(f"[adb] run {i}/{runs}: cold start {data['cold_start_ms']:.0f} ms, total p50 "
                 f"{meta[-1]['total_p50_ms'] or 0:.2f} ms, peak RSS {meta[-1]['peak_rss_mb'] or 0:.0f} MB")
+            checkpoint = merge_runs(results, meta, device, harness)
+            checkpoint.update(complete=False, error=None, failed_run=None)
+            _write_json(partial, checkpoint)  # every finished run is on the host before the next starts
         except KeyboardInterrupt:
             merged = merge_runs(results, meta, device, harness)
             merged.update(complete=False, error="interrupted", failed_run=i)

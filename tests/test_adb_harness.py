@@ -258,6 +258,46 @@ def test_disconnect_mid_run_keeps_partial_results(fake, bundle_dir, tmp_path, mo
         Adb("R58M30ABCDE").shell("true")
 
 
+def test_a_dropped_device_resumes_where_it_stopped(fake, bundle_dir, tmp_path, monkeypatch):
+    """Every finished run is on the host before the next starts (partial.json after each run), and
+    the next call into the same folder runs only the runs that are missing."""
+    fake.add("R58M30ABCDE")
+    monkeypatch.setenv("FAKE_ADB_DISCONNECT_AFTER", "2")
+    monkeypatch.setenv("FAKE_ADB_DISCONNECT_MATCH", "-m magicselector.bench.latency_runner")
+    out = tmp_path / "out"
+    partial = out / "partial.json"
+    seen = []
+
+    def progress(line: str) -> None:  # what the host holds when each run starts
+        if line.startswith("[adb] run ") and "/" in line and ":" not in line:
+            seen.append(len(json.loads(partial.read_text())["runs"]) if partial.exists() else 0)
+
+    with pytest.raises(DeviceDisconnected, match="2 results kept"):
+        run_latency_on_device(bundle_dir, runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=progress)
+    assert seen == [0, 1, 2]
+    first = json.loads(partial.read_text())
+    # the cable goes back in
+    monkeypatch.delenv("FAKE_ADB_DISCONNECT_AFTER")
+    monkeypatch.delenv("FAKE_ADB_DISCONNECT_MATCH")
+    (fake.root / ".state" / "R58M30ABCDE.json").unlink()
+    runner_calls = len([c for c in fake.calls() if "-m magicselector.bench.latency_runner" in json.dumps(c)])
+    lines = []
+    res = run_latency_on_device(bundle_dir, runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=lines.append)
+    assert any("resuming: 2 finished run(s)" in line for line in lines)
+    started = [c for c in fake.calls() if "-m magicselector.bench.latency_runner" in json.dumps(c)]
+    assert len(started) - runner_calls == 1  # only run 3 ran again
+    assert res["complete"] and [r["run"] for r in res["runs"]] == [1, 2, 3]
+    assert res["runs"][:2] == first["runs"]  # the kept measurements, unchanged
+    assert res["stages"]["total"]["n"] == 3 * res["config"]["turns"]
+    assert not partial.exists() and (out / "latency.json").exists()
+    # other settings measure something else: nothing is resumed
+    fresh = tmp_path / "fresh"
+    shutil.copytree(out, fresh)
+    (fresh / "partial.json").write_text(json.dumps(first))
+    res = run_latency_on_device(bundle_dir, runs=1, warmup=0, threads=2, out_dir=fresh, python_cmd=PY, progress=None)
+    assert res["complete"] and res["runs"][0]["run"] == 1 and res["config"]["adb"]["resume_key"]["threads"] == 2
+
+
 def test_a_device_without_python_gets_a_clear_error(fake, bundle_dir, tmp_path):
     fake.add("R58M30ABCDE")
     with pytest.raises(DeviceError, match=r"Python `no-such-python` not found in adb shell's PATH.*python_cmd"):
