@@ -41,7 +41,7 @@ import random
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 # ---------------------------------------------------------------------------------------------
 # Constants
@@ -376,8 +376,176 @@ def load_catalog(catalog_dir: Path) -> tuple[dict[str, list[dict]], dict[str, st
     return catalog, tool_domain
 
 
+class _SlotCheck:
+    """Raises for a ``{placeholder}`` that names no slot of the template file (or the shared slots)."""
+
+    def __init__(self, known: set[str]) -> None:
+        self.known = known
+
+    def __call__(self, text: str, where: str, extra: Sequence[str] = ()) -> None:
+        for ph in _placeholders(text):
+            if ph not in self.known and ph not in extra:
+                raise ValueError(f"{where}: unknown slot '{{{ph}}}'")
+
+
+def _domain_slots(path: Path, data: dict, warnings: list[str]) -> dict[str, list[str]]:
+    """The template file's own slots (``slots``: name -> values), warning about short lists."""
+    slots_raw = data.get("slots", {})
+    if not isinstance(slots_raw, dict):
+        raise ValueError(f"{path}: 'slots' must be an object of lists")
+    dslots = {k: _str_list(v, f"{path}: slots['{k}']") for k, v in slots_raw.items()}
+    for k, v in dslots.items():
+        if len(v) < 8:
+            warnings.append(f"{path.name}: slot '{k}' has only {len(v)} values (>= 8 expected)")
+    return dslots
+
+
+def _parse_missing(entry: dict, where: str, fname: str, name: str, task_slots: list[str],
+                   check: _SlotCheck, warnings: list[str]) -> dict | None:
+    """``missing`` ({slot, say, ask}): the ask-detail state's phrasings, or None where it cannot run."""
+    missing = entry.get("missing")
+    if missing is None:
+        return None
+    if not isinstance(missing, dict) or not isinstance(missing.get("slot"), str):
+        raise ValueError(f"{where} missing: expected {{'slot', 'say', 'ask'}}")
+    if missing["slot"] not in check.known:
+        raise ValueError(f"{where} missing: unknown slot '{missing['slot']}'")
+    m_say = _str_list(missing.get("say"), f"{where} missing.say")
+    m_ask = _str_list(missing.get("ask"), f"{where} missing.ask")
+    for s in m_say + m_ask:
+        check(s, f"{where} missing '{s}'")
+    missing = {"slot": missing["slot"], "say": m_say, "ask": m_ask}
+    bad = [s for s in m_say if missing["slot"] in _placeholders(s)]
+    if bad:
+        warnings.append(f"{fname}: '{name}' missing.say mentions the missing slot "
+                        f"'{missing['slot']}' ({bad[0]!r}); those phrasings are skipped")
+        missing["say"] = [s for s in m_say if s not in bad]
+    if missing["slot"] not in task_slots:
+        warnings.append(f"{fname}: '{name}' missing.slot '{missing['slot']}' is not "
+                        f"in its task; ask-detail disabled")
+        return None
+    return missing if missing["say"] else None
+
+
+def _parse_options(entry: dict, where: str, fname: str, name: str, task_slots: list[str],
+                   check: _SlotCheck, warnings: list[str]) -> dict | None:
+    """``options`` ({slot, ask}): the select state's question, or None where it cannot run."""
+    options = entry.get("options")
+    if options is None:
+        return None
+    if not isinstance(options, dict) or not isinstance(options.get("slot"), str):
+        raise ValueError(f"{where} options: expected {{'slot', 'ask'}}")
+    if options["slot"] not in check.known:
+        raise ValueError(f"{where} options: unknown slot '{options['slot']}'")
+    o_ask = _str_list(options.get("ask"), f"{where} options.ask")
+    for s in o_ask:
+        check(s, f"{where} options '{s}'", extra=("options",))
+    options = {"slot": options["slot"], "ask": o_ask}
+    if not any("{options}" in s for s in o_ask):
+        warnings.append(f"{fname}: '{name}' options.ask never lists {{options}}")
+    if options["slot"] not in task_slots:
+        warnings.append(f"{fname}: '{name}' options.slot '{options['slot']}' is not "
+                        f"in its task; select disabled")
+        return None
+    return options
+
+
+def _parse_followups(entry: dict, where: str, tool_domain: dict[str, str], check: _SlotCheck) -> list[dict]:
+    """``followups``: the turns that can come next ({kind, tool, say, task} each)."""
+    followups = []
+    fl = entry.get("followups", [])
+    if not isinstance(fl, list):
+        raise ValueError(f"{where} followups: expected a list")
+    for j, fu in enumerate(fl):
+        fw = f"{where} followups[{j}]"
+        if not isinstance(fu, dict):
+            raise ValueError(f"{fw}: expected an object")
+        if fu.get("kind") not in FOLLOWUP_KINDS:
+            raise ValueError(f"{fw}: kind must be one of {FOLLOWUP_KINDS}")
+        ftool = fu.get("tool")
+        if not isinstance(ftool, str) or ftool not in tool_domain:
+            raise ValueError(f"{fw}: tool {ftool!r} not in the catalog")
+        f_say = _str_list(fu.get("say"), f"{fw} say")
+        f_task = fu.get("task")
+        if not isinstance(f_task, str) or not f_task.strip():
+            raise ValueError(f"{fw}: missing 'task'")
+        for s in f_say + [f_task]:
+            check(s, f"{fw} '{s}'")
+        followups.append({"kind": fu["kind"], "tool": ftool, "say": f_say, "task": f_task.strip()})
+    return followups
+
+
+def _parse_tool_template(path: Path, name: str, entry: Any, domain: str, tool_domain: dict[str, str],
+                         templates: dict[str, ToolTemplate], dslots: dict[str, list[str]],
+                         check: _SlotCheck, warnings: list[str]) -> ToolTemplate:
+    """One tool's entry of a template file: its task, phrasings, ask-detail, select and follow-ups."""
+    where = f"{path}: tool '{name}'"
+    if name not in tool_domain:
+        raise ValueError(f"{where}: not in the catalog")
+    if tool_domain[name] != domain:
+        warnings.append(f"{path.name}: tool '{name}' belongs to catalog "
+                        f"{tool_domain[name]}.json")
+    if name in templates:
+        raise ValueError(f"{where}: tool already has a template in {templates[name].file}")
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: expected an object")
+    task = entry.get("task")
+    if not isinstance(task, str) or not task.strip():
+        raise ValueError(f"{where}: missing 'task'")
+    task = task.strip()
+    check(task, f"{where} task")
+    say = _str_list(entry.get("say"), f"{where} say")
+    for s in say:
+        check(s, f"{where} say '{s}'")
+    if len(say) < 6:
+        warnings.append(f"{path.name}: '{name}' has only {len(say)} say phrasings")
+    task_slots = _placeholders(task)
+    missing = _parse_missing(entry, where, path.name, name, task_slots, check, warnings)
+    options = _parse_options(entry, where, path.name, name, task_slots, check, warnings)
+    followups = _parse_followups(entry, where, tool_domain, check)
+    return ToolTemplate(name=name, domain=tool_domain[name], file=path.name, task=task, say=say,
+                        missing=missing, options=options, followups=followups, slots=dslots)
+
+
+def _file_scenes(path: Path, data: dict, tool_domain: dict[str, str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The template file's ``scenes`` (tools that work together), as (file name, tools) pairs."""
+    scenes = data.get("scenes", [])
+    if not isinstance(scenes, list):
+        raise ValueError(f"{path}: 'scenes' must be a list of tool lists")
+    out = []
+    for j, sc in enumerate(scenes):
+        if not isinstance(sc, list) or not all(isinstance(t, str) for t in sc):
+            raise ValueError(f"{path}: scenes[{j}]: expected a list of tool names")
+        for t in sc:
+            if t not in tool_domain:
+                raise ValueError(f"{path}: scenes[{j}]: tool '{t}' not in the catalog")
+        out.append((path.name, tuple(dict.fromkeys(sc))))
+    return out
+
+
+def _usable_scenes(raw_scenes: list[tuple[str, tuple[str, ...]]], templates: dict[str, ToolTemplate],
+                   warnings: list[str]) -> list[tuple[str, ...]]:
+    """The scenes whose every tool has a template and that hold two tools or more, without repeats."""
+    scenes: list[tuple[str, ...]] = []
+    for fname, sc in raw_scenes:
+        untemplated = [t for t in sc if t not in templates]
+        if untemplated:
+            warnings.append(f"{fname}: scene {list(sc)} uses tools without templates "
+                            f"({', '.join(untemplated)}); skipped")
+            continue
+        if len(sc) < 2:
+            warnings.append(f"{fname}: scene {list(sc)} has fewer than two tools; skipped")
+            continue
+        if sc not in scenes:
+            scenes.append(sc)
+    return scenes
+
+
 def load_templates(templates_dir: Path, tool_domain: dict[str, str], catalog_domains,
                    shared: dict[str, list[str]]):
+    """Every template file of ``templates_dir`` (format: ``TEMPLATES.md``), validated against the
+    catalog: (tool -> ToolTemplate, the usable scenes, warnings). A broken file raises ValueError
+    naming the file, tool and field; a questionable one adds a warning."""
     templates_dir = Path(templates_dir)
     files = sorted(templates_dir.glob("*.json"))
     if not files:
@@ -394,135 +562,16 @@ def load_templates(templates_dir: Path, tool_domain: dict[str, str], catalog_dom
             raise ValueError(f"{path}: 'domain' is {domain!r}, expected {path.stem!r}")
         if domain not in catalog_domains:
             raise ValueError(f"{path}: no catalog file for domain {domain!r}")
-        slots_raw = data.get("slots", {})
-        if not isinstance(slots_raw, dict):
-            raise ValueError(f"{path}: 'slots' must be an object of lists")
-        dslots = {k: _str_list(v, f"{path}: slots['{k}']") for k, v in slots_raw.items()}
-        for k, v in dslots.items():
-            if len(v) < 8:
-                warnings.append(f"{path.name}: slot '{k}' has only {len(v)} values (>= 8 expected)")
-        known = set(shared) | set(dslots)
+        dslots = _domain_slots(path, data, warnings)
+        check = _SlotCheck(set(shared) | set(dslots))
         tools = data.get("tools")
         if not isinstance(tools, dict) or not tools:
             raise ValueError(f"{path}: 'tools' must be a non-empty object")
-
-        def check_slots(text: str, where: str, extra=()):
-            for ph in _placeholders(text):
-                if ph not in known and ph not in extra:
-                    raise ValueError(f"{where}: unknown slot '{{{ph}}}'")
-
         for name, entry in tools.items():
-            where = f"{path}: tool '{name}'"
-            if name not in tool_domain:
-                raise ValueError(f"{where}: not in the catalog")
-            if tool_domain[name] != domain:
-                warnings.append(f"{path.name}: tool '{name}' belongs to catalog "
-                                f"{tool_domain[name]}.json")
-            if name in templates:
-                raise ValueError(f"{where}: tool already has a template in {templates[name].file}")
-            if not isinstance(entry, dict):
-                raise ValueError(f"{where}: expected an object")
-            task = entry.get("task")
-            if not isinstance(task, str) or not task.strip():
-                raise ValueError(f"{where}: missing 'task'")
-            task = task.strip()
-            check_slots(task, f"{where} task")
-            say = _str_list(entry.get("say"), f"{where} say")
-            for s in say:
-                check_slots(s, f"{where} say '{s}'")
-            if len(say) < 6:
-                warnings.append(f"{path.name}: '{name}' has only {len(say)} say phrasings")
-            task_slots = _placeholders(task)
-
-            missing = entry.get("missing")
-            if missing is not None:
-                if not isinstance(missing, dict) or not isinstance(missing.get("slot"), str):
-                    raise ValueError(f"{where} missing: expected {{'slot', 'say', 'ask'}}")
-                if missing["slot"] not in known:
-                    raise ValueError(f"{where} missing: unknown slot '{missing['slot']}'")
-                m_say = _str_list(missing.get("say"), f"{where} missing.say")
-                m_ask = _str_list(missing.get("ask"), f"{where} missing.ask")
-                for s in m_say + m_ask:
-                    check_slots(s, f"{where} missing '{s}'")
-                missing = {"slot": missing["slot"], "say": m_say, "ask": m_ask}
-                bad = [s for s in m_say if missing["slot"] in _placeholders(s)]
-                if bad:
-                    warnings.append(f"{path.name}: '{name}' missing.say mentions the missing slot "
-                                    f"'{missing['slot']}' ({bad[0]!r}); those phrasings are skipped")
-                    missing["say"] = [s for s in m_say if s not in bad]
-                if missing["slot"] not in task_slots:
-                    warnings.append(f"{path.name}: '{name}' missing.slot '{missing['slot']}' is not "
-                                    f"in its task; ask-detail disabled")
-                    missing = None
-                elif not missing["say"]:
-                    missing = None
-
-            options = entry.get("options")
-            if options is not None:
-                if not isinstance(options, dict) or not isinstance(options.get("slot"), str):
-                    raise ValueError(f"{where} options: expected {{'slot', 'ask'}}")
-                if options["slot"] not in known:
-                    raise ValueError(f"{where} options: unknown slot '{options['slot']}'")
-                o_ask = _str_list(options.get("ask"), f"{where} options.ask")
-                for s in o_ask:
-                    check_slots(s, f"{where} options '{s}'", extra=("options",))
-                options = {"slot": options["slot"], "ask": o_ask}
-                if not any("{options}" in s for s in o_ask):
-                    warnings.append(f"{path.name}: '{name}' options.ask never lists {{options}}")
-                if options["slot"] not in task_slots:
-                    warnings.append(f"{path.name}: '{name}' options.slot '{options['slot']}' is not "
-                                    f"in its task; select disabled")
-                    options = None
-
-            followups = []
-            fl = entry.get("followups", [])
-            if not isinstance(fl, list):
-                raise ValueError(f"{where} followups: expected a list")
-            for j, fu in enumerate(fl):
-                fw = f"{where} followups[{j}]"
-                if not isinstance(fu, dict):
-                    raise ValueError(f"{fw}: expected an object")
-                if fu.get("kind") not in FOLLOWUP_KINDS:
-                    raise ValueError(f"{fw}: kind must be one of {FOLLOWUP_KINDS}")
-                ftool = fu.get("tool")
-                if not isinstance(ftool, str) or ftool not in tool_domain:
-                    raise ValueError(f"{fw}: tool {ftool!r} not in the catalog")
-                f_say = _str_list(fu.get("say"), f"{fw} say")
-                f_task = fu.get("task")
-                if not isinstance(f_task, str) or not f_task.strip():
-                    raise ValueError(f"{fw}: missing 'task'")
-                for s in f_say + [f_task]:
-                    check_slots(s, f"{fw} '{s}'")
-                followups.append({"kind": fu["kind"], "tool": ftool, "say": f_say,
-                                  "task": f_task.strip()})
-            templates[name] = ToolTemplate(
-                name=name, domain=tool_domain[name], file=path.name, task=task, say=say,
-                missing=missing, options=options, followups=followups, slots=dslots)
-
-        scenes = data.get("scenes", [])
-        if not isinstance(scenes, list):
-            raise ValueError(f"{path}: 'scenes' must be a list of tool lists")
-        for j, sc in enumerate(scenes):
-            if not isinstance(sc, list) or not all(isinstance(t, str) for t in sc):
-                raise ValueError(f"{path}: scenes[{j}]: expected a list of tool names")
-            for t in sc:
-                if t not in tool_domain:
-                    raise ValueError(f"{path}: scenes[{j}]: tool '{t}' not in the catalog")
-            raw_scenes.append((path.name, tuple(dict.fromkeys(sc))))
-
-    scenes: list[tuple[str, ...]] = []
-    for fname, sc in raw_scenes:
-        untemplated = [t for t in sc if t not in templates]
-        if untemplated:
-            warnings.append(f"{fname}: scene {list(sc)} uses tools without templates "
-                            f"({', '.join(untemplated)}); skipped")
-            continue
-        if len(sc) < 2:
-            warnings.append(f"{fname}: scene {list(sc)} has fewer than two tools; skipped")
-            continue
-        if sc not in scenes:
-            scenes.append(sc)
-    return templates, scenes, warnings
+            templates[name] = _parse_tool_template(path, name, entry, domain, tool_domain, templates, dslots,
+                                                   check, warnings)
+        raw_scenes.extend(_file_scenes(path, data, tool_domain))
+    return templates, _usable_scenes(raw_scenes, templates, warnings), warnings
 
 
 def load_bank(config: GeneratorConfig) -> Bank:
