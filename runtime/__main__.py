@@ -1,3 +1,5 @@
+"""``python -m magicselector``: the ``magicselector`` command (``magicselector.cli``)."""
+
 import sys
 
 from magicselector.cli import main
