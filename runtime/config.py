@@ -1,4 +1,4 @@
-"""How a Selector works, as frozen dataclasses: ``SelectorConfig`` (its ``SelectorConfig()`` is the shipped product), the shipped cut and the modes."""
+"""``SelectorConfig`` (``SelectorConfig()`` is the shipped product), the shipped cut and the modes; frozen."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
