@@ -1,4 +1,4 @@
-"""``magicselector bench latency|scaling|rerank|lexical``: registered by ``magicselector.cli``.
+"""``magicselector bench ...``: the benchmark subcommands, registered by ``magicselector.cli``.
 
 The CLI imports this module on every invocation, so only the standard library and the shared
 option vocabulary (``magicselector.cli_options``) are imported at module level; the benchmarks,
