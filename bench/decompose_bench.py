@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from magicselector.dialogue import Turn
-from magicselector.stages.decompose import PROMPT_STYLES, LlmDecomposer, build_suffix
+from magicselector.decompose import PROMPT_STYLES, LlmDecomposer
+from magicselector.decompose.prompts import build_suffix
 
 TURNS: list[tuple[str, list[tuple[str, str]], int]] = [  # (utterance, history, gold task count)
     ("what's the weather in Berlin tomorrow and play some jazz", [], 2),
@@ -59,7 +60,7 @@ def run(turns: int = 16, threads: int = 2, model: str | None = None, n_ctx: int 
     out: dict[str, Any] = {
         "model": str(runner.path), "prompt": prompt, "threads": threads, "n_ctx": n_ctx, "turns": turns,
         "load_s": round(load_s, 3), "model_load_ms": round(runner.load_ms, 1),
-        "prefix_tokens": runner.prefix_tokens, "prefix_eval_ms": round(runner._prefix_ms, 1),
+        "prefix_tokens": runner.prefix_tokens, "prefix_eval_ms": round(runner.prefix_ms, 1),
         "extra_buffers": runner.extra_buffers,
     }
     for label, reuse in (("reuse", True), ("no_reuse", False)):
@@ -68,7 +69,7 @@ def run(turns: int = 16, threads: int = 2, model: str | None = None, n_ctx: int 
         for query, hist, gold in workload:
             history = [Turn(r, c) for r, c in hist]
             t = time.perf_counter()
-            tasks, trace = dec.decompose_traced(query, history)
+            trace = dec.decompose(query, history).trace
             ms = (time.perf_counter() - t) * 1e3
             ttft.append(trace.ttft_ms)
             total.append(ms)
@@ -86,7 +87,7 @@ def run(turns: int = 16, threads: int = 2, model: str | None = None, n_ctx: int 
             "prompt_tokens_per_call": prompt[0],
         }
     dec.reuse_prefix = True
-    out["examples"] = {q: dec.decompose(q, [Turn(r, c) for r, c in h]) for q, h, _ in TURNS[:4]}
+    out["examples"] = {q: list(dec.decompose(q, [Turn(r, c) for r, c in h]).tasks) for q, h, _ in TURNS[:4]}
     out["rss_before_mb"] = round(rss0 / 1024, 1)
     out["rss_mb"] = round(_status_kb("VmRSS") / 1024, 1)
     out["peak_rss_mb"] = round(_status_kb("VmHWM") / 1024, 1)

@@ -229,15 +229,14 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
 def _counterfactual_row(q: Query, sel, raw, selector: Selector, k: int) -> dict[str, Any]:
     """Per turn: NDCG and completeness with (atom) and without (raw) decomposition; the
     sub-task lists' own gold coverage; the decomposition time."""
-    last = getattr(selector.decomposer, "last", None)  # the decomposer's trace of this turn
     row: dict[str, Any] = {
         "ndcg_raw": ndcg_at_k(raw.ranked_ids, q.gold, k), "complete_raw": completeness_at_k(raw.ranked_ids, q.gold, k),
         "subtasks": list(sel.subtasks), "decompose_ms": sel.timings_ms.get("decompose", 0.0),
-        "ran": getattr(last, "ran", "") or selector.decomposer.name,
-        "reason": getattr(last, "reason", ""),
+        "ran": sel.trace.ran or sel.decomposer,
+        "reason": sel.trace.reason,
     }
     if row["ran"] == "llm":
-        row["duplicate_rate"] = _duplicate_line_rate(getattr(last, "raw", "") or "")
+        row["duplicate_rate"] = _duplicate_line_rate(sel.trace.raw)
     tasks = q.extra.get("tasks")
     if isinstance(tasks, list) and tasks:
         row["gold_tasks"] = len(tasks)

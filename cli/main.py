@@ -25,12 +25,12 @@ def _selector(args: argparse.Namespace, **config: Any):
     return Selector.from_bundle(args.bundle, config=selector_config(args, **config), progress=True)
 
 
-def _print_selection(sel, indent: str = "  ", trace=None) -> None:
+def _print_selection(sel, indent: str = "  ") -> None:
     names = ", ".join(f"{t.name} ({t.score:.2f})" for t in sel.tools)
     stages = " ".join(f"{k}={v:.1f}" for k, v in sel.timings_ms.items() if k != "total")
     ran = f"{sel.decomposer}"
-    if trace is not None and getattr(trace, "ran", ""):
-        ran += f" -> {trace.ran}" + (f", {trace.reason}" if trace.reason else "") if sel.decomposer == "auto" else ""
+    if sel.decomposer == "auto" and sel.trace.ran:
+        ran += f" -> {sel.trace.ran}" + (f", {sel.trace.reason}" if sel.trace.reason else "")
     print(f"{indent}sub-tasks [{ran}]: {' | '.join(sel.subtasks)}")
     print(f"{indent}tools (K={sel.k}, k_score={sel.cut.k_score}, k_sim={sel.cut.k_sim}): {names}")
     print(f"{indent}ms: {stages} total={sel.timings_ms['total']:.1f}")
@@ -53,7 +53,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             out.append({"turn": n, "user": turn["user"], **sel.to_dict()})
         else:
             print(f"\n[{n}] user: {turn['user']}")
-            _print_selection(sel, trace=getattr(selector.decomposer, "last", None))
+            _print_selection(sel)
             print(f"  assistant: {turn['assistant']}")
         history += [{"role": "user", "content": turn["user"]}, {"role": "assistant", "content": turn["assistant"]}]
     if args.json:
@@ -91,7 +91,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     elif args.json:
         print(json.dumps({**sel.to_dict(), "schemas": selector.schemas(sel)}, indent=2))
     else:
-        _print_selection(sel, indent="", trace=getattr(selector.decomposer, "last", None))
+        _print_selection(sel, indent="")
     return 0
 
 

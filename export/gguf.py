@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from magicselector.bundle import cache_home, staged_dir
+from magicselector.decompose.prompts import checkpoint_prompt_style
 
 from .onnx import ExportError
 
@@ -235,13 +236,13 @@ def quantize_gguf(source: str | Path, output: str | Path, quant: str = "q8_0", t
 # -- parity -------------------------------------------------------------------------------------
 
 def load_gguf(path: str | Path, n_ctx: int = 512, threads: int = 2):
-    from magicselector.llama_loader import load_llama
+    from magicselector.backends.llama import load_llama
 
     return load_llama(path, n_ctx=n_ctx, threads=threads)
 
 
 def gguf_greedy(llm: Any, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
-    from magicselector.llama_loader import greedy
+    from magicselector.backends.llama import greedy
 
     return greedy(llm, prompt_ids, max_new_tokens)
 
@@ -348,20 +349,3 @@ def export_decomposer(source: str | Path, workdir: str | Path, quant: str = "q8_
                  "prompt": checkpoint_prompt_style(source)},
     }
 
-
-def checkpoint_prompt_style(checkpoint: str | Path) -> str:
-    """``prompt_format.style`` of a decomposer checkpoint's ``train_config.json`` (``magicselector
-    train decomposer``); ``few_shot`` for a checkpoint without one (an instruction model)."""
-    info = Path(checkpoint) / "train_config.json"
-    if info.is_file():
-        try:
-            style = json.loads(info.read_text(encoding="utf-8")).get("prompt_format", {}).get("style")
-        except (ValueError, AttributeError):
-            raise ExportError(f"{info}: not a JSON object") from None
-        if style is not None:
-            from magicselector.stages.decompose import PROMPT_STYLES
-
-            if style not in PROMPT_STYLES:
-                raise ExportError(f"{info}: unknown prompt style {style!r}")
-            return style
-    return "few_shot"

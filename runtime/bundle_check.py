@@ -82,8 +82,8 @@ def _check_golden_decomposer(bundle: Bundle, golden: dict[str, Any]) -> dict[str
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        return {"golden_decomposer": "skipped: llama-cpp-python is not installed (pip install llama-cpp-python)"}
-    from .llama_loader import greedy, load_llama
+        return {"golden_decomposer": "skipped: llama-cpp-python is not installed (pip install 'magicselector[llm]')"}
+    from .backends.llama import greedy, load_llama
 
     llm = load_llama(bundle.file(dec["file"]))
     cases = golden["decomposer"]

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from .errors import InputError
 from .stages.cut import CutConfig
-from .stages.decompose import PROMPT_STYLES
+from .decompose.prompts import PROMPT_STYLES
 
 HISTORY_MODES = ("none", "user", "all")
 # The shipped cut: keep the tools within 82.5 % of the score range of the list's first 15 below the
@@ -48,7 +48,7 @@ class SelectorConfig:
     rerank_weight: float = 0.5
     threads: int = 1
     max_query_chars: int = 16_000
-    # decomposition (see stages/decompose.py): none | rules | llm | auto (gated, with a deadline)
+    # decomposition (see decompose/): none | rules | llm | auto (gated, with a deadline)
     decompose: str = "none"
     decomposer_model: str | None = None  # a GGUF path; None = the bundle's, else the pinned default (chunk packages)
     # few_shot for an instruction model (the default Qwen); zero_shot for one trained on the task

@@ -58,6 +58,15 @@ def retrieval_text(query: str, history: Sequence[Turn], mode: str, turns: int = 
     """
     if mode == "none" or not history:
         return query
-    keep = [t for t in history if t.role == "user"] if mode == "user" else [t for t in history if t.role != "system"]
-    earlier = [t.content for t in reversed(keep[-turns:]) if t.content]
+    earlier = [t.content for t in reversed(recent_turns(history, mode, turns)) if t.content]
     return " | ".join([query, *earlier]) if earlier else query
+
+
+def recent_turns(history: Sequence[Turn], mode: str, turns: int = 4) -> list[Turn]:
+    """The earlier turns a history mode keeps, oldest first: the last ``turns`` user turns (``user``)
+    or turns of the conversation (``all``), none for ``none``. The one place history is folded:
+    ``retrieval_text`` and the LLM decomposer's prompt both read it."""
+    if mode == "none":
+        return []
+    keep = [t for t in history if t.role == "user"] if mode == "user" else [t for t in history if t.role != "system"]
+    return keep[-turns:]

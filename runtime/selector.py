@@ -16,7 +16,7 @@ from .dialogue import retrieval_text, validate_history, validate_query
 from .errors import BundleError
 from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
 from .stages.cut import Cut, apply_cut, cut_per_list
-from .stages.decompose import Decomposer, PassthroughDecomposer, build_decomposer
+from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
 from .stages.embed import Embedder
 from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
@@ -49,6 +49,7 @@ class Selection:
     # per retrieval list (utterance anchor first, then each sub-task), after the rerank: (text, ids,
     # scores); what the cut saw, kept for analysis (bench/cut_curve.py)
     lists: list[tuple[str, list[str], list[float]]] = field(default_factory=list)
+    trace: DecomposeTrace = field(default_factory=DecomposeTrace)  # how the decomposer got the sub-tasks
 
     @property
     def ids(self) -> list[str]:
@@ -63,6 +64,7 @@ class Selection:
             "subtasks": list(self.subtasks),
             "candidates": self.candidates,
             "decomposer": self.decomposer,
+            "decomposition": self.trace.to_dict(),
             "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
         }
 
@@ -193,13 +195,13 @@ class Selector:
         t = time.perf_counter()
         query = validate_query(query, self.config.max_query_chars)
         turns = validate_history(history)
-        llm = _llm_of(self.decomposer)
-        was_loaded = llm is None or llm.loaded
-        subtasks = self.decomposer.decompose(query, turns) or [query]
+        decomposition = self.decomposer.decompose(query, turns)
+        trace = decomposition.trace
+        subtasks = list(decomposition.tasks) or [query]
         t = timer.lap("decompose", t)
-        if not was_loaded and llm.loaded:  # the one-off model load is reported on its own
-            timer.ms["decompose_load"] = llm.load_ms
-            timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - llm.load_ms)
+        if trace.load_ms > 0:  # the one-off model load is reported on its own
+            timer.ms["decompose_load"] = trace.load_ms
+            timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - trace.load_ms)
 
         # The plain utterance is always retrieved too, as the anchor list (ToolQP). With a history
         # mode, a decomposing Selector also retrieves the history-folded utterance as one more list
@@ -228,19 +230,22 @@ class Selector:
                 fused = FUSIONS[self.config.fusion](lists)
                 ids, scores, source = fused.ids, fused.scores, fused.source
             t = timer.lap("fuse", t)
-            embeddings = index.vectors(ids) if self.config.cut.uses_embeddings else None
-        if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed":
-            ids, scores, source, cut = _cut_per_list(self.config.cut, lists, ids, scores, source, index)
-        else:
-            cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
-        timer.lap("cut", t)
+            # The cut may read the tools' vectors: it runs under the lock, on the index the lists
+            # came from, so a concurrent remove_tool cannot take a listed tool away mid-turn.
+            if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed":
+                ids, scores, source, cut = _cut_per_list(self.config.cut, lists, ids, scores, source, index)
+            else:
+                embeddings = index.vectors(ids) if self.config.cut.uses_embeddings else None
+                cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
+            timer.lap("cut", t)
         chosen = [SelectedTool(i, catalog.get(i).name, float(s), texts[src])
                   for i, s, src in zip(ids[:cut.k], scores[:cut.k], source[:cut.k])]
         timer.total()
         return Selection(tools=chosen, k=cut.k, cut=cut, subtasks=subtasks, candidates=len(ids),
                          timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
                          ranked_scores=[float(x) for x in scores],
-                         lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)])
+                         lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)],
+                         trace=trace)
 
     def _rerank(self, text: str, lst: RankedList, catalog: Catalog) -> RankedList:
         """Cross-encoder scores for the list's head; the rest of the list is dropped."""
@@ -264,37 +269,16 @@ class Selector:
 
 
 # -- decomposer and cut helpers ------------------------------------------------------------------
-_LLM_KEYS = ("decomposer_model", "decomposer_prompt", "llm_threads", "llm_ctx")  # what a loaded LLM is built from
-_DECOMPOSER_KEYS = ("decompose", "history", "history_turns", "decompose_deadline_ms", *_LLM_KEYS)
-
-
-def _llm_of(decomposer: Any):
-    """The LLM decomposer inside a decomposer (itself, or the one an ``auto`` gate holds), or None."""
-    if hasattr(decomposer, "loaded") and hasattr(decomposer, "load_ms"):
-        return decomposer
-    inner = getattr(decomposer, "llm", None)
-    return inner if inner is not None and hasattr(inner, "loaded") else None
-
-
-def _decomposer_for(config: SelectorConfig, current: Any = None):
-    """The decomposer a config asks for; keeps ``current`` (and its loaded LLM) where it fits."""
-    old = getattr(current, "_ms_config", None)
-    if current is not None and old is not None and all(getattr(old, k) == getattr(config, k) for k in _DECOMPOSER_KEYS):
+def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None) -> Decomposer:
+    """The decomposer a config asks for. A decomposer the caller handed in stays while the config
+    asks for none; otherwise the LLM of ``current`` (loaded or not) is kept when it was built with
+    the same model settings (``build_decomposer``'s ``reuse``)."""
+    if current is not None and not isinstance(current, BUILT_IN) and config.decompose == "none":
         return current
-    if current is not None and old is None and config.decompose == "none":
-        return current  # a decomposer handed in by the caller
-    llm = _llm_of(current)
-    if llm is not None and not (old is not None and all(getattr(old, k) == getattr(config, k) for k in _LLM_KEYS)):
-        llm = None
-    dec = build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
-                           model=config.decomposer_model, deadline_ms=config.decompose_deadline_ms,
-                           threads=config.llm_threads, n_ctx=config.llm_ctx, llm=llm,
-                           prompt=config.decomposer_prompt)
-    try:
-        dec._ms_config = config
-    except AttributeError:
-        pass
-    return dec
+    llm = LlmSettings(model=config.decomposer_model, prompt=config.decomposer_prompt, threads=config.llm_threads,
+                      n_ctx=config.llm_ctx)
+    return build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
+                            deadline_ms=config.decompose_deadline_ms, llm=llm, reuse=current)
 
 
 def _cut_per_list(cut_config, lists, ids, scores, source, index):

@@ -162,7 +162,7 @@ def test_spearman_and_ranks():
 @pytest.mark.slow
 def test_tiny_lm_to_gguf_q8_0_and_q4_k_m(tiny_lm, tmp_path, home):
     from magicselector.export.gguf import export_decomposer, quantize_gguf
-    from magicselector.llama_loader import greedy, load_llama
+    from magicselector.backends.llama import greedy, load_llama
 
     q8 = export_decomposer(tiny_lm, tmp_path / "q8", quant="q8_0", log=lambda m: None)
     par = q8["meta"]["parity"]

@@ -86,7 +86,8 @@ import torch
 from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.dialogue import Turn, validate_history
 from magicselector.errors import InputError
-from magicselector.stages.decompose import PROMPT_STYLES, LlmDecomposer, build_suffix, parse_tasks, prompt_prefix
+from magicselector.decompose import PROMPT_STYLES, LlmDecomposer
+from magicselector.decompose.prompts import build_suffix, checkpoint_prompt_style, parse_tasks, prompt_prefix
 
 from .reranker import (
     DEVICES,
@@ -465,8 +466,6 @@ def _load_lm(path: Path, progress: bool):
 def checkpoint_prompt(checkpoint: str | Path) -> str:
     """The prompt style a decomposer checkpoint was trained with (its ``train_config.json``;
     ``few_shot`` when it has none, e.g. an untrained instruction model)."""
-    from magicselector.export.gguf import checkpoint_prompt_style
-
     return checkpoint_prompt_style(checkpoint)
 
 
@@ -485,7 +484,7 @@ def _adamw(model, lr: float, weight_decay: float):
 
 
 def _prompt_format(dec: LlmDecomposer, toks: PromptTokens) -> dict[str, Any]:
-    return {"prompt": f"magicselector.stages.decompose.prompt_prefix({toks.prompt!r}) + build_suffix(query, history, "
+    return {"prompt": f"magicselector.decompose.prompts.prompt_prefix({toks.prompt!r}) + build_suffix(query, history, "
                       f"history_turns={dec.history_turns})",
             "style": toks.prompt,
             "prefix_sha256": hashlib.sha256(runtime_prefix(toks.prompt).encode("utf-8")).hexdigest(),

@@ -79,7 +79,7 @@ def add_decomposer_parser(train_subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--threads", type=int, help="torch threads")
     sp.add_argument("--epochs", type=int, help="sft: passes over the data when --steps is not given")
     sp.add_argument("--batch-size", type=int, help="sft: examples per step")
-    from magicselector.stages.decompose import PROMPT_STYLES
+    from magicselector.decompose import PROMPT_STYLES
 
     sp.add_argument("--prompt", choices=PROMPT_STYLES,
                     help="sft: the runtime prompt to train on (default few_shot; zero_shot: the system prompt "

@@ -1,0 +1,350 @@
+"""Rule decomposition, no model: clause splitting, request-or-context, elliptical carry-over (``rules``).
+
+Splits compound commands at connectors ("and", "also", "then", ";", "oh and", sentence ends ...)
+only where the next clause starts like a new request, never inside fixed phrases ("rock and roll")
+or quoted text; keeps only clauses that ask for something as tasks and folds context clauses ("I
+invested $5000", "Imagine you are a drone operator") into the request they belong to; resolves
+elliptical follow-ups ("and for tomorrow?", "turn it off", "try again", an answer to the
+assistant's question) by carrying the previous user request's subject. A turn with one request and
+nothing to resolve stays whole. The word helpers here (``content_words``, ``grounded``,
+``task_key``) are shared with the LLM's output parser.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from ..dialogue import Turn
+from .base import DecomposeTrace, Decomposition
+
+# -- shared word lists -------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
+
+STOPWORDS = frozenset("""
+a an the and or but if then also so to of in on at by for with from into onto about as is are was were be
+been being am do does did doing have has had having i me my mine myself you your yours we our us they
+them their it its this that these those there here he him his she her hers what which who whom whose when
+where why how can could would should will shall may might must please just now too very really some any
+all more most much many few each every no not only own same than up down out off over again further once
+let let's lets hey hi oh uh um ok okay yes yeah yep sure thanks thank great good fine alright right well
+want wanna need like get got give go going gonna make made put take tell show see know think one ones
+it's that's what's i'm i'd i'll you're don't can't won't didn't isn't
+""".split())
+
+# words that start a new request (imperative verbs, question openers, first-person requests)
+REQUEST_STARTS = frozenset("""
+turn switch set play open close call text send message remind check show tell find search look get book order
+add remove delete cancel start stop pause resume mute unmute enable disable connect disconnect take share
+navigate translate say read create make schedule wake increase decrease lower raise change update reply
+forward give put pull email post buy pay transfer skip shuffle repeat record save download lock unlock dim
+brighten count launch track log note write draft clear empty rate follow unfollow like dial ring snooze
+move rename edit mark archive install uninstall scan print copy paste reset restart reboot charge find
+what what's whats how how's when when's where where's who who's which is are do does did can could would
+will should i i'm i'd i'll let let's please also then remind notify alert convert calculate compute
+keep bring leave ask order reserve rent hail summon request split top fill refill list display
+recommend suggest provide explain describe summarize estimate predict analyze analyse compare evaluate
+determine identify retrieve fetch extract generate plot sort filter solve locate research review block
+""".split())
+
+_FILLERS = ("oh and also", "and then also", "and after that", "after that", "and then", "and also", "oh and", "oh, and",
+            "and uh", "and um", "by the way", "oh by the way", "also", "then", "and", "plus", "oh", "uh", "um",
+            "hey", "okay", "ok", "so", "btw", "as well", "additionally")
+
+FIXED_PHRASES = ("rock and roll", "rock n roll", "rhythm and blues", "r and b", "salt and pepper", "black and white",
+                 "pros and cons", "back and forth", "up and down", "bread and butter", "mac and cheese",
+                 "fish and chips", "tom and jerry", "simon and garfunkel", "hall and oates", "earth wind and fire",
+                 "pride and prejudice", "war and peace", "crime and punishment", "law and order", "hide and seek",
+                 "trial and error", "an hour and a half", "a day and a half", "and a half", "drum and bass",
+                 "country and western", "bed and breakfast", "arts and crafts", "peanut butter and jelly",
+                 "more and more", "again and again", "over and over", "here and there", "now and then",
+                 "between", "both")
+
+_ABBREV = frozenset("mr mrs ms dr st jr sr vs etc a.m p.m am pm no approx e.g i.e inc ltd co".split())
+
+RETRY_CUES = ("try again", "another shot", "another try", "retry", "one more time", "do it again", "again please",
+              "give it another", "try that again", "try once more")
+ELLIPSIS_STARTS = ("and ", "what about", "how about", "and what about", "and for", "for ", "same for", "same ",
+                   "also for", "in ", "at ", "on ", "to ", "with ", "instead", "actually", "make it", "change it",
+                   "only ", "just ")
+
+
+def content_words(text: str) -> set[str]:
+    words = _WORD.findall(text.lower().replace("’", "'"))
+    return {w for w in words if w not in STOPWORDS and (len(w) > 2 or w.isdigit())}
+
+
+def _stem(w: str) -> str:
+    return w[:5]
+
+
+def grounded(line: str, sources: Sequence[str]) -> bool:
+    """Whether a sub-task shares a content word (5-char prefix, so "reminder" ~ "remind") with the dialogue."""
+    mine = {_stem(w) for w in content_words(line)}
+    if not mine:
+        return False
+    theirs = {_stem(w) for s in sources for w in content_words(s)}
+    return bool(mine & theirs)
+
+
+def task_key(line: str) -> str:
+    """A task's words, lower-cased: two tasks with the same key are the same task."""
+    return " ".join(_WORD.findall(line.lower()))
+
+
+# -- rules -----------------------------------------------------------------------------------------
+
+# sequence words that open a clause only when a comma follows ("First, ...", "Lastly, ...")
+_SEQUENCE_WORDS = ("first", "firstly", "second", "secondly", "third", "thirdly", "fourth", "next", "finally",
+                   "lastly", "last", "afterwards", "moreover", "furthermore", "besides", "in addition",
+                   "one more thing", "on top of that", "additionally", "now")
+
+
+def _strip_fillers(clause: str) -> str:
+    c = clause.strip(" ,;:.-")
+    changed = True
+    while changed and c:
+        changed = False
+        low = c.lower()
+        for f in _FILLERS:
+            if low == f or low.startswith(f + " ") or low.startswith(f + ","):
+                c = c[len(f):].strip(" ,;:.-")
+                changed = True
+                break
+        else:
+            for f in _SEQUENCE_WORDS:
+                if low.rstrip(".!") == f or low.startswith(f + ","):
+                    c = c[len(f):].strip(" ,;:.-")
+                    changed = True
+                    break
+    return c
+
+
+def _first_word(text: str) -> str:
+    m = _WORD.search(text.lower().replace("’", "'"))
+    return m.group(0) if m else ""
+
+
+def _starts_request(text: str) -> bool:
+    return _first_word(_strip_fillers(text)) in REQUEST_STARTS
+
+
+# Words that open a statement rather than a request: a subject (pronoun, determiner) or a scene
+# setter. A clause opening with one is context ("My sister already paid", "I invested $5000",
+# "Imagine you are a drone operator") unless it asks something anyway ("I need a cab", "...?").
+CONTEXT_STARTS = frozenset("""
+i i'm i've i'd i'll you you're you've he he's she she's it it's we we're we've they they're they've
+my your his her our their its the a an this that these those there there's here here's one
+if when whenever after before since because although though while given imagine assume suppose
+consider considering in on at as
+""".split())
+_REQUEST_PHRASE = re.compile(
+    r"\?\s*[\"'”’]?\s*$|\b(?:can|could|would|will) you\b|\bplease\b|\bhelp me\b|\b(?:i|you)(?:'d| would) (?:like|love)\b"
+    r"|\b(?:i|you) (?:want|need|wanna|have to|must)\b|\blet me\b"
+    r"|\b(?:i'm|i am) (?:looking|trying|searching|interested|planning|curious|considering|thinking|hoping)\b"
+    r"|\blet's\b", re.IGNORECASE)
+
+
+def is_request(clause: str) -> bool:
+    """Whether a clause asks for something (rather than giving context for a request)."""
+    text = _strip_fillers(clause).replace("’", "'")
+    if _REQUEST_PHRASE.search(text):
+        return True
+    word = _first_word(text)
+    if len(_WORD.findall(text.lower())) <= 3:  # "id: 3", "at least 4 stars": a detail, unless a command
+        return word in REQUEST_STARTS
+    return word not in CONTEXT_STARTS
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_HARD = re.compile(r"\s*;\s*|\s*,?\s*\boh,? and\b,?\s*|\s*,?\s*(?:\band\s+)?\b(?:then|after that|also|plus|as well as)\b,?\s+",
+                   re.IGNORECASE)
+_AND = re.compile(r"(\s*,?\s+\band\b,?\s+|\s*,\s+)", re.IGNORECASE)
+
+
+_QUOTED = re.compile(r'"[^"\n]{1,400}"|“[^”\n]{1,400}”')
+
+
+def _protect(text: str) -> tuple[str, dict[str, str]]:
+    """Hide what must not be split (quoted text, fixed phrases with "and") behind placeholders."""
+    saved: dict[str, str] = {}
+    stripped = text.strip()
+    if len(stripped) > 1 and stripped[0] in "\"“" and stripped[-1] in "\"”" and stripped.count('"') <= 2:
+        text = stripped[1:-1]  # an utterance wrapped in quotes as a whole
+
+    def keep(span: str) -> str:
+        key = f"\x00{len(saved)}\x00"
+        saved[key] = span
+        return key
+
+    text = _QUOTED.sub(lambda m: keep(m.group(0)), text)
+    low = text.lower()
+    for phrase in FIXED_PHRASES:
+        if " and " not in phrase:
+            continue
+        start = low.find(phrase)
+        while start >= 0:
+            text = text[:start] + keep(text[start:start + len(phrase)]) + text[start + len(phrase):]
+            low = text.lower()
+            start = low.find(phrase)
+    return text, saved
+
+
+def _restore(text: str, saved: dict[str, str]) -> str:
+    for k, v in saved.items():
+        text = text.replace(k, v)
+    return text
+
+
+def _sentences(text: str) -> list[str]:
+    parts, buf = [], ""
+    for piece in _SENTENCE_END.split(text):
+        buf = f"{buf} {piece}".strip() if buf else piece
+        words = buf.rstrip(".!?").split()
+        last = words[-1].lower() if words else ""
+        if buf.endswith(".") and (last.rstrip(".") in _ABBREV or (len(last) == 1 and last.isalpha())):
+            continue
+        parts.append(buf)
+        buf = ""
+    if buf:
+        parts.append(buf)
+    return parts
+
+
+def split_clauses(text: str) -> list[str]:
+    """Split an utterance into request clauses (no model). Conservative: a soft connector ("and",
+    a comma) splits only when the next clause starts like a new request."""
+    protected, saved = _protect(text)
+    out: list[str] = []
+    for sent in _sentences(protected):
+        hard = [p for p in _HARD.split(sent) if p and p.strip(" ,.")]
+        for piece in hard:
+            soft = _AND.split(piece)  # [clause, separator, clause, separator, ...]
+            cur = soft[0]
+            for sep, nxt in zip(soft[1::2], soft[2::2]):
+                if _starts_request(nxt) and content_words(_restore(cur, saved)):
+                    out.append(cur)
+                    cur = nxt
+                else:
+                    cur = f"{cur}{sep}{nxt}"
+            out.append(cur)
+    clauses = [_strip_fillers(_restore(c, saved)) for c in out]
+    return [c for c in clauses if c]
+
+
+_PRONOUN_RE = re.compile(r"\b(it|that|this|them|those|these)\b(?!['’])", re.IGNORECASE)  # not "it's"
+
+
+def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
+    """Why a clause needs the dialogue to be understood ('retry', 'pronoun', 'fragment',
+    'answer'), or None."""
+    if not history:
+        return None
+    low = " ".join(_WORD.findall(clause.lower().replace("’", "'")))
+    if any(c in low for c in RETRY_CUES):
+        return "retry"
+    words = low.split()
+    if not words:
+        return None
+    own = content_words(clause)
+    if _PRONOUN_RE.search(clause) and len(own - REQUEST_STARTS) <= 1 and len(words) <= 7:
+        return "pronoun"
+    if _is_fragment(clause):
+        return "fragment"
+    last_assistant = next((t.content for t in reversed(history) if t.role == "assistant"), "")
+    if last_assistant.rstrip().endswith("?") and len(words) <= 5 and words[0] not in REQUEST_STARTS:
+        return "answer"
+    if len(words) <= 3 and words[0] not in REQUEST_STARTS:
+        return "fragment"
+    return None
+
+
+def _is_fragment(clause: str) -> bool:
+    """A short follow-on that names no task of its own ("and for tomorrow", "what about Paris")."""
+    low = " ".join(_WORD.findall(clause.lower().replace("’", "'")))
+    return len(low.split()) <= 6 and any(low.startswith(s.strip()) for s in ELLIPSIS_STARTS)
+
+
+def _subject(request: str) -> str:
+    """The object phrase of a request: the request without its leading verb/particles."""
+    words = request.split()
+    drop = REQUEST_STARTS | {"on", "off", "up", "down", "the", "my", "a", "an", "some", "me", "to", "for", "please"}
+    i = 0
+    while i < len(words) - 1 and words[i].lower().strip(",.?!") in drop:
+        i += 1
+    return " ".join(words[i:]).strip(" ,.?!")
+
+
+class RuleDecomposer:
+    """Clause splitting and elliptical carry-over, no model (see the module docstring)."""
+
+    name = "rules"
+
+    def __init__(self, max_tasks: int = 4) -> None:
+        self.max_tasks = max_tasks
+
+    def previous_request(self, history: Sequence[Turn]) -> str:
+        for t in reversed(history):
+            if t.role == "user":
+                clauses = split_clauses(t.content)
+                meaningful = [c for c in clauses if content_words(c) and _is_elliptical(c, []) is None]
+                return (meaningful or clauses or [t.content])[-1]
+        return ""
+
+    def resolve(self, clause: str, history: Sequence[Turn]) -> str:
+        why = _is_elliptical(clause, history)
+        if why is None:
+            return clause
+        prev = self.previous_request(history)
+        if not prev:
+            return clause
+        if why == "retry":
+            return prev
+        if why == "pronoun":
+            subj = _subject(prev)
+            return _PRONOUN_RE.sub(subj, clause, count=1) if subj else f"{clause} {prev}"
+        frag = _strip_fillers(re.sub(r"^(what|how) about\b", "", clause, flags=re.IGNORECASE)).rstrip("?.! ")
+        return f"{prev.rstrip('?.! ')} {frag}".strip()
+
+    def decompose(self, query: str, history: Sequence[Turn]) -> Decomposition:
+        """The request clauses of an utterance, each with the context clauses before it (trailing
+        context joins the last request) and elliptical ones completed from the dialogue. An
+        utterance with at most one request and nothing resolved is left whole: the fragment would
+        only repeat the anchor query with less context."""
+        return Decomposition(tuple(self._tasks(query, history)), DecomposeTrace(ran=self.name))
+
+    def _tasks(self, query: str, history: Sequence[Turn]) -> list[str]:
+        tasks: list[str] = []
+        context: list[str] = []
+        resolved_any = False
+        for clause in split_clauses(query):
+            # "... for Boston, and also for San Francisco?": a fragment completes the task before it
+            local = [*history, Turn("user", tasks[-1])] if tasks and _is_fragment(clause) else history
+            task = self.resolve(clause, local)
+            if task == clause and not is_request(clause):
+                context.append(clause)
+                continue
+            resolved_any |= task != clause
+            if context:
+                task, context = ", ".join([*context, task]), []
+            if content_words(task) and task_key(task) not in {task_key(x) for x in tasks}:
+                tasks.append(task)
+        if context and tasks:
+            tasks[-1] = ", ".join([tasks[-1], *context])
+        if len(tasks) <= 1 and not resolved_any:
+            return [query]
+        return tasks[: self.max_tasks]
+
+    def cues(self, query: str, history: Sequence[Turn]) -> dict[str, bool]:
+        """What in a turn an LLM could help with (the gate's inputs)."""
+        clauses = split_clauses(query)
+        protected, _ = _protect(query)
+        connectors = (len(_sentences(protected)) > 1
+                      or bool(re.search(r"\b(and|also|then|plus|after that)\b|;", protected, re.IGNORECASE)))
+        return {
+            "multi_clause": len(clauses) > 1,
+            "connector": connectors,
+            "elliptical": any(_is_elliptical(c, history) for c in clauses or [query]),
+            "long": len(query.split()) > 16,
+        }
+

@@ -1,0 +1,117 @@
+"""Catalog changes during concurrent selects: decomposed turns with the per-sub-task cut never fail, and
+every selection's tools are the tools of one catalog state (real default bundle)."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+
+from magicselector import Selector, SelectorConfig
+from magicselector.config import DEFAULT_CUT
+
+pytestmark = pytest.mark.slow
+
+UTTERANCES = [
+    "turn on bluetooth and play some jazz",
+    "set an alarm for 7, then start a timer for 10 minutes",
+    "text Sam that I'm running late; call mom",
+    "play some music. Oh and dim the lights",
+    "what's the weather like tomorrow? And turn on the Wi-Fi.",
+]
+
+
+# rmargin: the shipped cut. paper: the rule that reads the tools' vectors, which the cut used to
+# fetch after the catalog lock was released.
+@pytest.mark.parametrize("rule", [DEFAULT_CUT.rule, "paper"])
+def test_tools_removed_and_readded_during_concurrent_decomposed_selects(bundle_dir, rule):
+    config = SelectorConfig(decompose="rules", cut_scope="subtask", cut=dataclasses.replace(DEFAULT_CUT, rule=rule),
+                            rerank=False)  # the rerank holds the lock; without it more of a turn runs outside
+    selector = Selector.from_bundle(bundle_dir, config=config)
+    assert all(len(selector.select(u).subtasks) > 1 for u in UTTERANCES)
+    # the tools these turns select are the ones to take away and give back
+    churned = list(dict.fromkeys(i for u in UTTERANCES for i in selector.select(u).ranked_ids[:6]))
+    originals = {i: selector.catalog.get(i) for i in churned}
+
+    # Catalog states in order. The churn thread is the only writer, so this list is the sequence of
+    # states every select saw one of; a re-added tool gets a new name, so a selection names its state.
+    states = [{t.id: t.name for t in selector.catalog}]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    results = []
+
+    def churn() -> None:
+        version = 0
+        try:
+            while not stop.is_set():
+                version += 1
+                for tool_id in churned:
+                    selector.remove_tool(tool_id)
+                    states.append({k: v for k, v in states[-1].items() if k != tool_id})
+                for tool_id in churned:
+                    tool = dataclasses.replace(originals[tool_id], name=f"{originals[tool_id].name}_v{version}")
+                    selector.add_tool(tool)
+                    states.append({**states[-1], tool_id: tool.name})
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    def work(n: int) -> None:
+        try:
+            for i in range(12):
+                sel = selector.select(UTTERANCES[(n + i) % len(UTTERANCES)])
+                results.append(sel)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    writer = threading.Thread(target=churn)
+    readers = [threading.Thread(target=work, args=(n,)) for n in range(3)]
+    writer.start()
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    stop.set()
+    writer.join()
+
+    assert not errors, errors
+    assert len(results) == 36 and len(states) > 2 * len(churned)
+    for sel in results:
+        chosen = {t.id: t.name for t in sel.tools}
+        assert chosen and len(chosen) == len(sel.tools) == sel.k
+        assert any(all(s.get(i) == name for i, name in chosen.items()) for s in states), \
+            f"{chosen} is not one catalog state"
+    # the churn overlapped the selects: some selections chose a tool re-added during the run
+    assert any(t.name.rsplit("_v", 1)[-1].isdigit() for sel in results for t in sel.tools)
+
+
+def test_a_removal_waiting_on_a_select_takes_effect_after_it(bundle_dir, monkeypatch):
+    """The interleaving that used to break a select, made certain: a tool of the turn's lists is
+    removed while the per-sub-task cut reads their vectors. The removal waits for the select, which
+    completes on the catalog it started with."""
+    config = SelectorConfig(decompose="rules", cut_scope="subtask", cut=dataclasses.replace(DEFAULT_CUT, rule="paper"),
+                            rerank=False)
+    selector = Selector.from_bundle(bundle_dir, config=config)
+    utterance = UTTERANCES[0]
+    before = selector.select(utterance)
+    victim = before.ids[0]
+    removed = threading.Event()
+
+    def remove() -> None:
+        selector.remove_tool(victim)
+        removed.set()
+
+    remover = threading.Thread(target=remove)
+    real_vectors = selector.index.vectors
+
+    def vectors(ids):
+        if not remover.is_alive() and not removed.is_set():
+            remover.start()
+        removed.wait(0.2)  # give the removal every chance to run before the vectors are read
+        return real_vectors(ids)
+
+    monkeypatch.setattr(selector.index, "vectors", vectors)
+    during = selector.select(utterance)
+    remover.join()
+    assert removed.is_set() and victim not in selector.catalog.ids
+    assert during.ids == before.ids  # the turn saw the catalog as it was when it started
+    assert victim not in selector.select(utterance).ranked_ids
