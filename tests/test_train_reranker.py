@@ -201,7 +201,7 @@ def test_cli_parses_without_importing_torch():
     code = ("import sys; from magicselector.cli import build_parser; "
             "a = build_parser().parse_args(['train', 'reranker', '--data', 'd1', 'd2', '--out', 'o', '--layers', '2', "
             "'--max-queries', '10', '--threads', '1', '--history', 'none', '--rounds', '0']); "
-            "print(a.data, a.layers, a.max_queries, a.history, a.rounds, a.func.__name__, "
+            "print(a.data, a.layers, a.max_queries, a.history_mode, a.rounds, a.func.__name__, "
             "any(m.split('.')[0] == 'torch' for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "['d1', 'd2'] 2 10 none 0 cmd_train_reranker False"
@@ -295,14 +295,22 @@ def test_stage_checkpoints_and_gold_scoped_catalog(tiny_benchmark, tmp_path):
 
 
 def test_bundle_build_retrain_reranker_path(tiny_benchmark, tmp_path, monkeypatch, home):
-    """`bundle build --retrain-reranker`'s code path, end to end on tiny data: train with the
-    recipe (shrunk here), export to INT8 ONNX with parity, and ship it in the bundle."""
+    """`bundle build --retrain-reranker`'s code path, end to end on tiny data: train composes with
+    export as the CLI does (retrain with the recipe, shrunk here; export to INT8 ONNX with parity;
+    ship it in the bundle)."""
     import magicselector.train.reranker as rr
     from magicselector import Selector
     from magicselector.export.bundle import build_default_bundle
+    from magicselector.train import retrain_shipped
 
     monkeypatch.setattr(rr, "SHIPPED_RECIPE", RerankerTrainConfig(**{**TINY, "epochs_pointwise": 2, "rounds": 0}))
-    manifest = build_default_bundle(tmp_path / "b", progress=False, reranker="retrain", train_data=_prepare(tiny_benchmark),
+    logged: list[str] = []
+    checkpoint = retrain_shipped(tmp_path / "work", train_data=_prepare(tiny_benchmark), progress=False,
+                                 log=logged.append)
+    assert checkpoint == tmp_path / "work" / "checkpoint" and "training the reranker" in logged[-1]
+    info = json.loads((checkpoint / "train_config.json").read_text())
+    assert info["config"]["epochs_pointwise"] == 2 and info["config"]["rounds"] == 0
+    manifest = build_default_bundle(tmp_path / "b", progress=False, reranker=checkpoint,
                                     min_reranker_spearman=-1.0)  # a 1-layer toy model has no score spread to keep
     rr_section = manifest["reranker"]
     assert rr_section["layers"] == 1 and rr_section["truncation"] == "query_capped"

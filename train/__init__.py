@@ -1,5 +1,5 @@
-"""``magicselector.train``: training code: the cross-encoder reranker, the decomposer's GRPO
-rewards, the embedder's contrastive loss.
+"""``magicselector.train``: training code: the cross-encoder reranker, the dense embedder, the LLM
+decomposer (SFT, GRPO and its rewards), on one process or many; ``toolkit`` holds what they share.
 
 Exports are resolved lazily so that ``import magicselector.train.cli`` (done by the ``magicselector``
 command on every call) does not import torch.
@@ -11,10 +11,11 @@ from typing import Any
 
 _EXPORTS = {
     "reranker": (
-        "RerankerTrainConfig", "PairEncoder", "TrainQuery", "build_training_queries", "dense_retriever",
-        "listwise_ce", "load_cross_encoder", "mine_hard_negatives", "pointwise_bce", "rerank_quality",
-        "score_pairs", "train_reranker", "SHIPPED_RECIPE", "SHIPPED_DATA",
+        "RerankerTrainConfig", "PairEncoder", "dense_retriever", "listwise_ce", "load_cross_encoder",
+        "pointwise_bce", "rerank_quality", "retrain_shipped", "score_pairs", "train_reranker", "SHIPPED_RECIPE",
+        "SHIPPED_DATA",
     ),
+    "queries": ("TrainQuery", "build_training_queries", "mine_hard_negatives"),
     # numpy only
     "rewards": (
         "CounterfactualOutcome", "CounterfactualReward", "PreferenceScorer", "SimilarityScorer", "char_ngram_embed",

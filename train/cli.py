@@ -18,7 +18,8 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length, "layers": args.layers,
         "history": args.history_mode, "max_queries": args.max_queries, "threads": args.threads,
         "base_model": args.base_model, "include_tasks": not args.no_tasks, "truncation": args.truncation,
-        "catalog_scope": args.catalog_scope, "mining_epochs_listwise": args.mining_epochs_listwise, "save_stages": args.save_stages or None,
+        "catalog_scope": args.catalog_scope, "mining_epochs_listwise": args.mining_epochs_listwise,
+        "save_stages": args.save_stages or None, "device": args.device,
     }
     config = RerankerTrainConfig(**{k: v for k, v in fields.items() if v is not None})
     summary = train_reranker(args.data, args.out, config, bundle=args.bundle, progress=not args.quiet,
@@ -91,6 +92,7 @@ def register(subparsers) -> None:
                     help="train against the tools some training query needs (gold, default) or the whole catalog")
     sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")
     sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
+    sp.add_argument("--device", choices=["cpu", "cuda", "auto"], help="where torch trains (default cpu)")
     sp.add_argument("--quiet", action="store_true", help="no progress bars")
     sp.set_defaults(func=cmd_train_reranker)
 

@@ -69,7 +69,6 @@ when a command runs.
 """
 from __future__ import annotations
 
-import csv
 import functools
 import hashlib
 import json
@@ -89,16 +88,9 @@ from magicselector.errors import InputError
 from magicselector.decompose import PROMPT_STYLES, LlmDecomposer
 from magicselector.decompose.prompts import build_suffix, checkpoint_prompt_style, parse_tasks, prompt_prefix
 
-from .reranker import (
-    DEVICES,
-    _linear_schedule,
-    _Progress,
-    _save_checkpoint,
-    _seed_all,
-    _sha256,
-    torch_device,
-    training_versions,
-)
+from magicselector.files import sha256_file
+
+from .queries import load_benchmarks, tool_texts
 from .rewards import (
     CounterfactualReward,
     PreferenceScorer,
@@ -108,6 +100,23 @@ from .rewards import (
     grpo_advantages,
     joint_reward,
     preference_reward,
+)
+from .toolkit import (
+    DEVICES,
+    CsvLog,
+    Progress,
+    adamw,
+    check_out_dir,
+    clip_and_step,
+    data_record,
+    linear_schedule,
+    quiet_transformers,
+    save_checkpoint,
+    seed_all,
+    torch_device,
+    torch_threads,
+    training_versions,
+    warmup_constant_schedule,
 )
 
 TaskRetriever = Callable[[Sequence[str]], Sequence[str]]
@@ -218,32 +227,8 @@ def decomposition_pairs(bench: Benchmark | str | Path) -> list[tuple[str, str]]:
     return [(ex.prompt, ex.target) for ex in decomposition_examples(bench)]
 
 
-def _load_benches(data_dirs: str | Path | Sequence[str | Path]) -> list[Benchmark]:
-    if isinstance(data_dirs, (str, Path)):
-        data_dirs = [data_dirs]
-    dirs = [Path(d) for d in data_dirs]
-    if not dirs:
-        raise InputError("no data folders given")
-    benches = []
-    for d in dirs:
-        if not d.is_dir():
-            raise InputError(f"{d}: no such data folder")
-        if not (d / "queries.jsonl").is_file():
-            raise InputError(f"{d}: the data folder has no queries.jsonl (a benchmark folder holds tools.jsonl "
-                             "and queries.jsonl)")
-        benches.append(load_benchmark(d))
-    return benches
-
-
-def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
-        raise InputError(f"{out_dir}: output folder exists and is not empty (pass overwrite=True / --force)")
-
-
 def _data_summary(benches: list[Benchmark], examples: list[DecompositionExample]) -> list[dict[str, Any]]:
-    return [{"path": str(b.path.resolve()), "queries_sha256": _sha256(b.path / "queries.jsonl"),
-             "tools_sha256": _sha256(b.path / "tools.jsonl"), "queries": len(b.queries),
-             "examples": sum(ex.bench == i for ex in examples)} for i, b in enumerate(benches)]
+    return data_record(benches, examples=lambda i, _: sum(ex.bench == i for ex in examples))
 
 
 def parser_agreement(examples: Sequence[DecompositionExample], dec: LlmDecomposer | None = None) -> dict[str, Any]:
@@ -398,9 +383,9 @@ def hf_checkpoint_from_gguf(gguf_path: str | Path, out_dir: str | Path, progress
             model = _causal_lm_from_gguf(gguf_path)  # the same conversion without accelerate
         tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     with staged_dir(out_dir) as tmp:
-        _save_checkpoint(model, tok, tmp, progress)
+        save_checkpoint(model, tok, tmp, progress)
         (tmp / "source.json").write_text(json.dumps({"gguf": str(gguf_path.resolve()),
-                                                     "sha256": _sha256(gguf_path)}, indent=2) + "\n")
+                                                     "sha256": sha256_file(gguf_path)}, indent=2) + "\n")
     return out_dir
 
 
@@ -437,7 +422,7 @@ def resolve_base_model(base: str | Path | None) -> Path:
         raise InputError(f"{gguf}: the base model must be a Hugging Face checkpoint folder or a .gguf file")
     from magicselector.bundle import cache_home
 
-    target = cache_home() / "models" / "hf" / f"{gguf.stem}-{_sha256(gguf)[:12]}"
+    target = cache_home() / "models" / "hf" / f"{gguf.stem}-{sha256_file(gguf)[:12]}"
     if not (target / "config.json").is_file():
         hf_checkpoint_from_gguf(gguf, target)
     return target
@@ -445,19 +430,12 @@ def resolve_base_model(base: str | Path | None) -> Path:
 
 def _load_lm(path: Path, progress: bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
     if not (path / "config.json").is_file():
         raise InputError(f"{path}: not a Hugging Face checkpoint (no config.json)")
-    bars = hf_logging.is_progress_bar_enabled()
-    if not progress:
-        hf_logging.disable_progress_bar()
-    try:
+    with quiet_transformers(progress, warnings_too=False):
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
     if not getattr(tokenizer, "is_fast", False):
         raise InputError(f"{path}: no fast tokenizer (tokenizer.json); the GGUF export needs one")
     return model, tokenizer
@@ -476,13 +454,6 @@ def _fits(examples: list[DecompositionExample], toks: PromptTokens, dec: LlmDeco
     return keep, len(examples) - len(keep)
 
 
-def _adamw(model, lr: float, weight_decay: float):
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() > 1]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() <= 1]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr)
-
-
 def _prompt_format(dec: LlmDecomposer, toks: PromptTokens) -> dict[str, Any]:
     return {"prompt": f"magicselector.decompose.prompts.prompt_prefix({toks.prompt!r}) + build_suffix(query, history, "
                       f"history_turns={dec.history_turns})",
@@ -490,25 +461,6 @@ def _prompt_format(dec: LlmDecomposer, toks: PromptTokens) -> dict[str, Any]:
             "prefix_sha256": hashlib.sha256(runtime_prefix(toks.prompt).encode("utf-8")).hexdigest(),
             "prefix_tokens": len(toks.prefix_ids), "target": "gold task texts joined by newlines + "
             f"{toks.tokenizer.convert_ids_to_tokens(toks.end_id)}", "runtime": runtime_settings(dec)}
-
-
-class _CsvLog:
-    def __init__(self, path: Path, columns: Sequence[str]) -> None:
-        self.columns = list(columns)
-        self._f = open(path, "w", newline="", encoding="utf-8")
-        self._w = csv.writer(self._f)
-        self._w.writerow(self.columns)
-
-    def write(self, row: Mapping[str, Any]) -> None:
-        out = []
-        for c in self.columns:
-            v = row[c]
-            out.append(f"{v:.6g}" if isinstance(v, float) else v)
-        self._w.writerow(out)
-        self._f.flush()
-
-    def close(self) -> None:
-        self._f.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,23 +539,23 @@ def _to(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, to
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def _with_lora(model, config) -> int:
-    """Adapters on the model when ``config.lora_rank`` asks for them; the trainable parameter count."""
-    if config.lora_rank:
-        from .lora import add_lora
+def _with_lora(model, config):
+    """``(peft model, trainable parameters)``: adapters on ``model`` (in place) when
+    ``config.lora_rank`` asks for them, else ``(None, all parameters)``."""
+    from .lora import add_lora, trainable_parameters
 
-        return add_lora(model, config.lora_rank, config.lora_alpha)
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    adapters = add_lora(model, config.lora_rank, config.lora_alpha) if config.lora_rank else None
+    return adapters, trainable_parameters(model)
 
 
-def _save_trained(model, tokenizer, out_dir: Path, config, progress: bool) -> None:
+def _save_trained(model, adapters, tokenizer, out_dir: Path, progress: bool) -> None:
     """The checkpoint ``export`` takes: with LoRA, ``adapter/`` first, then the merged model."""
-    if config.lora_rank:
-        from .lora import DEFAULT_TARGETS, merge_lora, save_adapter
+    if adapters is not None:
+        from .lora import merge_lora, save_adapter
 
-        save_adapter(model, out_dir / "adapter", config.lora_rank, config.lora_alpha, DEFAULT_TARGETS)
-        merge_lora(model)
-    _save_checkpoint(model.to("cpu"), tokenizer, out_dir, progress)
+        save_adapter(adapters, out_dir / "adapter")
+        model = merge_lora(adapters)
+    save_checkpoint(model.to("cpu"), tokenizer, out_dir, progress)
 
 
 def _sample(examples: list, limit: int | None, rng: np.random.Generator) -> list:
@@ -622,8 +574,8 @@ def _cycle(n: int, rng: np.random.Generator):
 def _prepare_run(data_dirs, out_dir, overwrite):
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
-    _check_out_dir(out_dir, overwrite)
-    benches = _load_benches(data_dirs)
+    check_out_dir(out_dir, overwrite)
+    benches = load_benchmarks(data_dirs, "train_decomposer")
     dec = runtime_decomposer()
     examples: list[DecompositionExample] = []
     for b, bench in enumerate(benches):
@@ -648,80 +600,73 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
     examples = _sample(examples, config.max_examples, rng)
     base = resolve_base_model(base_model_dir)
 
-    prev_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    log = None
-    try:
-        _seed_all(config.seed)
-        device = torch_device(config.device)
-        model, tokenizer = _load_lm(base, progress)
-        model.to(device)
-        trainable = _with_lora(model, config)
-        toks = PromptTokens(tokenizer, config.prompt)
-        examples, too_long = _fits(examples, toks, dec)
-        if not examples:
-            raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
-        items = [(toks.prompt_ids(ex), toks.target_ids(ex)) for ex in examples]
-        steps = config.steps or config.epochs * math.ceil(len(items) / config.batch_size)
-        opt = _adamw(model, config.lr, config.weight_decay)
-        sched = _linear_schedule(opt, int(round(config.warmup_ratio * steps)), steps)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        log = _CsvLog(out_dir / "training_log.csv", ["step", "loss", "lr", "seconds", "tokens"])
-        order = _cycle(len(items), rng)
-        model.train()
-        bar = _Progress(steps, "decomposer sft", progress)
-        losses: list[float] = []
-        t0 = time.perf_counter()
-        for step in range(1, steps + 1):
-            batch = lm_batch([items[next(order)] for _ in range(min(config.batch_size, len(items)))], toks.pad_id)
-            with _autocast(config, device):
-                loss = sft_loss(model, _to(batch, device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            lr = float(opt.param_groups[0]["lr"])
-            opt.step()
-            sched.step()
-            losses.append(float(loss.item()))
-            log.write({"step": step, "loss": losses[-1], "lr": lr, "seconds": round(time.perf_counter() - t0, 3),
-                       "tokens": int((batch["labels"] != -100).sum())})
-            bar.update(1, loss=f"{losses[-1]:.4f}")
-            if config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds:
-                break
-        bar.close()
-        model.eval()
-        _save_trained(model, tokenizer, out_dir, config, progress)
-        n = max(1, len(losses) // 10)
-        summary = {
-            "kind": "decomposer-sft",
-            "stage": "sft",
-            "config": asdict(config),
-            "base_model": str(base),
-            "data": _data_summary(benches, examples),
-            "seed": config.seed,
-            "prompt_format": _prompt_format(dec, toks),
-            "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
-                       "steps": steps, "steps_run": len(losses), "trainable_parameters": trainable,
-                       "target_tokens_mean": float(np.mean([len(t) for _, t in items])),
-                       "prompt_tokens_mean": float(np.mean([len(p) for p, _ in items]))},
-            "parser_agreement": parser_agreement(examples, dec),
-            "loss_first_10pct_mean": float(np.mean(losses[:n])),
-            "loss_last_10pct_mean": float(np.mean(losses[-n:])),
-            "final_loss": losses[-1],
-            "threads": torch.get_num_threads(),
-            "device": str(device),
-            "versions": training_versions(),
-            "wall_seconds": round(time.perf_counter() - t_start, 2),
-            "out_dir": str(out_dir),
-        }
-        (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        return summary
-    finally:
-        if log is not None:
-            log.close()
-        torch.set_num_threads(prev_threads)
+    with torch_threads(config.threads):
+        log = None
+        try:
+            seed_all(config.seed)
+            device = torch_device(config.device)
+            model, tokenizer = _load_lm(base, progress)
+            model.to(device)
+            adapters, trainable = _with_lora(model, config)
+            toks = PromptTokens(tokenizer, config.prompt)
+            examples, too_long = _fits(examples, toks, dec)
+            if not examples:
+                raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
+            items = [(toks.prompt_ids(ex), toks.target_ids(ex)) for ex in examples]
+            steps = config.steps or config.epochs * math.ceil(len(items) / config.batch_size)
+            opt = adamw(model, config.lr, config.weight_decay)
+            sched = linear_schedule(opt, int(round(config.warmup_ratio * steps)), steps)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            log = CsvLog(out_dir / "training_log.csv", ["step", "loss", "lr", "seconds", "tokens"])
+            order = _cycle(len(items), rng)
+            model.train()
+            bar = Progress(steps, "decomposer sft", progress)
+            losses: list[float] = []
+            t0 = time.perf_counter()
+            for step in range(1, steps + 1):
+                batch = lm_batch([items[next(order)] for _ in range(min(config.batch_size, len(items)))], toks.pad_id)
+                with _autocast(config, device):
+                    loss = sft_loss(model, _to(batch, device))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                lr = clip_and_step(model, opt, sched, config.grad_clip)
+                losses.append(float(loss.item()))
+                log.write({"step": step, "loss": losses[-1], "lr": lr, "seconds": round(time.perf_counter() - t0, 3),
+                           "tokens": int((batch["labels"] != -100).sum())})
+                bar.update(1, loss=f"{losses[-1]:.4f}")
+                if config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds:
+                    break
+            bar.close()
+            model.eval()
+            _save_trained(model, adapters, tokenizer, out_dir, progress)
+            n = max(1, len(losses) // 10)
+            summary = {
+                "kind": "decomposer-sft",
+                "stage": "sft",
+                "config": asdict(config),
+                "base_model": str(base),
+                "data": _data_summary(benches, examples),
+                "seed": config.seed,
+                "prompt_format": _prompt_format(dec, toks),
+                "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
+                           "steps": steps, "steps_run": len(losses), "trainable_parameters": trainable,
+                           "target_tokens_mean": float(np.mean([len(t) for _, t in items])),
+                           "prompt_tokens_mean": float(np.mean([len(p) for p, _ in items]))},
+                "parser_agreement": parser_agreement(examples, dec),
+                "loss_first_10pct_mean": float(np.mean(losses[:n])),
+                "loss_last_10pct_mean": float(np.mean(losses[-n:])),
+                "final_loss": losses[-1],
+                "threads": torch.get_num_threads(),
+                "device": str(device),
+                "versions": training_versions(),
+                "wall_seconds": round(time.perf_counter() - t_start, 2),
+                "out_dir": str(out_dir),
+            }
+            (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            return summary
+        finally:
+            if log is not None:
+                log.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -875,9 +820,7 @@ def embedding_retriever(catalog, embed: Callable[[list[str]], np.ndarray], candi
     list of ``candidates`` tools per text, fused by peak rank when there are several."""
     from magicselector.stages.fuse import RankedList
 
-    from .reranker import _tool_texts
-
-    texts_by_id = _tool_texts(catalog)
+    texts_by_id = tool_texts(catalog)
     ids = list(catalog.ids)
     tool_vecs = np.asarray(embed([texts_by_id[t] for t in ids]), dtype=np.float32)
     width = min(candidates, len(ids))
@@ -949,19 +892,15 @@ class _Grpo:
             do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0, max_new_tokens=self.max_new,
             num_return_sequences=config.group_size, eos_token_id=list(toks.stop_ids), pad_token_id=toks.pad_id)
         self._bare_config = GenerationConfig()
-        self.opt = _adamw(model, config.lr, config.weight_decay)
+        self.opt = adamw(model, config.lr, config.weight_decay)
         total = config.steps * config.updates_per_batch
-        warm = int(round(config.warmup_ratio * total))
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda s: (s + 1) / warm if warm and s < warm else 1.0)
+        self.sched = warmup_constant_schedule(self.opt, int(round(config.warmup_ratio * total)))
 
     # -- sampling and rewards -------------------------------------------------------------------
     @torch.no_grad()
     def sample_groups(self, examples: Sequence[DecompositionExample]) -> list[list[_Sample]]:
         """B samples for each turn, all turns in one ``generate`` call (prompts left-padded, so
         every sequence's positions are its own: the samples are those of one prompt at a time)."""
-        from transformers.utils import logging as hf_logging
-
         prompts = [self.toks.prompt_ids(ex) for ex in examples]
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.toks.pad_id, dtype=torch.long, device=self.device)
@@ -969,21 +908,16 @@ class _Grpo:
         for i, p in enumerate(prompts):
             ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long, device=self.device)
             mask[i, width - len(p):] = 1
-        level = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()
         # generate() fills every setting left unset from the checkpoint's generation_config.json
         # (repetition_penalty, min_p, suppress_tokens ...), which would make the sampling distribution
         # differ from the softmax(logits / T) the ratio is computed with: bare defaults meanwhile.
         saved = self.model.generation_config
         self.model.generation_config = self._bare_config
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                with _autocast(self.c, self.device):
-                    out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=self.gen_config)
+            with quiet_transformers(progress=True), _autocast(self.c, self.device):
+                out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=self.gen_config)
         finally:
             self.model.generation_config = saved
-            hf_logging.set_verbosity(level)
         rows = out[:, width:].tolist()  # prompt g's samples are rows g*B .. g*B + B - 1
         groups = []
         for g, (ex, prompt) in enumerate(zip(examples, prompts)):
@@ -1049,10 +983,7 @@ class _Grpo:
                 kl_n += int(kl.numel())
                 ratio = torch.exp(logp.detach() - old[b])
                 clip_n += int(((ratio < 1 - c.clip) | (ratio > 1 + c.clip)).sum())
-            if c.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
-            self.opt.step()
-            self.sched.step()
+            clip_and_step(self.model, self.opt, self.sched, c.grad_clip)
             losses.append(step_loss)
             kls.append(kl_sum / max(1, kl_n))
             clipped.append(clip_n / max(1, kl_n))
@@ -1090,122 +1021,119 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
     if retrieve is not None and not callable(retrieve):
         raise InputError("train_decomposer_grpo: retrieve must be callable")
 
-    prev_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    log = samples_file = None
-    try:
-        base_selector = None
-        if retrieve is None or (scorer is None and config.pref_embed == "bundle"):
-            from magicselector.selector import Selector
+    with torch_threads(config.threads):
+        log = samples_file = None
+        try:
+            base_selector = None
+            if retrieve is None or (scorer is None and config.pref_embed == "bundle"):
+                from magicselector.selector import Selector
 
-            base_selector = Selector.from_bundle(bundle, progress=progress)
-        retrievers = ([retrieve] * len(benches) if retrieve is not None else
-                      [product_retriever(b.catalog, candidates=config.candidates, selector=base_selector)
-                       for b in benches])
-        scorer_injected = scorer is not None
-        scorer = scorer if scorer is not None else _scorer_for(config, base_selector)
+                base_selector = Selector.from_bundle(bundle, progress=progress)
+            retrievers = ([retrieve] * len(benches) if retrieve is not None else
+                          [product_retriever(b.catalog, candidates=config.candidates, selector=base_selector)
+                           for b in benches])
+            scorer_injected = scorer is not None
+            scorer = scorer if scorer is not None else _scorer_for(config, base_selector)
 
-        _seed_all(config.seed)
-        device = torch_device(config.device)
-        model, tokenizer = _load_lm(sft_dir, progress)
-        model.to(device)
-        trainable = _with_lora(model, config)
-        ref, _ = _load_lm(sft_dir, False)
-        ref.to(device)
-        ref.eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        model.eval()  # dropout off: the ratio of the first update is exactly 1
-        toks = PromptTokens(tokenizer, checkpoint_prompt(sft_dir))
-        examples, too_long = _fits(examples, toks, dec)
-        if not examples:
-            raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
-        run = _Grpo(config, model, ref, toks, dec, retrievers, scorer, progress, device)
+            seed_all(config.seed)
+            device = torch_device(config.device)
+            model, tokenizer = _load_lm(sft_dir, progress)
+            model.to(device)
+            adapters, trainable = _with_lora(model, config)
+            ref, _ = _load_lm(sft_dir, False)
+            ref.to(device)
+            ref.eval()
+            for p in ref.parameters():
+                p.requires_grad_(False)
+            model.eval()  # dropout off: the ratio of the first update is exactly 1
+            toks = PromptTokens(tokenizer, checkpoint_prompt(sft_dir))
+            examples, too_long = _fits(examples, toks, dec)
+            if not examples:
+                raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
+            run = _Grpo(config, model, ref, toks, dec, retrievers, scorer, progress, device)
 
-        out_dir.mkdir(parents=True, exist_ok=True)
-        columns = ["step", "reward", "r_cf", "r_pref", "dup_rate", "kl", "loss", "lr", "seconds", "tasks",
-                   "tokens", "eos_rate", "zero_adv_groups", "clip_frac"]
-        log = _CsvLog(out_dir / "training_log.csv", columns)
-        samples_file = open(out_dir / "samples.jsonl", "w", encoding="utf-8")
-        order = _cycle(len(examples), rng)
-        bar = _Progress(config.steps, "decomposer grpo", progress)
-        rows: list[dict[str, Any]] = []
-        t0 = time.perf_counter()
-        for step in range(1, config.steps + 1):
-            batch_ex = [examples[next(order)] for _ in range(config.prompts_per_step)]
-            samples: list[_Sample] = []
-            zero_groups = 0
-            for ex, group in zip(batch_ex, run.sample_groups(batch_ex)):
-                adv = run.reward_group(ex, group)
-                zero_groups += int(np.all(adv == 0))
-                samples += group
-            lr = float(run.opt.param_groups[0]["lr"])
-            stats = run.update(samples)
-            row = {
-                "step": step,
-                "reward": float(np.mean([s.reward for s in samples])),
-                "r_cf": float(np.mean([s.r_cf for s in samples])),
-                "r_pref": float(np.mean([s.r_pref for s in samples])),
-                "dup_rate": float(np.mean([duplicate_task_rate(s.raw_lines) for s in samples])),
-                "kl": stats["kl"], "loss": stats["loss"], "lr": lr,
-                "seconds": round(time.perf_counter() - t0, 3),
-                "tasks": float(np.mean([len(s.tasks) for s in samples])),
-                "tokens": float(np.mean([len(s.completion) for s in samples])),
-                "eos_rate": float(np.mean([s.stopped == "eos" for s in samples])),
-                "zero_adv_groups": zero_groups, "clip_frac": stats["clip_frac"],
+            out_dir.mkdir(parents=True, exist_ok=True)
+            columns = ["step", "reward", "r_cf", "r_pref", "dup_rate", "kl", "loss", "lr", "seconds", "tasks",
+                       "tokens", "eos_rate", "zero_adv_groups", "clip_frac"]
+            log = CsvLog(out_dir / "training_log.csv", columns)
+            samples_file = open(out_dir / "samples.jsonl", "w", encoding="utf-8")
+            order = _cycle(len(examples), rng)
+            bar = Progress(config.steps, "decomposer grpo", progress)
+            rows: list[dict[str, Any]] = []
+            t0 = time.perf_counter()
+            for step in range(1, config.steps + 1):
+                batch_ex = [examples[next(order)] for _ in range(config.prompts_per_step)]
+                samples: list[_Sample] = []
+                zero_groups = 0
+                for ex, group in zip(batch_ex, run.sample_groups(batch_ex)):
+                    adv = run.reward_group(ex, group)
+                    zero_groups += int(np.all(adv == 0))
+                    samples += group
+                lr = float(run.opt.param_groups[0]["lr"])
+                stats = run.update(samples)
+                row = {
+                    "step": step,
+                    "reward": float(np.mean([s.reward for s in samples])),
+                    "r_cf": float(np.mean([s.r_cf for s in samples])),
+                    "r_pref": float(np.mean([s.r_pref for s in samples])),
+                    "dup_rate": float(np.mean([duplicate_task_rate(s.raw_lines) for s in samples])),
+                    "kl": stats["kl"], "loss": stats["loss"], "lr": lr,
+                    "seconds": round(time.perf_counter() - t0, 3),
+                    "tasks": float(np.mean([len(s.tasks) for s in samples])),
+                    "tokens": float(np.mean([len(s.completion) for s in samples])),
+                    "eos_rate": float(np.mean([s.stopped == "eos" for s in samples])),
+                    "zero_adv_groups": zero_groups, "clip_frac": stats["clip_frac"],
+                }
+                rows.append(row)
+                log.write(row)
+                for s in samples:
+                    ex = batch_ex[s.group]
+                    samples_file.write(json.dumps({
+                        "step": step, "group": s.group, "sample": s.index, "example": ex.id, "text": s.text,
+                        "stopped": s.stopped, "tasks": s.tasks, "dropped": s.dropped, "gold_tasks": list(ex.tasks),
+                        "r_pref": s.r_pref, "r_cf": s.r_cf, "reward": s.reward, "advantage": s.advantage,
+                        "tokens": len(s.completion)}, ensure_ascii=False) + "\n")
+                samples_file.flush()
+                bar.update(1, reward=f"{row['reward']:.3f}", kl=f"{row['kl']:.4f}")
+                if config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds:
+                    break
+            bar.close()
+            _save_trained(model, adapters, tokenizer, out_dir, progress)
+            n = max(1, len(rows) // 10)
+
+            def first_last(key: str) -> dict[str, float]:
+                vals = [r[key] for r in rows]
+                return {"first_10pct_mean": float(np.mean(vals[:n])), "last_10pct_mean": float(np.mean(vals[-n:]))}
+
+            summary = {
+                "kind": "decomposer-grpo",
+                "stage": "grpo",
+                "config": {**asdict(config), "max_new_tokens": run.max_new},
+                "base_model": str(sft_dir),
+                "reference_model": str(sft_dir),
+                "data": _data_summary(benches, examples),
+                "seed": config.seed,
+                "prompt_format": _prompt_format(dec, toks),
+                "retriever": "injected" if retrieve is not None else
+                             f"product dense retriever, peak-rank fusion, {config.candidates} candidates per list",
+                "preference_scorer": "injected" if scorer_injected else f"SimilarityScorer({config.pref_embed})",
+                "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
+                           "steps": config.steps, "steps_run": len(rows),
+                           "samples": len(rows) * config.prompts_per_step * config.group_size,
+                           "optimizer_steps": len(rows) * config.updates_per_batch, "trainable_parameters": trainable},
+                "parser_agreement": parser_agreement(examples, dec),
+                "trends": {k: first_last(k) for k in ("reward", "r_cf", "r_pref", "dup_rate", "kl", "loss")},
+                "final": rows[-1],
+                "threads": torch.get_num_threads(),
+                "device": str(device),
+                "versions": training_versions(),
+                "wall_seconds": round(time.perf_counter() - t_start, 2),
+                "out_dir": str(out_dir),
             }
-            rows.append(row)
-            log.write(row)
-            for s in samples:
-                ex = batch_ex[s.group]
-                samples_file.write(json.dumps({
-                    "step": step, "group": s.group, "sample": s.index, "example": ex.id, "text": s.text,
-                    "stopped": s.stopped, "tasks": s.tasks, "dropped": s.dropped, "gold_tasks": list(ex.tasks),
-                    "r_pref": s.r_pref, "r_cf": s.r_cf, "reward": s.reward, "advantage": s.advantage,
-                    "tokens": len(s.completion)}, ensure_ascii=False) + "\n")
-            samples_file.flush()
-            bar.update(1, reward=f"{row['reward']:.3f}", kl=f"{row['kl']:.4f}")
-            if config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds:
-                break
-        bar.close()
-        _save_trained(model, tokenizer, out_dir, config, progress)
-        n = max(1, len(rows) // 10)
-
-        def first_last(key: str) -> dict[str, float]:
-            vals = [r[key] for r in rows]
-            return {"first_10pct_mean": float(np.mean(vals[:n])), "last_10pct_mean": float(np.mean(vals[-n:]))}
-
-        summary = {
-            "kind": "decomposer-grpo",
-            "stage": "grpo",
-            "config": {**asdict(config), "max_new_tokens": run.max_new},
-            "base_model": str(sft_dir),
-            "reference_model": str(sft_dir),
-            "data": _data_summary(benches, examples),
-            "seed": config.seed,
-            "prompt_format": _prompt_format(dec, toks),
-            "retriever": "injected" if retrieve is not None else
-                         f"product dense retriever, peak-rank fusion, {config.candidates} candidates per list",
-            "preference_scorer": "injected" if scorer_injected else f"SimilarityScorer({config.pref_embed})",
-            "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
-                       "steps": config.steps, "steps_run": len(rows),
-                       "samples": len(rows) * config.prompts_per_step * config.group_size,
-                       "optimizer_steps": len(rows) * config.updates_per_batch, "trainable_parameters": trainable},
-            "parser_agreement": parser_agreement(examples, dec),
-            "trends": {k: first_last(k) for k in ("reward", "r_cf", "r_pref", "dup_rate", "kl", "loss")},
-            "final": rows[-1],
-            "threads": torch.get_num_threads(),
-            "device": str(device),
-            "versions": training_versions(),
-            "wall_seconds": round(time.perf_counter() - t_start, 2),
-            "out_dir": str(out_dir),
-        }
-        (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        return summary
-    finally:
-        if log is not None:
-            log.close()
-        if samples_file is not None:
-            samples_file.close()
-        torch.set_num_threads(prev_threads)
+            (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            return summary
+        finally:
+            if log is not None:
+                log.close()
+            if samples_file is not None:
+                samples_file.close()

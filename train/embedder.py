@@ -50,11 +50,9 @@ this module only when a command runs.
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -67,20 +65,27 @@ from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.config import HISTORY_MODES
 from magicselector.errors import InputError
 from magicselector.stages.embed import TextTokenizer
-from magicselector.train.embedder_losses import info_nce, mine_embedder_negatives
-from magicselector.train.reranker import (
+
+from .embedder_losses import info_nce, mine_embedder_negatives
+from .queries import TrainQuery, check_negatives_exist, fill_negatives, prepare_training_data, tool_texts
+from .toolkit import (
     DEVICES,
-    TrainQuery,
-    _linear_schedule,
-    _loss_summary,
-    _Progress,
-    _save_checkpoint,
-    _seed_all,
-    _sha256,
-    _tool_texts,
+    CsvLog,
+    Processes,
+    Progress,
+    adamw,
+    clip_and_step,
+    data_record,
     default_base_model,
-    prepare_training_data,
+    fast_tokenizer,
+    linear_schedule,
+    load_encoder,
+    loss_summary,
+    processes,
+    save_checkpoint,
+    seed_all,
     torch_device,
+    torch_threads,
     training_versions,
 )
 
@@ -177,32 +182,7 @@ class EmbedderTrainConfig:
 def load_embedder(base_model: str | Path, layers: int | None = None, progress: bool = False):
     """A BERT-style checkpoint as ``AutoModel`` (the bare encoder); with ``layers=N`` only the
     first N encoder layers are kept (their pre-trained weights are loaded, the rest dropped)."""
-    from transformers import AutoConfig, AutoModel
-    from transformers.utils import logging as hf_logging
-
-    base = Path(base_model)
-    if not (base / "config.json").is_file():
-        raise InputError(f"{base}: not a Hugging Face checkpoint (no config.json)")
-    cfg = AutoConfig.from_pretrained(str(base))
-    full = int(getattr(cfg, "num_hidden_layers", 0) or 0)
-    if layers is not None:
-        if full and layers > full:
-            raise InputError(f"layers={layers} but {base} has only {full} encoder layers")
-        cfg.num_hidden_layers = layers
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # dropped layers (and a pooler the checkpoint lacks) are expected
-    bars = hf_logging.is_progress_bar_enabled()
-    if not progress:
-        hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = AutoModel.from_pretrained(str(base), config=cfg)
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
-    return model
+    return load_encoder(base_model, layers, head="bare", progress=progress)
 
 
 def mean_pool_normalize_torch(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -223,7 +203,7 @@ def _forward(model, tokenizer: TextTokenizer, texts: Sequence[str]) -> torch.Ten
 
 @torch.no_grad()
 def embed_texts(model, tokenizer: TextTokenizer, texts: Sequence[str], batch_size: int = 64,
-                bar: _Progress | None = None) -> np.ndarray:
+                bar: Progress | None = None) -> np.ndarray:
     """Unit vectors [len(texts), D] in eval mode (restores the mode after)."""
     was_training = model.training
     model.eval()
@@ -249,31 +229,39 @@ class _Trainer:
     """The state of one run: model, data, negatives, log. Not part of the public API."""
 
     def __init__(self, config: EmbedderTrainConfig, model, tokenizer: TextTokenizer, benches: list[Benchmark],
-                 queries: list[TrainQuery], log_path: Path, progress: bool) -> None:
+                 queries: list[TrainQuery], log_path: Path, progress: bool, procs: Processes = Processes(),
+                 device: torch.device = torch.device("cpu")) -> None:
+        check_negatives_exist(queries, benches)
+        if config.in_batch and procs.distributed:
+            raise InputError("EmbedderTrainConfig: in_batch negatives span the whole batch, which one process "
+                             "of several does not see; train with in_batch=False (--in-batch off) or one process")
         self.c = config
-        self.model = model
+        self.model = model  # embedded with and saved as it is
+        self.net = procs.wrap(model, device)  # trained through (DDP with several processes)
+        self.procs = procs
         self.tokenizer = tokenizer
         self.benches = benches
         self.queries = queries
-        self.texts = [_tool_texts(b.catalog) for b in benches]
+        self.texts = [tool_texts(b.catalog) for b in benches]
         self.ids = [b.catalog.ids for b in benches]
         self.items: list[Item] = [(qi, t) for qi, q in enumerate(queries) for t in q.gold]
         self.rng = np.random.default_rng(config.seed)
-        self.progress = progress
+        self.progress = progress and procs.main
         self.step = 0
         self.t0 = time.perf_counter()
         self.losses: list[dict[str, Any]] = []
-        for q in queries:
-            if len(set(self.ids[q.bench]) - set(q.gold)) == 0:
-                raise InputError(f"{benches[q.bench].path}: query {q.id.split(':', 1)[1]!r}: every tool of the "
-                                 "catalog is gold, so there is no negative to train against")
-        self.log_path = log_path
-        self._log_file = open(log_path, "w", newline="", encoding="utf-8")
-        self._log = csv.writer(self._log_file)
-        self._log.writerow(["step", "round", "loss", "lr", "seconds"])
+        self.log = CsvLog(log_path, ["step", "round", "loss", "lr", "seconds"], enabled=procs.main,
+                          formats={"loss": "{:.6f}", "lr": "{:.3e}", "seconds": "{:.3f}"}, flush_every=20)
 
     def close(self) -> None:
-        self._log_file.close()
+        self.log.close()
+
+    def _embed(self, texts: Sequence[str], bar: Progress) -> np.ndarray:
+        """Unit vectors of ``texts`` by the current model, the work split over the processes."""
+        def part(chunk: Sequence[str]) -> np.ndarray:
+            return embed_texts(self.model, self.tokenizer, chunk, self.c.encode_batch_size, bar)
+
+        return self.procs.map_concat(list(texts), part)
 
     # -- teacher --------------------------------------------------------------------------------
     def teacher(self, desc: str, k: int) -> tuple[dict[str, list[str]], dict[str, float]]:
@@ -283,15 +271,15 @@ class _Trainer:
         c = self.c
         n_texts = len(self.queries) + sum(len(ids) for b, ids in enumerate(self.ids)
                                           if any(q.bench == b for q in self.queries))
-        bar = _Progress(n_texts, desc, self.progress)
+        bar = Progress(n_texts, desc, self.progress)
         out: dict[str, list[str]] = {}
         top1, recall = [], []
         for b, ids in enumerate(self.ids):
             qs = [q for q in self.queries if q.bench == b]
             if not qs:
                 continue
-            tool_vecs = embed_texts(self.model, self.tokenizer, [self.texts[b][t] for t in ids], c.encode_batch_size, bar)
-            query_vecs = embed_texts(self.model, self.tokenizer, [q.text for q in qs], c.encode_batch_size, bar)
+            tool_vecs = self._embed([self.texts[b][t] for t in ids], bar)
+            query_vecs = self._embed([q.text for q in qs], bar)
             gold = [q.gold for q in qs]
             mined = mine_embedder_negatives(query_vecs, tool_vecs, ids, gold, k=k, pool=c.pool)
             for q, negs in zip(qs, mined):
@@ -309,15 +297,7 @@ class _Trainer:
 
     # -- negatives ------------------------------------------------------------------------------
     def _fill(self, q: TrainQuery, chosen: list[str], n: int) -> list[str]:
-        """Top ``chosen`` up to n non-gold tools with random catalog tools (tiny pools or catalogs)."""
-        if len(chosen) >= n:
-            return chosen[:n]
-        taken = set(chosen) | set(q.gold)
-        rest = [t for t in self.ids[q.bench] if t not in taken]
-        if rest:
-            extra = self.rng.permutation(len(rest))[: n - len(chosen)]
-            chosen = chosen + [rest[int(i)] for i in extra]
-        return chosen
+        return fill_negatives(q, chosen, n, self.ids[q.bench], self.rng)
 
     def random_negatives(self, pools: dict[str, list[str]]) -> dict[str, list[str]]:
         """Algorithm 1 line 2: per query, a random pick of ``negatives`` non-gold tools of its pool."""
@@ -337,8 +317,11 @@ class _Trainer:
         return {q.id: self._fill(q, mined[q.id], self.c.negatives) for q in self.queries}, stats
 
     # -- batches --------------------------------------------------------------------------------
-    def _loss(self, chunk: Sequence[Item], negatives: dict[str, list[str]], in_batch: bool) -> torch.Tensor:
-        """Eq. 13 on a batch of items; each distinct tool text is embedded once per batch."""
+    def _loss(self, chunk: Sequence[Item], negatives: dict[str, list[str]], in_batch: bool,
+              model=None) -> torch.Tensor:
+        """Eq. 13 on a batch of items; each distinct tool text is embedded once per batch (by
+        ``model``, default the training one)."""
+        model = self.net if model is None else model
         qs = [self.queries[qi] for qi, _ in chunk]
         width = max(len(negatives[q.id]) for q in qs)
         keys: dict[tuple[int, str], int] = {}
@@ -351,8 +334,8 @@ class _Trainer:
         for q in qs:
             negs = negatives[q.id]
             neg_idx.append([slot(q.bench, negs[j % len(negs)]) for j in range(width)])  # cycle short lists
-        tool_emb = _forward(self.model, self.tokenizer, [self.texts[b][t] for b, t in keys])
-        query_emb = _forward(self.model, self.tokenizer, [q.text for q in qs])
+        tool_emb = _forward(model, self.tokenizer, [self.texts[b][t] for b, t in keys])
+        query_emb = _forward(model, self.tokenizer, [q.text for q in qs])
         pos_emb = tool_emb[torch.tensor(pos_idx, device=tool_emb.device)]
         neg_emb = tool_emb[torch.tensor(neg_idx, device=tool_emb.device).reshape(-1)].reshape(len(qs), width, -1)
         if in_batch:
@@ -364,9 +347,7 @@ class _Trainer:
         row = {"step": self.step, "round": r, "loss": loss, "lr": lr,
                "seconds": round(time.perf_counter() - self.t0, 3)}
         self.losses.append(row)
-        self._log.writerow([row["step"], r, f"{loss:.6f}", f"{lr:.3e}", f"{row['seconds']:.3f}"])
-        if self.step % 20 == 0:
-            self._log_file.flush()
+        self.log.write(row)
 
     def train_round(self, r: int, negatives: dict[str, list[str]],
                     pools: dict[str, list[str]] | None = None) -> dict[str, Any]:
@@ -375,37 +356,27 @@ class _Trainer:
         c = self.c
         per_epoch = math.ceil(len(self.items) / c.batch_size)
         total = c.epochs * per_epoch
-        decay = [p for _, p in self.model.named_parameters() if p.requires_grad and p.dim() > 1]
-        no_decay = [p for _, p in self.model.named_parameters() if p.requires_grad and p.dim() <= 1]
-        groups = [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        try:  # the fused CPU kernel is much faster on MiniLM's 12M-parameter embedding table
-            opt = torch.optim.AdamW(groups, lr=c.lr, fused=True)
-        except (RuntimeError, TypeError, ValueError):
-            opt = torch.optim.AdamW(groups, lr=c.lr)
-        sched = _linear_schedule(opt, int(round(c.warmup_ratio * total)), total)
+        opt = adamw(self.model, c.lr, c.weight_decay, fused=True)
+        sched = linear_schedule(opt, int(round(c.warmup_ratio * total)), total)
         self.model.train()
-        bar = _Progress(total, f"round {r}", self.progress)
+        bar = Progress(total, f"round {r}", self.progress)
         losses = []
         for epoch in range(c.epochs):
             if pools is not None and epoch > 0:
                 negatives = self.random_negatives(pools)
             order = self.rng.permutation(len(self.items))
             for start in range(0, len(order), c.batch_size):
-                chunk = [self.items[int(i)] for i in order[start:start + c.batch_size]]
-                loss = self._loss(chunk, negatives, c.in_batch)
+                chunk, share = self.procs.shard([self.items[int(i)] for i in order[start:start + c.batch_size]])
+                backprop, value = self.procs.weighted(self._loss(chunk, negatives, c.in_batch), share)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if c.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
-                lr = float(opt.param_groups[0]["lr"])
-                opt.step()
-                sched.step()
+                backprop.backward()
+                lr = clip_and_step(self.model, opt, sched, c.grad_clip)
                 self.step += 1
-                self._record(r, loss.item(), lr)
-                losses.append(loss.item())
-                bar.update(1, loss=f"{loss.item():.4f}")
+                self._record(r, value, lr)
+                losses.append(value)
+                bar.update(1, loss=f"{value:.4f}")
         bar.close()
-        self._log_file.flush()
+        self.log.flush()
         n = max(1, len(losses) // 10)
         return {"steps": total, "items": len(self.items), "first_10pct_loss": float(np.mean(losses[:n])),
                 "last_10pct_loss": float(np.mean(losses[-n:]))}
@@ -422,7 +393,7 @@ class _Trainer:
             bs = self.c.encode_batch_size
             for start in range(0, len(probe), bs):
                 chunk = probe[start:start + bs]
-                total += float(self._loss(chunk, negatives, in_batch=False)) * len(chunk)
+                total += float(self._loss(chunk, negatives, in_batch=False, model=self.model)) * len(chunk)
         finally:
             self.model.train(was_training)
         return total / len(probe)
@@ -467,88 +438,81 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     benches, queries, available, rng = prepare_training_data(data_dirs, out_dir, config, overwrite, "train_embedder")
+    device = torch_device(config.device)
+    with torch_threads(config.threads), processes(device) as procs:
+        procs.barrier()  # every rank has checked the output folder before rank 0 writes into it
+        trainer = None
+        try:
+            base = config.base_model or default_base_model()
+            seed_all(config.seed)
+            model = load_embedder(base, config.layers, progress).to(device)
+            if config.freeze_embeddings:
+                model.get_input_embeddings().weight.requires_grad_(False)
+            if procs.main:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            tokenizer, tok_file = fast_tokenizer(base, out_dir, write=procs.main)
+            procs.barrier()
+            text_tok = TextTokenizer(tok_file, config.max_length)
+            trainer = _Trainer(config, model, text_tok, benches, queries, out_dir / "training_log.csv", progress,
+                               procs, device)
 
-    prev_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    trainer = None
-    try:
-        from transformers import AutoTokenizer
+            # round 0: random non-gold tools of the base model's top ``pool``
+            pools, base_stats = trainer.teacher("base model pools", config.pool)
+            negatives = trainer.random_negatives(pools)
+            probe = [trainer.items[int(i)] for i in sorted(rng.permutation(len(trainer.items))[: config.probe_items])]
+            probe_negatives = negatives
+            probe_before = trainer.probe_loss(probe, probe_negatives)
+            rounds = [{"round": 0, "negatives": f"random (non-gold of the base model's top {config.pool})",
+                       "teacher": base_stats, **trainer.train_round(0, negatives, pools=pools)}]
+            for r in range(1, config.rounds + 1):
+                negatives, mined = trainer.mine(r)
+                rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
+                               **trainer.train_round(r, negatives)})
+            probe_after = trainer.probe_loss(probe, probe_negatives)
+            final_teacher = trainer.teacher("final model", 1)[1]
 
-        base = config.base_model or default_base_model()
-        _seed_all(config.seed)
-        device = torch_device(config.device)
-        model = load_embedder(base, config.layers, progress).to(device)
-        if config.freeze_embeddings:
-            model.get_input_embeddings().weight.requires_grad_(False)
-        tokenizer = AutoTokenizer.from_pretrained(str(base), use_fast=True)
-        if not getattr(tokenizer, "is_fast", False):
-            raise InputError(f"{base}: no fast tokenizer (tokenizer.json); the runtime needs one")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tok_file = Path(base) / "tokenizer.json"
-        if not tok_file.is_file():
-            tokenizer.save_pretrained(str(out_dir))
-            tok_file = out_dir / "tokenizer.json"
-        text_tok = TextTokenizer(tok_file, config.max_length)
-        trainer = _Trainer(config, model, text_tok, benches, queries, out_dir / "training_log.csv", progress)
-
-        # round 0: random non-gold tools of the base model's top ``pool``
-        pools, base_stats = trainer.teacher("base model pools", config.pool)
-        negatives = trainer.random_negatives(pools)
-        probe = [trainer.items[int(i)] for i in sorted(rng.permutation(len(trainer.items))[: config.probe_items])]
-        probe_negatives = negatives
-        probe_before = trainer.probe_loss(probe, probe_negatives)
-        rounds = [{"round": 0, "negatives": f"random (non-gold of the base model's top {config.pool})",
-                   "teacher": base_stats, **trainer.train_round(0, negatives, pools=pools)}]
-        for r in range(1, config.rounds + 1):
-            negatives, mined = trainer.mine(r)
-            rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
-                           **trainer.train_round(r, negatives)})
-        probe_after = trainer.probe_loss(probe, probe_negatives)
-        final_teacher = trainer.teacher("final model", 1)[1]
-
-        _save_checkpoint(model.to("cpu"), tokenizer, out_dir, progress)
-        dim = int(model.config.hidden_size)
-        _write_sentence_transformers_files(out_dir, dim, config.max_length)
-
-        counts = {
-            "queries_available": available, "queries": len(queries),
-            "turn_queries": sum(q.source == "turn" for q in queries),
-            "task_queries": sum(q.source == "task" for q in queries),
-            "items": len(trainer.items), "steps": trainer.step,
-        }
-        summary = {
-            "kind": "embedder",
-            "config": asdict(config),
-            "base_model": str(base),
-            "layers": int(model.config.num_hidden_layers),
-            "dim": dim,
-            "data": [{"path": str(b.path.resolve()), "queries_sha256": _sha256(b.path / "queries.jsonl"),
-                      "tools_sha256": _sha256(b.path / "tools.jsonl"), "queries": len(b.queries),
-                      "tools_trained_on": len(b.catalog)} for b in benches],
-            "seed": config.seed,
-            "tokenization": {"max_length": config.max_length, "pooling": "mean", "normalize": True,
-                             "query_text": f"retrieval_text(history={config.history!r}, turns={config.history_turns})",
-                             "tool_text": "magicselector.catalog.tool_text"},
-            "loss": {"name": "InfoNCE (eq. 13)", "temperature": config.temperature, "in_batch": config.in_batch},
-            "counts": counts,
-            "rounds": rounds,
-            "loss_summary": _loss_summary(trainer.losses, by=("round",)),
-            "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
-            "probe_loss_before": probe_before,
-            "probe_loss_after": probe_after,
-            "probe_items": len(probe),
-            "train_retrieval_before": base_stats,
-            "train_retrieval_after": final_teacher,
-            "threads": torch.get_num_threads(),
-            "device": str(device),
-            "versions": training_versions(),
-            "wall_seconds": round(time.perf_counter() - t_start, 2),
-            "out_dir": str(out_dir),
-        }
-        (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        return summary
-    finally:
-        if trainer is not None:
-            trainer.close()
-        torch.set_num_threads(prev_threads)
+            dim = int(model.config.hidden_size)
+            counts = {
+                "queries_available": available, "queries": len(queries),
+                "turn_queries": sum(q.source == "turn" for q in queries),
+                "task_queries": sum(q.source == "task" for q in queries),
+                "items": len(trainer.items), "steps": trainer.step,
+            }
+            summary = {
+                "kind": "embedder",
+                "config": asdict(config),
+                "base_model": str(base),
+                "layers": int(model.config.num_hidden_layers),
+                "dim": dim,
+                "data": data_record(benches, tools_trained_on=lambda _, b: len(b.catalog)),
+                "seed": config.seed,
+                "tokenization": {"max_length": config.max_length, "pooling": "mean", "normalize": True,
+                                 "query_text": f"retrieval_text(history={config.history!r}, "
+                                               f"turns={config.history_turns})",
+                                 "tool_text": "magicselector.catalog.tool_text"},
+                "loss": {"name": "InfoNCE (eq. 13)", "temperature": config.temperature, "in_batch": config.in_batch},
+                "counts": counts,
+                "rounds": rounds,
+                "loss_summary": loss_summary(trainer.losses, by=("round",)),
+                "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
+                "probe_loss_before": probe_before,
+                "probe_loss_after": probe_after,
+                "probe_items": len(probe),
+                "train_retrieval_before": base_stats,
+                "train_retrieval_after": final_teacher,
+                "threads": torch.get_num_threads(),
+                "device": str(device),
+                "processes": procs.world,
+                "versions": training_versions(),
+                "wall_seconds": round(time.perf_counter() - t_start, 2),
+                "out_dir": str(out_dir),
+            }
+            if procs.main:
+                save_checkpoint(model.to("cpu"), tokenizer, out_dir, progress)
+                _write_sentence_transformers_files(out_dir, dim, config.max_length)
+                (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            procs.barrier()
+            return summary
+        finally:
+            if trainer is not None:
+                trainer.close()

@@ -4,7 +4,7 @@ section 4.1 eq. 11-13 and section 4.3 / Algorithm 1 applied to the retriever).
 ``info_nce``: eq. 13, per query one positive tool and N negative tools, scored by cosine
 similarity over a temperature. ``mine_embedder_negatives``: eq. 21-22 with the embedder as the
 teacher, s(q, t) = cos(e_q, e_t); the candidate pool is the embedder's own top ``pool`` tools, and
-the selection is the reranker trainer's ``mine_hard_negatives`` so both models mine by one rule.
+the selection is ``queries.mine_hard_negatives``, so both models mine by one rule.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from magicselector.errors import InputError
-from magicselector.train.reranker import mine_hard_negatives
+from .queries import mine_hard_negatives
 
 
 def info_nce(query_emb: torch.Tensor, pos_emb: torch.Tensor, neg_emb: torch.Tensor | None = None,

