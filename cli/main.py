@@ -14,6 +14,7 @@ import magicselector as _runtime
 from magicselector.cli_options import (add_history_file_option, add_selector_options, history_mode_with_history,
                                        selector_config, used_deprecated, warn)
 from magicselector.errors import InputError, MagicSelectorError
+from magicselector.targets import TARGET_CHOICES
 
 DEMO_FILE = Path(_runtime.__file__).resolve().parent / "demo" / "dialogue.json"
 METRICS_AT = 10  # eval's default metric cutoff (NDCG@10, Recall@10, Completeness@10)
@@ -110,6 +111,12 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
     if (out / "manifest.json").exists() and not args.force:
         print(f"bundle already built: {out} (use --force to rebuild)")
         return 0
+    if args.preset is None and args.reranker is None and not args.retrain_reranker:
+        from magicselector.default_bundle import build_default_bundle as build_from_shipped  # no exporter needed
+
+        build_from_shipped(out, target=args.target, reranker=not args.no_reranker)
+        print(out)
+        return 0
     from magicselector.export.bundle import build_default_bundle
 
     if args.retrain_reranker:  # train with the shipped recipe, then export that checkpoint
@@ -120,11 +127,11 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="magicselector-retrain-") as work:
             checkpoint = retrain_shipped(work, train_data=args.train_data, progress=True,
                                          log=lambda msg: print(f"[retrain] {msg}", file=sys.stderr, flush=True))
-            build_default_bundle(out, progress=True, preset=args.preset, reranker=checkpoint)
+            build_default_bundle(out, progress=True, preset=args.preset, reranker=checkpoint, target=args.target)
         print(out)
         return 0
     reranker = None if args.no_reranker else (args.reranker or "shipped")
-    build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker)
+    build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker, target=args.target)
     print(out)
     return 0
 
@@ -144,7 +151,7 @@ def _build_custom_bundle(args: argparse.Namespace, custom: list[str]) -> int:
     return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog,
                              reranker=None if args.no_reranker else args.reranker, decomposer=args.decomposer,
                              fmt=args.model_format or "onnx", preset=args.preset, quant=args.quant or "q8_0",
-                             verify=not args.no_verify)
+                             verify=not args.no_verify, target=args.target)
 
 
 def cmd_bundle_verify(args: argparse.Namespace) -> int:
@@ -209,8 +216,11 @@ def _add_bundle_build_parser(bp) -> None:
     sp.add_argument("--out", metavar="DIR", help="output folder (default bundle: the cache folder the runtime "
                                                  "loads from; a custom bundle needs it)")
     sp.add_argument("--force", action="store_true", help="rebuild the default bundle even if it exists")
+    sp.add_argument("--target", choices=TARGET_CHOICES, default="host",
+                    help="CPU the INT8 models are for: arm64 (phones), x86-avx2, x86-vnni (default: this machine's); "
+                         "the default bundle takes the shipped embedder made for it, no exporter needed")
     sp.add_argument("--preset", help="INT8 preset: qint8_arm64 (phones), qint8_x86, qint8_avx512_vnni, "
-                                     "qint8_per_tensor (default: the building machine's)")
+                                     "qint8_per_tensor (default: the target's); quantizes again (export extra)")
     sp.add_argument("--embedder", metavar="PATH", help="a custom bundle's embedder: Hugging Face checkpoint "
                     "folder, or a ready .onnx / .pte with tokenizer.json beside it (default: the packaged MiniLM)")
     sp.add_argument("--catalog", metavar="PATH", help="a custom bundle's tools: MCP JSON, tools.jsonl or a "

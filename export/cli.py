@@ -15,11 +15,13 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from magicselector.targets import TARGET_CHOICES
+
 
 def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | Path,
                       reranker: str | Path | None = None, decomposer: str | Path | None = None,
                       fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
-                      verify: bool = True) -> int:
+                      verify: bool = True, target: str | None = None) -> int:
     """Export every model, check parity, write and verify the bundle; print a JSON summary."""
     from .bundle import export_bundle
 
@@ -29,7 +31,8 @@ def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | P
         print(f"[export {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     manifest = export_bundle(out, embedder=embedder, reranker=reranker, decomposer=decomposer,
-                             catalog=catalog, fmt=fmt, preset=preset, quant=quant, verify=verify, log=log)
+                             catalog=catalog, fmt=fmt, preset=preset, quant=quant, verify=verify, log=log,
+                             target=target)
     summary = {"out": str(out), "files": {k: v["size"] for k, v in manifest["files"].items()}}
     for section in ("embedder", "reranker", "decomposer"):
         sec = manifest.get(section)
@@ -47,7 +50,7 @@ def cmd_export_bundle(args: argparse.Namespace) -> int:
          "`magicselector bundle build --embedder ... --catalog ... --out DIR` (--format is --model-format there)")
     return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog, reranker=args.reranker,
                              decomposer=args.decomposer, fmt=args.format, preset=args.preset, quant=args.quant,
-                             verify=not args.no_verify)
+                             verify=not args.no_verify, target=args.target)
 
 
 def register(subparsers) -> None:
@@ -64,6 +67,8 @@ def register(subparsers) -> None:
     sp.add_argument("--out", required=True, help="bundle folder to write (appears only when everything passed)")
     sp.add_argument("--preset", help="ONNX INT8 preset: qint8_arm64, qint8_x86, qint8_avx512_vnni, "
                                      "qint8_per_tensor (default: this machine's)")
+    sp.add_argument("--target", choices=TARGET_CHOICES, default="host",
+                    help="CPU the ONNX INT8 models are quantized for (default: this machine's)")
     sp.add_argument("--format", choices=["onnx", "pte"], default="onnx",
                     help="encoder format: onnx (onnxruntime) or pte (ExecuTorch, XNNPACK INT8)")
     sp.add_argument("--quant", default="q8_0", help="decomposer GGUF quantization: q8_0 (default), q4_k_m, "

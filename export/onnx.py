@@ -5,7 +5,6 @@ transformers, onnx) happen inside the functions.
 """
 from __future__ import annotations
 
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,14 +44,10 @@ QUANT_PRESETS: dict[str, QuantPreset] = {
 
 
 def host_preset() -> str:
-    """The preset for the machine this runs on."""
-    if platform.machine().lower() in ("arm64", "aarch64"):
-        return "qint8_arm64"
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        flags = ""
-    return "qint8_avx512_vnni" if ("avx512_vnni" in flags or "avx_vnni" in flags) else "qint8_x86"
+    """The preset for the machine this runs on (its CPU target's, ``magicselector.targets``)."""
+    from magicselector.targets import TARGETS, host_target
+
+    return TARGETS[host_target()].preset
 
 
 def get_preset(name: str) -> QuantPreset:

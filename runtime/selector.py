@@ -22,6 +22,7 @@ from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, bundle_lexical, fuse_lexical
 from .stages.rerank import Reranker, mix_scores
+from .targets import warn_if_other_target
 from .tool_vectors import catalog_vectors
 
 
@@ -115,6 +116,7 @@ class Selector:
         """Load a bundle folder (the default bundle, built on first use, when ``path`` is None)."""
         config = config or SelectorConfig()
         bundle = Bundle.open(path if path is not None else ensure_default_bundle(progress=progress), verify=verify)
+        warn_if_other_target(bundle.manifest.get("target"), bundle.path)
         emb = bundle.section("embedder")
         idx = bundle.section("index")
         cat = bundle.section("catalog")

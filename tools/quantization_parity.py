@@ -1,0 +1,309 @@
+"""INT8-vs-FP32 agreement of the shipped embedder on each CPU target, and the shipped reranker's
+agreement across targets, measured with the runtime's own embedder and cross-encoder.
+
+The targets run where this machine allows: natively (x86-vnni on a VNNI host), under
+``qemu-x86_64 -cpu Haswell`` (x86-avx2: QEMU's TCG has AVX2 and no AVX-512/VNNI, so onnxruntime's
+MLAS takes its AVX2 kernels) and under ``qemu-aarch64`` with a Debian aarch64 CPython and the
+aarch64 wheels of onnxruntime, numpy and tokenizers (arm64). The FP32 reference is the FP32 ONNX
+export of the same checkpoint, run on this machine.
+
+    python3 tools/quantization_parity.py --mobile /tmp/mobile/dev --shared ../shared/data \\
+        --arm-root /tmp/arm64root --arm-site /tmp/arm_site --json docs/bench/quantization.json --update-meta
+
+Probe lists: per query, the FP32 model's top ``--candidates`` tools of that set's catalog; on each
+target, the INT8 scores of those tools against the FP32 scores: Spearman per list, top-1 agreement,
+top-5 overlap, and the cosine between the INT8 and FP32 query vectors. Needs the export extra
+(torch, to export the FP32 reference) and qemu-user-static for the emulated targets.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[1]
+
+
+# -- worker: runs on the target (possibly emulated), needs only onnxruntime, numpy and tokenizers -----
+
+def _import_runtime_without_usearch() -> None:
+    """The worker never builds an index; where usearch's wheel cannot load (the aarch64 wheels fail
+    under qemu-user), a placeholder lets ``magicselector`` import."""
+    try:
+        import usearch.index  # noqa: F401
+    except Exception:  # noqa: BLE001 - any load failure: the worker does not need it
+        import types
+
+        placeholder = types.ModuleType("usearch")
+        placeholder.index = types.ModuleType("usearch.index")
+        placeholder.index.Index = None
+        sys.modules["usearch"], sys.modules["usearch.index"] = placeholder, placeholder.index
+
+
+def worker(job_path: str, out_path: str) -> None:
+    import onnxruntime  # before usearch: onnxruntime 1.32 crashes on import after usearch 2.26's numkong
+
+    _import_runtime_without_usearch()
+
+    from magicselector.stages.embed import TextEmbedder, TextTokenizer
+    from magicselector.stages.rerank import CrossEncoder, PairTokenizer
+
+    job = json.loads(Path(job_path).read_text(encoding="utf-8"))
+    out: dict[str, np.ndarray] = {}
+    timing = {}
+    tok = TextTokenizer(job["tokenizer"], job["max_length"])
+    for name, model in job["embedders"].items():
+        t0 = time.perf_counter()
+        embedder = TextEmbedder(model, tok, dim=job["dim"], threads=1)
+        # one text per call, as select embeds a query: dynamic INT8 takes its activation range from
+        # the whole batch, so batch-mates (and their padding) would move the numbers
+        out[f"emb:{name}"] = np.concatenate([embedder.embed([t]) for t in job["texts"]])
+        timing[name] = round(time.perf_counter() - t0, 1)
+    if job.get("reranker"):
+        rr = job["reranker"]
+        scorer = CrossEncoder(rr["file"], PairTokenizer(rr["tokenizer"], **rr["window"]), threads=1)
+        for i, (query, texts) in enumerate(rr["groups"]):
+            out[f"rr:{i}"] = np.asarray(scorer.score(query, texts), dtype=np.float32)
+    np.savez(out_path, **out)
+    Path(out_path + ".json").write_text(json.dumps({"machine": platform.machine(), "onnxruntime":
+                                                    onnxruntime.__version__, "seconds": timing}))
+
+
+# -- orchestration (this machine) ---------------------------------------------------------------
+
+def _sample(rows: list, n: int, seed: int = 0) -> list:
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    return rows[:n]
+
+
+def probe_sets(mobile: Path | None, shared: Path | None, per_set: int):
+    """[(set name, queries, catalog)] with the bundle's probe queries against the phone catalog."""
+    from magicselector.bundle_writer import PROBE_QUERIES
+    from magicselector.catalog import load_phone_catalog
+    from magicselector.data.datasets import load_benchmark
+
+    sets = [("probe queries (phone catalog)", list(PROBE_QUERIES), load_phone_catalog())]
+    folders = []
+    if mobile:
+        folders.append(("mobile dev", mobile))
+    if shared:
+        folders += [("bfcl", shared / "bfcl"), ("metatool", shared / "metatool")]
+    for name, folder in folders:
+        bench = load_benchmark(folder)
+        sets.append((name, [q.query for q in _sample(bench.queries, per_set)], bench.catalog))
+    return sets
+
+
+def qemu_commands(arm_root: Path | None, arm_site: Path | None) -> dict[str, list[str] | None]:
+    """How to start a Python on each target; None where this machine cannot."""
+    native = host_target_name()
+    cmds: dict[str, list[str] | None] = {native: [sys.executable]}
+    qemu_x86 = shutil.which("qemu-x86_64-static") or shutil.which("qemu-x86_64")
+    if platform.machine() == "x86_64" and qemu_x86 and native != "x86-avx2":
+        cmds["x86-avx2"] = [qemu_x86, "-cpu", "Haswell", sys.executable]
+    qemu_arm = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
+    if qemu_arm and arm_root and arm_site:
+        cmds["arm64"] = ["arm64", qemu_arm, str(arm_root), str(arm_site)]
+    else:
+        cmds.setdefault("arm64", None)
+    return cmds
+
+
+FAKE_ARM_CPUINFO = "".join(
+    f"processor\t: {i}\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp "
+    "asimdhp cpuid asimdrdm lrcpc dcpop asimddp\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\n"
+    "CPU part\t: 0xd0c\nCPU revision\t: 1\n\n" for i in range(2))
+
+
+def run_worker(cmd: list[str], job: Path, out: Path, work: Path) -> dict:
+    script = [str(HERE), "--worker", str(job), str(out)]
+    env = dict(os.environ)
+    if cmd[0] == "arm64":
+        # qemu-user passes the host's /proc/cpuinfo through; onnxruntime's cpuinfo cannot parse an
+        # x86 one on aarch64 and crashes, so a private mount namespace shows it an ARM one.
+        _, qemu, root, site = cmd
+        fake = work / "cpuinfo"
+        fake.write_text(FAKE_ARM_CPUINFO)
+        pkgs = work / "pkgs"
+        pkgs.mkdir(exist_ok=True)
+        link = pkgs / "magicselector"
+        if not link.exists():
+            link.symlink_to(REPO / "runtime")
+        inner = (f"mount --bind {fake} /proc/cpuinfo && exec {qemu} -L {root} -E PYTHONPATH={pkgs}:{site} "
+                 f"{root}/usr/bin/python3.11 " + " ".join(script))
+        argv = ["unshare", "-m", "bash", "-c", inner]
+    else:
+        argv = cmd + script
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, env=env)
+    info = json.loads(Path(str(out) + ".json").read_text())
+    info["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    return info
+
+
+def host_target_name() -> str:
+    from magicselector.targets import host_target
+
+    return host_target()
+
+
+def list_metrics(fp32_q, fp32_t, int8_q, int8_t, lists: list[list[int]]) -> dict[str, float]:
+    from magicselector.ranks import spearman
+
+    rho, top1, top5 = [], [], []
+    for qi, cand in enumerate(lists):
+        ref = fp32_t[cand] @ fp32_q[qi]
+        got = int8_t[cand] @ int8_q[qi]
+        rho.append(spearman(ref, got))
+        top1.append(int(np.argmax(ref)) == int(np.argmax(got)))
+        top5.append(len(set(np.argsort(-ref)[:5]) & set(np.argsort(-got)[:5])) / 5.0)
+    cos = (fp32_q * int8_q).sum(axis=1)
+    return {"spearman_per_list_mean": round(float(np.mean(rho)), 4),
+            "spearman_per_list_min": round(float(np.min(rho)), 4),
+            "top1_agreement": round(float(np.mean(top1)), 4), "top5_overlap": round(float(np.mean(top5)), 4),
+            "query_cosine_mean": round(float(cos.mean()), 5), "query_cosine_min": round(float(cos.min()), 5),
+            "lists": len(lists)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mobile", type=Path, help="the generated mobile dev split (magicselector generate --out DIR)")
+    ap.add_argument("--shared", type=Path, help="folder with bfcl/ and metatool/ benchmark folders")
+    ap.add_argument("--per-set", type=int, default=50)
+    ap.add_argument("--candidates", type=int, default=20)
+    ap.add_argument("--arm-root", type=Path, help="an extracted Debian aarch64 root with python3.11")
+    ap.add_argument("--arm-site", type=Path, help="aarch64 wheels of onnxruntime, numpy, tokenizers, unpacked")
+    ap.add_argument("--targets", nargs="+", help="measure only these targets")
+    ap.add_argument("--files", nargs="+", help="measure only these shipped INT8 files (default: all)")
+    ap.add_argument("--no-reranker", action="store_true", help="skip the reranker's cross-target check")
+    ap.add_argument("--json", type=Path, help="write the report here")
+    ap.add_argument("--update-meta", action="store_true",
+                    help="record the per-target parity in runtime/models/embedder/embedder.json")
+    args = ap.parse_args(argv)
+
+    from magicselector.catalog import tool_text
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, shipped_reranker
+    from magicselector.export.bundle import minilm_checkpoint, rerank_probe_groups
+    from magicselector.export.onnx import export_encoder_onnx
+    from magicselector.stages.embed import TextEmbedder, TextTokenizer
+    from magicselector.stages.rerank import pair_window
+
+    meta = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text())
+    sets = probe_sets(args.mobile, args.shared, args.per_set)
+    work = Path(tempfile.mkdtemp(prefix="quant-parity-"))
+    print(f"[parity] exporting the FP32 reference to {work}", file=sys.stderr, flush=True)
+    fp32 = export_encoder_onnx(minilm_checkpoint(), work / "model.fp32.onnx", kind="embedder").output
+    tok = TextTokenizer(SHIPPED_EMBEDDER_DIR / "tokenizer.json", meta["max_length"])
+    ref_model = TextEmbedder(fp32, tok, dim=meta["dim"], threads=2)
+
+    # probe lists: the FP32 top-k of each query within its set's catalog
+    texts: list[str] = []
+    index: dict[str, int] = {}
+
+    def slot(text: str) -> int:
+        if text not in index:
+            index[text] = len(texts)
+            texts.append(text)
+        return index[text]
+
+    plan = []
+    for name, queries, catalog in sets:
+        tool_texts = [tool_text(t) for t in catalog]
+        qv, tv = ref_model.embed(queries), ref_model.embed(tool_texts)
+        top = np.argsort(-(qv @ tv.T), axis=1)[:, :args.candidates]
+        q_slots = [slot(q) for q in queries]
+        lists = [[slot(tool_texts[j]) for j in row] for row in top]
+        plan.append((name, q_slots, lists))
+    print(f"[parity] {len(texts)} distinct texts in {sum(len(p[1]) for p in plan)} probe lists",
+          file=sys.stderr, flush=True)
+    ref_vecs = ref_model.embed(texts)
+
+    rr = None if args.no_reranker else shipped_reranker()
+    from magicselector.catalog import load_phone_catalog
+
+    groups = list(rerank_probe_groups(load_phone_catalog()).items()) if rr else []
+    wanted = set(args.files or meta["files"])
+    job = {"tokenizer": str(SHIPPED_EMBEDDER_DIR / "tokenizer.json"), "max_length": meta["max_length"],
+           "dim": meta["dim"], "texts": texts,
+           "embedders": {name: str(SHIPPED_EMBEDDER_DIR / name) for name in meta["files"] if name in wanted},
+           "reranker": {"file": rr["file"], "tokenizer": rr["tokenizer"], "window": pair_window(rr["meta"]),
+                        "groups": groups} if rr else None}
+    job_path = work / "job.json"
+    job_path.write_text(json.dumps(job))
+
+    report = {"fp32_reference": "FP32 ONNX export of the same checkpoint, onnxruntime on the measuring host",
+              "host": platform.processor() or platform.machine(), "candidates": args.candidates,
+              "per_set": args.per_set, "sets": [p[0] for p in plan], "targets": {}, "reranker_vs_host": {}}
+    commands = qemu_commands(args.arm_root, args.arm_site)
+    native = host_target_name()
+    results = {}
+    for target, cmd in commands.items():
+        if args.targets and target not in args.targets:
+            continue
+        if cmd is None:
+            report["targets"][target] = {"measured": False, "why": "no emulator or aarch64 Python given"}
+            continue
+        print(f"[parity] running on {target}: {' '.join(cmd[:3])}", file=sys.stderr, flush=True)
+        out = work / f"{target}.npz"
+        info = run_worker(cmd, job_path, out, work)
+        results[target] = dict(np.load(out))
+        shipped = meta["targets"].get(target, {}).get("file")
+        how = "native" if target == native else ("emulated: qemu-aarch64 (cpu max: NEON + dot product)"
+                                                  if target == "arm64" else f"emulated: qemu-x86_64 {' '.join(cmd[1:3])}")
+        entry = {"measured": True, "how": how, "per_set": args.per_set, "candidates": args.candidates,
+                 "run": info, "shipped_file": shipped, "files": {}}
+        for name in job["embedders"]:
+            vecs = results[target][f"emb:{name}"]
+            per_set = {}
+            for set_name, q_slots, lists in plan:
+                local = sorted({s for row in lists for s in row})
+                pos = {s: i for i, s in enumerate(local)}
+                per_set[set_name] = list_metrics(ref_vecs[q_slots], ref_vecs[local], vecs[q_slots], vecs[local],
+                                                 [[pos[s] for s in row] for row in lists])
+            entry["files"][name] = per_set
+        report["targets"][target] = entry
+    if native in results and groups:
+        from magicselector.ranks import spearman
+
+        for target, res in results.items():
+            rho, top1 = [], []
+            for i in range(len(groups)):
+                a, b = results[native][f"rr:{i}"], res[f"rr:{i}"]
+                rho.append(spearman(a, b))
+                top1.append(int(np.argmax(a)) == int(np.argmax(b)))
+            report["reranker_vs_host"][target] = {"spearman_per_list_mean": round(float(np.mean(rho)), 4),
+                                                  "spearman_per_list_min": round(float(np.min(rho)), 4),
+                                                  "top1_agreement": round(float(np.mean(top1)), 4),
+                                                  "lists": len(groups)}
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    if args.update_meta:
+        by_target = meta.get("parity_by_target") or {}
+        for target, entry in report["targets"].items():
+            if entry.get("measured") and entry["shipped_file"] in entry["files"]:
+                by_target[target] = {"how": entry["how"], "against": "fp32-onnx", "per_set": args.per_set,
+                                     "candidates": args.candidates, "sets": entry["files"][entry["shipped_file"]]}
+        meta["parity_by_target"] = by_target
+        (SHIPPED_EMBEDDER_DIR / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(main())
