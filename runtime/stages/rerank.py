@@ -143,9 +143,6 @@ class CrossEncoder:
         return np.concatenate(out)
 
 
-OnnxCrossEncoder = CrossEncoder  # the name benches and training code import
-
-
 def read_reranker_meta(folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     path = folder / RERANKER_META
