@@ -1,5 +1,5 @@
 """Benchmark folders: ``tools.jsonl`` ({id, name, description, parameters}) and ``queries.jsonl``
-({id, history: [{role, content}], query, gold: [tool ids], category}). Extra keys are kept."""
+({id, history: [chat messages], query, gold: [tool ids], category}). Extra keys are kept."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from magicselector.catalog import Catalog, load_catalog
-from magicselector.dialogue import ROLES
+from magicselector.dialogue import validate_history
 from magicselector.errors import CatalogError, InputError
 
 
@@ -57,10 +57,11 @@ def load_queries(path: Path, catalog: Catalog) -> list[Query]:
                 raise InputError(f"{where}: gold tool ids not in tools.jsonl: {unknown[:5]}")
             history = row.get("history") or []
             if not isinstance(history, list):
-                raise InputError(f"{where}: 'history' must be a list of turns")
-            for i, t in enumerate(history):
-                if not isinstance(t, dict) or t.get("role") not in ROLES or not isinstance(t.get("content"), str):
-                    raise InputError(f"{where}: history[{i}] must be {{role in {ROLES}, content: str}}")
+                raise InputError(f"{where}: 'history' must be a list of messages")
+            try:  # chat messages in any shape the runtime reads (tool calls and results included)
+                validate_history(history)
+            except InputError as e:
+                raise InputError(f"{where}: {e}") from None
             seen.add(str(qid))
             extra = {k: v for k, v in row.items() if k not in ("id", "query", "gold", "history", "category")}
             out.append(Query(str(qid), query, tuple(dict.fromkeys(gold)), tuple(history),
