@@ -141,3 +141,31 @@ def test_tool_search_errors_are_clear(selector):
     broken["tools"][-1]["parameters"] = {"type": "object", "properties": {"x": {"type": "strng"}}}
     with pytest.raises(CatalogError, match=r"request.tools\[\d+\].*not a valid JSON Schema"):
         search.answer_openai(broken, oa_response)
+
+
+@pytest.mark.slow
+def test_select_with_mcp_catalogs_and_a_format_on_the_command_line(bundle_dir, tmp_path, capsys):
+    from magicselector.cli.main import main
+
+    github = {"jsonrpc": "2.0", "id": 1, "result": {"tools": [
+        {"name": "create_issue", "description": "Open a new issue in a GitHub repository.",
+         "inputSchema": {"type": "object", "properties": {"title": {"type": "string"}}}},
+        {"name": "merge_pull_request", "description": "Merge an open pull request.",
+         "inputSchema": {"type": "object", "properties": {"number": {"type": "integer"}}}}]}}
+    slack = {"tools": [{"name": "send_message", "description": "Post a message to a Slack channel.",
+                        "inputSchema": {"type": "object", "properties": {"channel": {"type": "string"}}}}]}
+    (tmp_path / "github.json").write_text(json.dumps(github))
+    (tmp_path / "slack.json").write_text(json.dumps(slack))
+    history = tmp_path / "request.json"  # a recorded chat request works as the history file
+    history.write_text(json.dumps({"messages": [{"role": "user", "content": "the login page is broken"}]}))
+    code = main(["select", "file a bug about it", "--bundle", str(bundle_dir), "--history-file", str(history),
+                 "--catalog", str(tmp_path / "github.json"), str(tmp_path / "slack.json"), "--format", "openai"])
+    assert code == 0
+    defs = json.loads(capsys.readouterr().out)
+    assert defs[0] == {"type": "function", "function": {
+        "name": "github__create_issue", "description": "Open a new issue in a GitHub repository.",
+        "parameters": {"type": "object", "properties": {"title": {"type": "string"}}}}}
+    broken = {"tools": [{"name": "x", "inputSchema": {"type": "object", "properties": {"a": {"type": 5}}}}]}
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    assert main(["select", "hi", "--bundle", str(bundle_dir), "--catalog", str(tmp_path / "broken.json")]) == 2
+    assert "broken.json[0]: tool 'x': inputSchema: not a valid JSON Schema" in capsys.readouterr().err
