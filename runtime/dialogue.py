@@ -177,8 +177,9 @@ class _Reader:
     def add(self, turn: Any, i: int) -> None:
         where = f"history[{i}]"
         if isinstance(turn, Turn):
-            if turn.role not in ROLES or not isinstance(turn.content, str):
-                raise InputError(f"{where}: a Turn needs a role in {ROLES} and string content")
+            if turn.role not in ROLES or not isinstance(turn.content, str) or not isinstance(turn.tools, (tuple, list)) \
+                    or not all(isinstance(n, str) for n in turn.tools):
+                raise InputError(f"{where}: a Turn needs a role in {ROLES}, string content and a tuple of tool names")
             self.turns.append(Turn(turn.role, _clean(turn.content), tuple(turn.tools)))
             return
         if isinstance(turn, Mapping):
