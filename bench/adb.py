@@ -591,7 +591,8 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _finished_runs(partial: Path, out: Path, key: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _finished_runs(partial: Path, out: Path, key: Mapping[str, Any]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The finished runs an earlier, interrupted call left in ``partial.json`` (and ``runs/``), if
     that call measured the same thing (same ``resume_key``); else nothing."""
     from magicselector.bench.latency import validate_results
@@ -600,7 +601,10 @@ def _finished_runs(partial: Path, out: Path, key: Mapping[str, Any]) -> tuple[li
         kept = json.loads(partial.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return [], []
-    if not isinstance(kept, dict) or kept.get("config", {}).get("adb", {}).get("resume_key") != json.loads(json.dumps(key)):
+    try:
+        if kept["config"]["adb"]["resume_key"] != json.loads(json.dumps(key)):  # compared as JSON stores it
+            return [], []
+    except (KeyError, TypeError):  # not a partial.json this harness wrote
         return [], []
     results, meta = [], []
     for n, entry in enumerate(kept.get("runs", []), 1):
@@ -678,7 +682,8 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                "pinned_cores": device.get("big_cores") if mask else None, "taskset_mask": mask,
                "cool_down_s": cool_down_s, "cool_down_below_c": cool_down_below_c, "mem_probe": mem_probe,
                "runs_requested": runs, "push": pushed,
-               "resume_key": {"serial": info.serial, "bundle_manifest_sha256": sha256_file(Path(bundle_dir) / "manifest.json"),
+               "resume_key": {"serial": info.serial,
+                              "bundle_manifest_sha256": sha256_file(Path(bundle_dir) / "manifest.json"),
                               "runner_module": runner_module, "python_cmd": python_cmd, "warmup": warmup,
                               "threads": threads, "passes_per_run": passes_per_run, "decompose": decompose,
                               "history_mode": history_mode, "taskset_mask": mask, "mem_probe": mem_probe},

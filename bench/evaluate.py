@@ -23,10 +23,10 @@ import numpy as np
 from magicselector.bundle import Bundle, ensure_default_bundle
 from magicselector.catalog import Catalog, schema_tokens, tool_text
 from magicselector.config import DEFAULT_CUT, SelectorConfig
-from magicselector.dialogue import retrieval_text, validate_history
+from magicselector.dialogue import retrieval_text, validate_history, validate_query
 from magicselector.errors import InputError
 from magicselector.files import cache_home
-from magicselector.selector import Selector
+from magicselector.selector import Selector, bounded_history
 from magicselector.stages.cut import CutConfig, apply_cut
 from magicselector.stages.index import ToolIndex
 
@@ -34,6 +34,7 @@ from magicselector.data.datasets import Benchmark, Query, load_benchmark
 from magicselector.data.metrics import completeness_at_k, mean, ndcg_at_k, recall_at_k
 
 RETRIEVERS = ("dense", "bm25", "hybrid")
+BAD_QUERY_POLICIES = ("skip", "truncate")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class EvalConfig:
     lexical_fusion: str | None = None  # hybrid: rrf | zmix; None: SelectorConfig's default (so the weights)
     lexical_weight: float | None = None
     lexical_candidates: int | None = None
+    # a query the Selector refuses (over-long, empty, not valid Unicode, malformed history) is
+    # skipped, or with "truncate" an over-long one is cut to SelectorConfig.max_query_chars
+    on_bad_query: str = "skip"
 
     def __post_init__(self) -> None:
         if self.retriever not in RETRIEVERS:
@@ -68,6 +72,8 @@ class EvalConfig:
             raise InputError("decomposition is evaluated with the dense or hybrid retriever (--retriever dense|hybrid)")
         if self.k < 1:
             raise InputError("k must be >= 1")
+        if self.on_bad_query not in BAD_QUERY_POLICIES:
+            raise InputError(f"on_bad_query must be one of {BAD_QUERY_POLICIES}, got {self.on_bad_query!r}")
 
 
 def selector_for_catalog(base: Selector, catalog: Catalog, config: SelectorConfig) -> Selector:
@@ -167,6 +173,9 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
                                 decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
                                 decomposer_model=model, decomposer_prompt=prompt, threads=config.threads,
                                 **rerank_opts)
+    queries, bad = screen_queries(queries, sel_config, config.on_bad_query)  # before any indexing
+    if not queries:
+        raise InputError(f"{bench.path}: every query was refused ({len(bad)}), e.g. {bad[0]['id']}: {bad[0]['reason']}")
     if config.reranker is not None and config.rerank:
         from magicselector.stages.rerank import CrossEncoder
 
@@ -214,6 +223,9 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         "config": {**asdict(config), "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,
                    "tools": len(bench.catalog), "seconds": round(time.perf_counter() - t0, 2)},
     }
+    report["bad_queries"] = {"policy": config.on_bad_query, "count": len(bad), "ids": [b["id"] for b in bad],
+                             "skipped": sum(b["action"] == "skipped" for b in bad),
+                             "truncated": sum(b["action"] == "truncated" for b in bad), "rows": bad}
     if raw_selector is not None:
         multi = [r for r in rows if len(set(r["gold"])) > 1]
         report["counterfactual"] = {**_counterfactual(rows, config.k),
@@ -224,6 +236,32 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         if quality:
             report["decomposition"] = quality
     return report
+
+
+def screen_queries(queries: Sequence[Query], config: SelectorConfig, policy: str = "skip"
+                   ) -> tuple[list[Query], list[dict[str, str]]]:
+    """The queries the Selector takes, and one row ({id, action, reason}) per query it would refuse,
+    found with the Selector's own checks. ``policy="truncate"`` cuts an over-long utterance at a
+    word boundary within ``config.max_query_chars`` instead of skipping it."""
+    kept, bad = [], []
+    for q in queries:
+        note = None
+        try:
+            text = " ".join(q.query.split()) if isinstance(q.query, str) else ""
+            if policy == "truncate" and len(text) > config.max_query_chars:
+                cut = text[: config.max_query_chars + 1]
+                cut = cut[: cut.rfind(" ")] if " " in cut else cut[: config.max_query_chars]
+                note = {"id": q.id, "action": "truncated", "reason": f"{len(text):,} characters, cut to {len(cut):,}"}
+                q = replace(q, query=cut)
+            validate_query(q.query, config.max_query_chars)
+            bounded_history(q.history, config.max_history_turns, config.max_history_chars)
+        except InputError as e:
+            bad.append({"id": q.id, "action": "skipped", "reason": str(e)[:300]})
+            continue
+        if note:
+            bad.append(note)
+        kept.append(q)
+    return kept, bad
 
 
 def _counterfactual_row(q: Query, sel, raw, selector: Selector, k: int) -> dict[str, Any]:
@@ -344,4 +382,9 @@ def format_report(report: dict[str, Any]) -> str:
     if dq:
         lines.append("decomposition vs gold tasks: " + ", ".join(
             f"{key}={v:.3f}" if isinstance(v, float) else f"{key}={v}" for key, v in dq.items()))
+    bad = report.get("bad_queries")
+    if bad and bad["count"]:
+        shown = ", ".join(f"{b['id']} ({b['action']}: {b['reason'][:60]})" for b in bad["rows"][:10])
+        lines.append(f"bad queries: {bad['count']} ({bad['skipped']} skipped, {bad['truncated']} truncated; "
+                     f"--on-bad-query {bad['policy']}): {shown}" + (" ..." if bad["count"] > 10 else ""))
     return "\n".join(lines)

@@ -66,11 +66,17 @@ def _read_history(path: str | None) -> list[dict[str, str]]:
     if not path:
         return []
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))  # a byte-order mark is allowed
     except FileNotFoundError:
         raise InputError(f"{path}: no such history file") from None
+    except OSError as e:  # a folder, no permission
+        raise InputError(f"{path}: cannot read the history file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e})") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deeply to be a history") from None
     if isinstance(data, dict):  # also a recorded chat request: its messages (Chat, Anthropic) or input (Responses)
         data = next((data[k] for k in ("history", "turns", "messages", "input") if k in data), None)
     if not isinstance(data, list):
@@ -115,6 +121,7 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
         from magicselector.default_bundle import build_default_bundle as build_from_shipped  # no exporter needed
 
         build_from_shipped(out, target=args.target, reranker=not args.no_reranker)
+        _sign_built(out, args.signing_key)
         print(out)
         return 0
     from magicselector.export.bundle import build_default_bundle
@@ -128,10 +135,12 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
             checkpoint = retrain_shipped(work, train_data=args.train_data, progress=True,
                                          log=lambda msg: print(f"[retrain] {msg}", file=sys.stderr, flush=True))
             build_default_bundle(out, progress=True, preset=args.preset, reranker=checkpoint, target=args.target)
+        _sign_built(out, args.signing_key)
         print(out)
         return 0
     reranker = None if args.no_reranker else (args.reranker or "shipped")
     build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker, target=args.target)
+    _sign_built(out, args.signing_key)
     print(out)
     return 0
 
@@ -151,15 +160,43 @@ def _build_custom_bundle(args: argparse.Namespace, custom: list[str]) -> int:
     return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog,
                              reranker=None if args.no_reranker else args.reranker, decomposer=args.decomposer,
                              fmt=args.model_format or "onnx", preset=args.preset, quant=args.quant or "q8_0",
-                             verify=not args.no_verify, target=args.target)
+                             verify=not args.no_verify, signing_key=args.signing_key, target=args.target)
 
 
 def cmd_bundle_verify(args: argparse.Namespace) -> int:
     from magicselector.bundle_check import verify_bundle
 
+    signature = None
+    if args.public_key:  # who made it, before what it holds
+        from magicselector.signing import verify_bundle_signature
+
+        signature = verify_bundle_signature(args.dir, args.public_key)
     checks = verify_bundle(args.dir)
-    print(json.dumps({"ok": True, **checks}, indent=2))
+    print(json.dumps({"ok": True, **checks, **({"signature": signature} if signature else {})}, indent=2))
     return 0
+
+
+def cmd_bundle_sign(args: argparse.Namespace) -> int:
+    from magicselector.signing import sign_bundle
+
+    print(json.dumps(sign_bundle(args.dir, args.key), indent=2))
+    return 0
+
+
+def cmd_bundle_keygen(args: argparse.Namespace) -> int:
+    from magicselector.signing import generate_keypair
+
+    print(json.dumps(generate_keypair(args.out), indent=2))
+    return 0
+
+
+def _sign_built(out: Path, key: str | None) -> None:
+    """``--signing-key``: sign the bundle just built (its manifest, after its files were checked)."""
+    if key:
+        from magicselector.signing import sign_bundle
+
+        signed = sign_bundle(out, key)
+        print(f"signed {signed['signature']} (key {signed['fingerprint']})", file=sys.stderr)
 
 
 def eval_config(args: argparse.Namespace):
@@ -188,7 +225,7 @@ def eval_config(args: argparse.Namespace):
                       rerank=config.rerank, reranker=args.reranker, rerank_weight=config.rerank_weight,
                       rerank_candidates=config.rerank_candidates, threads=config.threads,
                       lexical_fusion=args.lexical_fusion, lexical_weight=args.lexical_weight,
-                      lexical_candidates=args.lexical_candidates)
+                      lexical_candidates=args.lexical_candidates, on_bad_query=args.on_bad_query)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -242,6 +279,8 @@ def _add_bundle_build_parser(bp) -> None:
     rr.add_argument("--no-reranker", action="store_true", help="build without a rerank stage")
     sp.add_argument("--train-data", metavar="DIR",
                     help="--retrain-reranker: benchmark folder to train on (default: generate the mobile train split)")
+    sp.add_argument("--signing-key", metavar="KEY", help="sign the built bundle with this Ed25519 private key "
+                                                         "(PEM, from `bundle keygen`): manifest.sig")
     sp.set_defaults(func=cmd_bundle_build)
 
 
@@ -270,7 +309,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bundle_build_parser(bp)
     sp = bp.add_parser("verify", help="check hashes, load every artifact, re-run the golden vectors")
     sp.add_argument("dir")
+    sp.add_argument("--public-key", metavar="PUB", help="also require a valid signature (manifest.sig) by this "
+                    "Ed25519 public key: PEM file, or the 32 raw bytes as base64 or hex")
     sp.set_defaults(func=cmd_bundle_verify)
+    sp = bp.add_parser("sign", help="sign a bundle's manifest with an Ed25519 private key (writes manifest.sig)")
+    sp.add_argument("dir")
+    sp.add_argument("--key", required=True, metavar="KEY", help="the private key (PEM, from `bundle keygen`)")
+    sp.set_defaults(func=cmd_bundle_sign)
+    sp = bp.add_parser("keygen", help="make an Ed25519 key pair for signing bundles: PREFIX.key and PREFIX.pub")
+    sp.add_argument("--out", required=True, metavar="PREFIX", help="where to write PREFIX.key (private, owner "
+                                                                   "only) and PREFIX.pub (public)")
+    sp.set_defaults(func=cmd_bundle_keygen)
 
     sp = sub.add_parser("eval", help="evaluate on a benchmark folder (tools.jsonl + queries.jsonl); without "
                                      "flags, the shipped configuration")
@@ -290,6 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", metavar="OUT", help="write the report as JSON")
     sp.add_argument("--limit", type=int, help="evaluate a seeded sample of this many queries")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--on-bad-query", choices=["skip", "truncate"], default="skip",
+                    help="a query the Selector refuses (over-long, empty, invalid Unicode, malformed history) is "
+                         "skipped (default), or an over-long one is cut to the utterance limit; counted and "
+                         "listed in the report either way")
     sp.set_defaults(func=cmd_eval)
 
     # `magicselector bench ...` lives in magicselector.bench.cli (registered here; its heavy

@@ -33,11 +33,21 @@ class Benchmark:
         return self.path.name
 
 
+def _decoded(raw: bytes, n: int, path: Path) -> str:
+    """Line ``n`` of a UTF-8 file (a byte-order mark allowed on the first); undecodable bytes are an
+    InputError naming the line."""
+    try:
+        return raw.decode("utf-8-sig" if n == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}:{n}: not UTF-8 text ({e})") from None
+
+
 def load_queries(path: Path, catalog: Catalog) -> list[Query]:
     out = []
     seen = set()
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            line = _decoded(raw, n, path)
             if not line.strip():
                 continue
             where = f"{path}:{n}"
@@ -45,6 +55,11 @@ def load_queries(path: Path, catalog: Catalog) -> list[Query]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise InputError(f"{where}: not valid JSON ({e})") from None
+            except RecursionError:
+                raise InputError(f"{where}: JSON nested too deeply to be a query") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{where}: a query is a JSON object {{id, query, gold, ...}}, "
+                                 f"got {type(row).__name__}")
             qid, query, gold = row.get("id"), row.get("query"), row.get("gold")
             if not isinstance(qid, (str, int)) or str(qid) in seen:
                 raise InputError(f"{where}: missing or repeated query id {qid!r}")

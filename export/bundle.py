@@ -268,16 +268,23 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                   fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
                   min_reranker_spearman: float = MIN_RERANKER_SPEARMAN,
                   min_decomposer_first_token: float | None = None, verify: bool = True,
-                  log: Callable[[str], None] = print, target: str | None = None) -> dict[str, Any]:
+                  log: Callable[[str], None] = print, signing_key: Any = None,
+                  target: str | None = None) -> dict[str, Any]:
     """``magicselector export bundle``: export every model, check parity, write and verify the bundle.
     ONNX models are quantized for ``target`` (``host`` or None: this CPU) unless ``preset`` says otherwise.
 
     Every argument is checked before any export work; any failure (parity below its floor,
     unsupported architecture, missing tokenizer, unknown quantization) raises ExportError and
-    leaves no output folder behind."""
+    leaves no output folder behind. With ``signing_key`` (an Ed25519 private key, PEM) the
+    manifest is signed (``manifest.sig``, ``magicselector.signing``) before the folder appears."""
     import tempfile
 
     from magicselector.catalog import load_catalog
+
+    if signing_key is not None:  # a bad key fails before any export work
+        from magicselector.signing import load_private_key
+
+        signing_key = load_private_key(signing_key)
 
     if fmt not in FORMATS:
         raise ExportError(f"unknown bundle format {fmt!r}; choose one of {list(FORMATS)}")
@@ -309,6 +316,10 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                                     min_first_token=min_decomposer_first_token, log=log)
 
         def check(root: Path) -> None:
+            if signing_key is not None:
+                from magicselector.signing import sign_bundle
+
+                log(f"signing the manifest (key {sign_bundle(root, signing_key)['fingerprint']})")
             if verify:
                 from magicselector.bundle_check import verify_bundle
 

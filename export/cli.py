@@ -21,8 +21,9 @@ from magicselector.targets import TARGET_CHOICES
 def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | Path,
                       reranker: str | Path | None = None, decomposer: str | Path | None = None,
                       fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
-                      verify: bool = True, target: str | None = None) -> int:
-    """Export every model, check parity, write and verify the bundle; print a JSON summary."""
+                      verify: bool = True, signing_key: str | None = None, target: str | None = None) -> int:
+    """Export every model, check parity, write and verify the bundle (signed with ``signing_key``,
+    when given); print a JSON summary."""
     from .bundle import export_bundle
 
     t0 = time.perf_counter()
@@ -32,7 +33,7 @@ def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | P
 
     manifest = export_bundle(out, embedder=embedder, reranker=reranker, decomposer=decomposer,
                              catalog=catalog, fmt=fmt, preset=preset, quant=quant, verify=verify, log=log,
-                             target=target)
+                             signing_key=signing_key, target=target)
     summary = {"out": str(out), "files": {k: v["size"] for k, v in manifest["files"].items()}}
     for section in ("embedder", "reranker", "decomposer"):
         sec = manifest.get(section)
@@ -50,7 +51,7 @@ def cmd_export_bundle(args: argparse.Namespace) -> int:
          "`magicselector bundle build --embedder ... --catalog ... --out DIR` (--format is --model-format there)")
     return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog, reranker=args.reranker,
                              decomposer=args.decomposer, fmt=args.format, preset=args.preset, quant=args.quant,
-                             verify=not args.no_verify, target=args.target)
+                             verify=not args.no_verify, signing_key=args.signing_key, target=args.target)
 
 
 def register(subparsers) -> None:
@@ -74,6 +75,7 @@ def register(subparsers) -> None:
     sp.add_argument("--quant", default="q8_0", help="decomposer GGUF quantization: q8_0 (default), q4_k_m, "
                                                     "q4_0, q5_k_m, q6_k, f16, ...")
     sp.add_argument("--no-verify", action="store_true", help="skip the final bundle verify")
+    sp.add_argument("--signing-key", metavar="KEY", help="sign the bundle with this Ed25519 private key (PEM)")
     sp.set_defaults(func=cmd_export_bundle)
 
 

@@ -8,8 +8,9 @@ models for this CPU, the phone catalog; ``magicselector.default_bundle``) and ca
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Mapping
 
 from .errors import BundleError
@@ -20,6 +21,9 @@ FORMAT = "magicselector-bundle"
 FORMAT_VERSION = 1
 # Bumped whenever the default bundle's recipe changes, so caches from older recipes are not reused.
 DEFAULT_BUNDLE_RECIPE = "default-v3"
+# the sections that stand for one artifact file each (a section's "file", relative to the folder)
+ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "reranker", "decomposer", "lexical")
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings: kilobytes; refuse to read a huge one
 SHIPPED_RERANKER_DIR = Path(__file__).parent / "models" / "reranker"  # committed INT8 ONNX + model card
 
 
@@ -40,58 +44,118 @@ def default_bundle_dir() -> Path:
 
 @dataclass(frozen=True)
 class Bundle:
-    """A verified bundle folder and its manifest."""
+    """A verified bundle folder and its manifest.
+
+    Every path the manifest names is confined to the folder: relative, no ``..``, and resolving
+    (symlinks followed) inside it, or the load fails with a BundleError naming the entry. With a
+    ``public_key``, the manifest must carry a valid Ed25519 signature (``manifest.sig``,
+    ``magicselector.signing``), checked over the very bytes that are then parsed.
+    """
 
     path: Path
     manifest: Mapping[str, Any]
+    manifest_bytes: bytes = field(default=b"", repr=False, compare=False)
 
     @classmethod
-    def open(cls, path: str | Path, verify: bool = True) -> "Bundle":
+    def open(cls, path: str | Path, verify: bool = True, public_key: Any = None) -> "Bundle":
+        if not isinstance(path, (str, os.PathLike)) or "\x00" in os.fspath(path):
+            raise BundleError(f"bundle path must be a folder path, got {path!r:.80}")
         path = Path(path)
         mpath = path / MANIFEST
         if not path.is_dir():
             raise BundleError(f"{path}: no such bundle folder")
         if not mpath.is_file():
             raise BundleError(f"{path}: not a bundle (no {MANIFEST})")
+        if mpath.stat().st_size > MAX_MANIFEST_BYTES:
+            raise BundleError(f"{mpath}: {mpath.stat().st_size:,} bytes; a manifest is at most {MAX_MANIFEST_BYTES:,}")
+        raw = mpath.read_bytes()
+        if public_key is not None:  # before parsing: nothing unsigned is interpreted
+            from .signing import read_signature, verify_manifest_bytes
+
+            verify_manifest_bytes(raw, read_signature(path), public_key, str(path))
         try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+            manifest = json.loads(raw.decode("utf-8-sig"))
+        except UnicodeDecodeError as e:
+            raise BundleError(f"{mpath}: not UTF-8 text ({e})") from None
         except json.JSONDecodeError as e:
             raise BundleError(f"{mpath}: not valid JSON ({e})") from None
-        if manifest.get("format") != FORMAT:
+        except RecursionError:
+            raise BundleError(f"{mpath}: JSON nested too deeply to be a manifest") from None
+        if not isinstance(manifest, Mapping) or manifest.get("format") != FORMAT:
             raise BundleError(f"{mpath}: not a magicselector bundle manifest")
         if manifest.get("format_version") != FORMAT_VERSION:
-            raise BundleError(f"{mpath}: format version {manifest.get('format_version')} is not "
+            raise BundleError(f"{mpath}: format version {manifest.get('format_version')!r:.40} is not "
                               f"{FORMAT_VERSION}; rebuild the bundle with this magicselector")
-        bundle = cls(path, manifest)
+        bundle = cls(path, manifest, raw)
         if verify:
             bundle.verify_files()
         return bundle
+
+    def _confined(self, rel: Any, entry: str) -> Path:
+        """``path / rel`` after checking that ``rel`` stays inside the bundle folder."""
+        where = f"{self.path / MANIFEST}: {entry}"
+        if not isinstance(rel, str) or not rel:
+            raise BundleError(f"{where}: a file path must be a non-empty string, got {rel!r:.80}")
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BundleError(f"{where}: the path {rel!r:.80} is not valid Unicode") from None
+        parts = PurePosixPath(rel).parts
+        if ("\x00" in rel or "\\" in rel or rel.startswith("/") or PureWindowsPath(rel).drive or ".." in parts):
+            raise BundleError(f"{where}: the path {rel!r:.120} leaves the bundle folder (an absolute path, a drive "
+                              "or '..'); a bundle names its files relative to its own folder")
+        try:
+            root = self.path.resolve()
+            target = (root / rel).resolve()
+        except (OSError, RuntimeError) as e:  # a name too long, a symlink loop
+            raise BundleError(f"{where}: the path {rel!r:.120} cannot be resolved ({e})") from None
+        if target != root and root not in target.parents:
+            raise BundleError(f"{where}: {rel!r:.120} resolves to {target}, outside the bundle folder "
+                              "(a symbolic link out of it)")
+        return self.path / rel
 
     def verify_files(self) -> None:
         files = self.manifest.get("files")
         if not isinstance(files, Mapping) or not files:
             raise BundleError(f"{self.path / MANIFEST}: lists no files")
         for rel, entry in files.items():
-            p = self.path / rel
-            if not p.is_file():
-                raise BundleError(f"{p}: missing from the bundle (listed in {MANIFEST})")
-            size = p.stat().st_size
-            if size != entry.get("size"):
-                raise BundleError(f"{p}: size {size} does not match the manifest ({entry.get('size')}); "
-                                  "the file was altered or truncated")
-            digest = sha256_file(p)
+            p = self._confined(rel, f"files[{rel!r:.120}]")
+            if not isinstance(entry, Mapping):
+                raise BundleError(f"{self.path / MANIFEST}: files[{rel!r:.120}] must be an object with size and sha256")
+            try:
+                if not p.is_file():
+                    raise BundleError(f"{p}: missing from the bundle (listed in {MANIFEST})")
+                size = p.stat().st_size
+                if size != entry.get("size"):
+                    raise BundleError(f"{p}: size {size} does not match the manifest ({entry.get('size')!r:.40}); "
+                                      "the file was altered or truncated")
+                digest = sha256_file(p)
+            except OSError as e:  # a name too long, no permission
+                raise BundleError(f"{self.path / MANIFEST}: files[{rel!r:.120}] cannot be read "
+                                  f"({e.strerror})") from None
             if digest != entry.get("sha256"):
                 raise BundleError(f"{p}: sha256 {digest[:12]}... does not match the manifest "
                                   f"({str(entry.get('sha256'))[:12]}...); the file was altered")
 
     def file(self, rel: str) -> Path:
-        if rel not in self.manifest.get("files", {}):
-            raise BundleError(f"{self.path}: {rel} is not listed in the manifest")
-        return self.path / rel
+        files = self.manifest.get("files")
+        if not isinstance(rel, str) or not isinstance(files, Mapping) or rel not in files:
+            raise BundleError(f"{self.path}: {rel!r:.120} is not listed in the manifest")
+        return self._confined(rel, f"files[{rel!r:.120}]")
 
     def section(self, name: str) -> Mapping[str, Any] | None:
         value = self.manifest.get(name)
-        return value if isinstance(value, Mapping) else None
+        if not isinstance(value, Mapping):
+            return None
+        if name in ARTIFACT_SECTIONS and "file" not in value:
+            raise BundleError(f"{self.path / MANIFEST}: the {name} section names no file ('file')")
+        for key in ("file", "tokenizer"):  # the paths a section names: strings, listed, inside the folder
+            if key in value:
+                if not isinstance(value[key], str):
+                    raise BundleError(f"{self.path / MANIFEST}: {name}.{key} must be a file path (a string), "
+                                      f"got {value[key]!r:.80}")
+                self.file(value[key])
+        return value
 
 
 def write_manifest(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:

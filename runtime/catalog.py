@@ -323,20 +323,20 @@ def _entries_from_data(data: Any, where: str) -> tuple[list[tuple[Any, str]], st
 
 def _entries_from_jsonl(path: Path) -> list[tuple[Any, str]]:
     out = []
-    n = 0
-    try:
-        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is allowed
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append((json.loads(line), f"{path}:{n}"))
-                except json.JSONDecodeError as e:
-                    raise CatalogError(f"{path}:{n}: not valid JSON ({e})") from None
-                except RecursionError:
-                    raise CatalogError(f"{path}:{n}: JSON nested too deeply to be a tool") from None
-    except UnicodeDecodeError as e:
-        raise CatalogError(f"{path}:{n + 1}: not UTF-8 text ({e})") from None
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # a byte-order mark is allowed
+            except UnicodeDecodeError as e:
+                raise CatalogError(f"{path}:{n}: not UTF-8 text ({e})") from None
+            if not line.strip():
+                continue
+            try:
+                out.append((json.loads(line), f"{path}:{n}"))
+            except json.JSONDecodeError as e:
+                raise CatalogError(f"{path}:{n}: not valid JSON ({e})") from None
+            except RecursionError:
+                raise CatalogError(f"{path}:{n}: JSON nested too deeply to be a tool") from None
     return out
 
 

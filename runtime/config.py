@@ -1,6 +1,7 @@
 """``SelectorConfig`` (``SelectorConfig()`` is the shipped product), the shipped cut and the modes; frozen."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 from .errors import InputError
@@ -36,6 +37,13 @@ class SelectorConfig:
       and the kept tools are united (``subtask``, default) or it runs once on the fused list
       (``fused``). On the generated dev split ``subtask`` beat a fixed K of the same mean K and
       ``fused`` did not (docs/bench/decomposition.md).
+    Bounds, so that the work of one ``select`` is bounded whatever the input (the measured worst
+    case is in docs/bench/robustness.md): an utterance longer than ``max_query_chars`` is refused
+    (InputError); of the history, only the last ``max_history_turns`` turns are read, and of those
+    only the most recent ``max_history_chars`` characters (older turns dropped, the oldest kept
+    one clipped at its start); at most ``max_subtasks`` sub-tasks are retrieved (the decomposer's
+    first ones). ``history_turns`` is how many of the considered turns a history mode folds into
+    the retrieval text.
     """
 
     history: str = "none"
@@ -48,6 +56,11 @@ class SelectorConfig:
     rerank_weight: float = 0.5
     threads: int = 1
     max_query_chars: int = 16_000
+    # the bounds on one turn's work (see the docstring): history turns and characters considered,
+    # sub-tasks retrieved
+    max_history_turns: int = 32
+    max_history_chars: int = 16_000
+    max_subtasks: int = 8
     # decomposition (see decompose/): none | rules | llm | auto (gated, with a deadline)
     decompose: str = "none"
     decomposer_model: str | None = None  # a GGUF path; None = the bundle's, else the pinned default (chunk packages)
@@ -72,6 +85,9 @@ class SelectorConfig:
             raise InputError(f"history must be one of {HISTORY_MODES}, got {self.history!r}")
         if self.candidates < 1:
             raise InputError("candidates must be >= 1")
+        for name in ("history_turns", "max_query_chars", "max_history_turns", "max_history_chars", "max_subtasks"):
+            if not isinstance(getattr(self, name), numbers.Integral) or getattr(self, name) < 1:
+                raise InputError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
         if self.fusion not in ("peak", "rrf"):
             raise InputError(f"fusion must be 'peak' or 'rrf', got {self.fusion!r}")
         if self.rerank_candidates < 1:

@@ -1,19 +1,21 @@
 """The Selector: decompose -> embed -> search -> (lexical) -> (rerank) -> fuse -> cut, with per-stage timings."""
 from __future__ import annotations
 
+import collections
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .bundle import MANIFEST, Bundle, ensure_default_bundle
 from .catalog import Catalog, Tool, load_catalog, tool_text
 from .config import SelectorConfig
-from .dialogue import retrieval_text, validate_history, validate_query
-from .errors import BundleError
+from .dialogue import Turn, check_text, retrieval_text, validate_history, validate_query
+from .errors import BundleError, InputError
 from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
 from .stages.cut import Cut, apply_cut, cut_per_list
 from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
@@ -50,6 +52,9 @@ class Selection:
     # per retrieval list (utterance anchor first, then each sub-task), after the rerank: (text, ids,
     # scores); what the cut saw, kept for analysis (bench/cut_curve.py)
     lists: list[tuple[str, list[str], list[float]]] = field(default_factory=list)
+    # how many add_tool / remove_tool calls the Selector had applied when this turn searched: two
+    # selections with the same version saw the same catalog
+    catalog_version: int = 0
     trace: DecomposeTrace = field(default_factory=DecomposeTrace)  # how the decomposer got the sub-tasks
 
     @property
@@ -104,6 +109,7 @@ class Selector:
         self.reranker = reranker
         self._lexical = lexical  # built from the catalog on first use when None
         self._lock = threading.RLock()
+        self._catalog_version = 0
         missing = [t.id for t in catalog if t.id not in index]
         if missing or len(index) != len(catalog):
             raise BundleError(f"index and catalog disagree ({len(index)} vs {len(catalog)} tools; "
@@ -112,10 +118,15 @@ class Selector:
     # -- construction --------------------------------------------------------------------------
     @classmethod
     def from_bundle(cls, path: str | Path | None = None, config: SelectorConfig | None = None,
-                    verify: bool = True, progress: bool = False) -> "Selector":
-        """Load a bundle folder (the default bundle, built on first use, when ``path`` is None)."""
+                    verify: bool = True, progress: bool = False, public_key: Any = None) -> "Selector":
+        """Load a bundle folder (the default bundle, built on first use, when ``path`` is None).
+
+        ``public_key`` (an Ed25519 public key: PEM file, or its 32 raw bytes or their base64): the
+        bundle must be signed by it (``magicselector.signing``), else BundleError; its files are
+        then always checked against the signed manifest, whatever ``verify`` says."""
         config = config or SelectorConfig()
-        bundle = Bundle.open(path if path is not None else ensure_default_bundle(progress=progress), verify=verify)
+        bundle = Bundle.open(path if path is not None else ensure_default_bundle(progress=progress),
+                             verify=verify or public_key is not None, public_key=public_key)
         warn_if_other_target(bundle.manifest.get("target"), bundle.path)
         emb = bundle.section("embedder")
         idx = bundle.section("index")
@@ -168,12 +179,17 @@ class Selector:
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
         """Add a tool, or replace the tool with the same id, without rebuilding anything."""
+        for name in ("id", "name", "description"):
+            if not isinstance(getattr(tool, name), str):
+                raise InputError(f"tool {tool.id!r}: {name} must be a string")
+            check_text(getattr(tool, name), f"tool {tool.id!r}: {name}")
         vec = self.embedder.embed([tool_text(tool)])
         with self._lock:
             self.index.add([tool.id], vec)
             if self._lexical is not None:
                 self._lexical.add(tool.id, tool_text(tool))
             self.catalog = self.catalog.with_tool(tool)
+            self._catalog_version += 1
 
     def remove_tool(self, tool_id: str) -> None:
         with self._lock:
@@ -182,6 +198,12 @@ class Selector:
             if self._lexical is not None:
                 self._lexical.remove(tool_id)
             self.catalog = self.catalog.without(tool_id)
+            self._catalog_version += 1
+
+    @property
+    def catalog_version(self) -> int:
+        """How many tools have been added or removed at run time (``Selection.catalog_version``)."""
+        return self._catalog_version
 
     @property
     def lexical(self) -> LexicalIndex:
@@ -196,10 +218,10 @@ class Selector:
         timer = _Timer()
         t = time.perf_counter()
         query = validate_query(query, self.config.max_query_chars)
-        turns = validate_history(history)
+        turns = bounded_history(history, self.config.max_history_turns, self.config.max_history_chars)
         decomposition = self.decomposer.decompose(query, turns)
         trace = decomposition.trace
-        subtasks = list(decomposition.tasks) or [query]
+        subtasks = (list(decomposition.tasks) or [query])[: self.config.max_subtasks]
         t = timer.lap("decompose", t)
         if trace.load_ms > 0:  # the one-off model load is reported on its own
             timer.ms["decompose_load"] = trace.load_ms
@@ -216,7 +238,7 @@ class Selector:
         t = timer.lap("embed", t)
 
         with self._lock:
-            catalog, index = self.catalog, self.index
+            catalog, index, version = self.catalog, self.index, self._catalog_version
             results = index.search(vectors, self.config.candidates)
             t = timer.lap("search", t)
             lists = [RankedList(ids, scores) for ids, scores in results]
@@ -245,7 +267,7 @@ class Selector:
         timer.total()
         return Selection(tools=chosen, k=cut.k, cut=cut, subtasks=subtasks, candidates=len(ids),
                          timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
-                         ranked_scores=[float(x) for x in scores],
+                         ranked_scores=[float(x) for x in scores], catalog_version=version,
                          lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)],
                          trace=trace)
 
@@ -270,7 +292,39 @@ class Selector:
         return tool_definitions([catalog.get(t.id) for t in selection.tools], format)
 
 
-# -- decomposer and cut helpers ------------------------------------------------------------------
+# -- bounds, decomposer and cut helpers -----------------------------------------------------------
+def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: int) -> list[Turn]:
+    """The part of a history a turn considers: its last ``max_turns`` messages (only those are
+    read), then the most recent ``max_chars`` characters of their text (older turns dropped, the
+    oldest kept one clipped at its start)."""
+    offset = 0
+    if isinstance(history, Sequence) and not isinstance(history, (str, bytes)) and len(history) > max_turns:
+        offset = len(history) - max_turns
+        history = history[offset:]
+    elif history is not None and not isinstance(history, (str, bytes, Sequence, Mapping)) \
+            and isinstance(history, Iterable):
+        tail = collections.deque(enumerate(history), maxlen=max_turns)  # a generator: keep only its tail
+        offset = tail[0][0] if tail else 0
+        history = [message for _, message in tail]
+    try:
+        turns = validate_history(history)[-max_turns:]
+    except InputError as e:  # name the message by its index in the caller's history
+        if not offset:
+            raise
+        raise InputError(re.sub(r"^history\[(\d+)\]", lambda m: f"history[{int(m.group(1)) + offset}]", str(e),
+                                count=1)) from None
+    kept: list[Turn] = []
+    budget = max_chars
+    for turn in reversed(turns):
+        if budget <= 0:
+            break
+        if len(turn.content) > budget:
+            turn = replace(turn, content=turn.content[len(turn.content) - budget:])
+        budget -= len(turn.content)
+        kept.append(turn)
+    return kept[::-1]
+
+
 def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None) -> Decomposer:
     """The decomposer a config asks for. A decomposer the caller handed in stays while the config
     asks for none; otherwise the LLM of ``current`` (loaded or not) is kept when it was built with

@@ -1,0 +1,298 @@
+"""``magicselector bench soak``: many selects from several threads while tools are added and removed.
+
+Worker threads share one Selector and select phone utterances (some with a dialogue history) while
+a churn thread removes catalog tools, puts them back and adds and removes tools of its own. Every
+selection records the catalog version it searched (``Selection.catalog_version``). Afterwards a
+fresh Selector replays the churn log single-threaded and selects every (utterance, version) pair
+seen, and each concurrent result must equal its replay: the same tools, K and ranked list, and
+scores within ``score_tolerance``. The process RSS is sampled throughout; after the warm-up (the
+first ``warmup_share`` of the selects) it must stay within ``rss_tolerance`` of its value at the
+end of the warm-up. Reports errors, mismatches, RSS and throughput.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+# Phone requests, a few elliptical follow-ups that need the history, and multi-intent turns.
+UTTERANCES = (
+    "turn on bluetooth", "set an alarm for 7 am", "play some jazz", "what's the weather in Paris tomorrow",
+    "text mom that I'm running late", "call the dentist", "navigate to the nearest gas station",
+    "start a 10 minute timer", "turn the volume down", "take a screenshot", "remind me to buy milk at 6",
+    "book a table for two tonight", "how long is my commute", "translate good morning into Spanish",
+    "open the camera", "switch on do not disturb", "what's on my calendar today", "order a pizza",
+    "send 20 dollars to Alex", "find a podcast about history", "dim the living room lights",
+    "turn on bluetooth and play some jazz", "set an alarm for 6 and remind me to call John",
+    "check the weather and book a taxi to the airport", "mute notifications, then start a timer",
+    "and tomorrow?", "make it 8 instead", "do that again", "what about London?", "turn it off",
+)
+HISTORY = (
+    {"role": "user", "content": "what's the weather in Berlin"},
+    {"role": "assistant", "content": "Cloudy, 14 degrees."},
+    {"role": "user", "content": "set an alarm for 7"},
+    {"role": "assistant", "content": "Alarm set for 7:00."},
+)
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    selects: int = 100_000
+    threads: int = 4
+    churn_interval_ms: float = 50.0   # the churn thread's pause between catalog changes
+    extra_tools: int = 20             # at most this many of the churn's own tools in the catalog at once
+    warmup_share: float = 0.1
+    rss_tolerance: float = 0.05
+    rss_interval_s: float = 0.5
+    score_tolerance: float = 1e-4
+    seed: int = 0
+    rerank: bool = True
+    decompose: str = "none"
+    history_share: float = 0.3        # share of selects that carry HISTORY
+
+
+def _rss_mb() -> float:
+    """The process's resident set size now (Linux /proc; resource's peak elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+
+
+def _churn_tool(n: int):
+    from magicselector.catalog import Tool
+
+    topics = ("garden watering schedule", "parking meter payment", "bike lock status", "aquarium heater",
+              "library book renewal", "laundry machine status", "plant moisture sensor", "boat mooring booking")
+    topic = topics[n % len(topics)]
+    return Tool(id=f"soak_tool_{n}", name=f"soak_tool_{n}", description=f"Check or change the {topic} ({n}).",
+                parameters={"type": "object", "properties": {"value": {"type": "string"}}})
+
+
+def _workload(config: SoakConfig) -> list[tuple[str, bool]]:
+    rng = random.Random(config.seed)
+    return [(rng.choice(UTTERANCES), rng.random() < config.history_share) for _ in range(config.selects)]
+
+
+def _key(sel) -> tuple:
+    return (tuple(sel.ids), sel.k, tuple(sel.ranked_ids))
+
+
+def run_soak(bundle: str | Path | None = None, config: SoakConfig = SoakConfig(),
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the soak (see the module docstring); returns the report, ``ok`` when nothing failed."""
+    from magicselector.bundle import ensure_default_bundle
+    from magicselector.config import SelectorConfig
+    from magicselector.selector import Selector
+
+    say = progress or (lambda line: None)
+    path = bundle if bundle is not None else ensure_default_bundle(progress=False)
+    sel_config = SelectorConfig(rerank=config.rerank, decompose=config.decompose, history="user")
+    selector = Selector.from_bundle(path, config=sel_config)
+    originals = list(selector.catalog)
+    work = _workload(config)
+    results: list[tuple | None] = [None] * len(work)
+    versions = [0] * len(work)
+    errors: list[str] = []
+    churn_log: list[tuple[int, str, Any]] = []   # (version after the change, op, tool or id)
+    rss: list[tuple[float, int, float]] = []     # (seconds, selects done, MB)
+    done = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
+    next_item = iter(range(len(work)))
+
+    def worker() -> None:
+        while not stop.is_set():
+            with lock:
+                i = next(next_item, None)
+            if i is None:
+                return
+            text, with_history = work[i]
+            try:
+                sel = selector.select(text, HISTORY if with_history else ())
+                results[i] = _key(sel) + (tuple(round(t.score, 6) for t in sel.tools),)
+                versions[i] = sel.catalog_version
+            except Exception as e:  # the soak's finding: any error at all
+                with lock:
+                    errors.append(f"select {i} ({text!r}): {type(e).__name__}: {e}")
+            with lock:
+                done[0] += 1
+
+    def churn() -> None:
+        rng = random.Random(config.seed + 1)
+        removed: list = []
+        extra: list = []
+        made = 0
+        while not stop.is_set():
+            try:
+                op = rng.random()
+                if op < 0.3 and len(removed) < 10:
+                    tool = rng.choice([t for t in selector.catalog if not t.id.startswith("soak_tool_")])
+                    selector.remove_tool(tool.id)
+                    removed.append(tool)
+                    churn_log.append((selector.catalog_version, "remove", tool.id))
+                elif op < 0.6 and removed:
+                    tool = removed.pop(rng.randrange(len(removed)))
+                    selector.add_tool(tool)
+                    churn_log.append((selector.catalog_version, "add", tool))
+                elif op < 0.8 and len(extra) < config.extra_tools:
+                    tool = _churn_tool(made)
+                    made += 1
+                    selector.add_tool(tool)
+                    extra.append(tool)
+                    churn_log.append((selector.catalog_version, "add", tool))
+                elif extra:
+                    tool = extra.pop(rng.randrange(len(extra)))
+                    selector.remove_tool(tool.id)
+                    churn_log.append((selector.catalog_version, "remove", tool.id))
+            except Exception as e:
+                with lock:
+                    errors.append(f"churn: {type(e).__name__}: {e}")
+            stop.wait(config.churn_interval_ms / 1e3)
+
+    def sample_rss() -> None:
+        t0 = time.perf_counter()
+        while not stop.is_set():
+            rss.append((time.perf_counter() - t0, done[0], _rss_mb()))
+            stop.wait(config.rss_interval_s)
+
+    say(f"[soak] {config.selects:,} selects from {config.threads} threads, churn every "
+        f"{config.churn_interval_ms:g} ms, {len(originals)} tools, rerank={config.rerank}, "
+        f"decompose={config.decompose}")
+    t0 = time.perf_counter()
+    workers = [threading.Thread(target=worker, name=f"soak-{n}") for n in range(config.threads)]
+    helpers = [threading.Thread(target=churn, name="soak-churn"), threading.Thread(target=sample_rss, name="soak-rss")]
+    for th in helpers + workers:
+        th.start()
+    last = time.perf_counter()
+    while any(th.is_alive() for th in workers):
+        time.sleep(0.2)
+        if time.perf_counter() - last > 30:
+            last = time.perf_counter()
+            say(f"[soak] {done[0]:,}/{config.selects:,} selects, {len(churn_log)} catalog changes, "
+                f"RSS {rss[-1][2] if rss else 0:.0f} MB, {len(errors)} errors")
+    for th in workers:
+        th.join()
+    seconds = time.perf_counter() - t0
+    rss.append((seconds, done[0], _rss_mb()))
+    stop.set()
+    for th in helpers:
+        th.join()
+
+    # -- RSS after the warm-up ---------------------------------------------------------------------
+    warm = int(config.selects * config.warmup_share)
+    after = [mb for _, n, mb in rss if n >= warm]
+    base = after[0] if after else None
+    rss_report = {"samples": len(rss), "start_mb": round(rss[0][2], 1) if rss else None,
+                  "after_warmup_mb": round(base, 1) if base else None,
+                  "max_after_warmup_mb": round(max(after), 1) if after else None,
+                  "end_mb": round(rss[-1][2], 1) if rss else None,
+                  "growth_after_warmup": round(max(after) / base - 1, 4) if base else None}
+    rss_ok = base is not None and max(after) <= base * (1 + config.rss_tolerance)
+
+    # -- single-threaded replay on the same catalog states -----------------------------------------
+    say(f"[soak] replaying {len(churn_log)} catalog changes single-threaded")
+    t1 = time.perf_counter()
+    replay = Selector.from_bundle(path, config=sel_config)
+    wanted: dict[int, set[tuple[str, bool]]] = {}
+    for i, (text, hist) in enumerate(work):
+        if results[i] is not None:
+            wanted.setdefault(versions[i], set()).add((text, hist))
+    expected: dict[tuple[int, str, bool], tuple] = {}
+    changes = iter(churn_log)
+    version = 0
+    for v in sorted(wanted):
+        while version < v:
+            logged, op, what = next(changes)
+            (replay.add_tool if op == "add" else replay.remove_tool)(what)
+            version = replay.catalog_version
+            if version != logged:
+                errors.append(f"replay: version {version} after change {logged}")
+        for text, hist in sorted(wanted[v]):
+            sel = replay.select(text, HISTORY if hist else ())
+            expected[(v, text, hist)] = _key(sel) + (tuple(round(t.score, 6) for t in sel.tools),)
+    mismatches = []
+    for i, (text, hist) in enumerate(work):
+        got = results[i]
+        if got is None:
+            continue
+        want = expected[(versions[i], text, hist)]
+        same = got[:3] == want[:3] and all(abs(a - b) <= config.score_tolerance for a, b in zip(got[3], want[3]))
+        if not same:
+            mismatches.append({"select": i, "text": text, "history": hist, "version": versions[i],
+                               "got": list(got[0]), "replay": list(want[0])})
+    replay_s = time.perf_counter() - t1
+
+    completed = sum(r is not None for r in results)
+    report = {
+        "config": {**config.__dict__, "bundle": str(path), "tools": len(originals)},
+        "selects": completed,
+        "errors": len(errors),
+        "error_examples": errors[:10],
+        "catalog_changes": len(churn_log),
+        "versions_seen": len(wanted),
+        "replayed_pairs": len(expected),
+        "mismatches": len(mismatches),
+        "mismatch_examples": mismatches[:5],
+        "rss": rss_report,
+        "rss_ok": rss_ok,
+        "seconds": round(seconds, 1),
+        "selects_per_s": round(completed / seconds, 1) if seconds else None,
+        "replay_seconds": round(replay_s, 1),
+        "host": _host(),
+    }
+    report["ok"] = (not errors and not mismatches and rss_ok and completed == config.selects)
+    say(f"[soak] {completed:,} selects in {seconds:.0f} s, {len(churn_log)} changes, {len(errors)} errors, "
+        f"{len(mismatches)} mismatches, RSS growth after warm-up {rss_report['growth_after_warmup']}")
+    return report
+
+
+def _host() -> dict[str, Any]:
+    import platform
+
+    cpu, flags = platform.processor() or "?", []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and cpu in ("?", "x86_64", ""):
+                    cpu = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    flags = [f for f in ("avx2", "avx512f", "avx512_vnni", "amx_tile") if f in have]
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "isa": flags, "cores": os.cpu_count(), "python": sys.version.split()[0]}
+
+
+def format_soak(report: dict[str, Any]) -> str:
+    c = report["config"]
+    lines = [
+        f"soak: {report['selects']:,} selects from {c['threads']} threads in {report['seconds']} s "
+        f"({report['selects_per_s']} selects/s), {report['catalog_changes']} catalog changes "
+        f"({report['versions_seen']} versions seen), rerank={c['rerank']}, decompose={c['decompose']}",
+        f"errors: {report['errors']}; mismatches against the single-threaded replay: {report['mismatches']} "
+        f"({report['replayed_pairs']} (utterance, version) pairs replayed in {report['replay_seconds']} s)",
+        f"RSS: start {report['rss']['start_mb']} MB, after warm-up {report['rss']['after_warmup_mb']} MB, "
+        f"max after warm-up {report['rss']['max_after_warmup_mb']} MB (growth {report['rss']['growth_after_warmup']}, "
+        f"limit {c['rss_tolerance']}), end {report['rss']['end_mb']} MB",
+        f"host: {report['host']['cpu']}, {' '.join(report['host']['isa'])}, {report['host']['cores']} cores",
+        "result: " + ("ok" if report["ok"] else "FAILED"),
+    ]
+    return "\n".join(lines)
+
+
+def write_soak(report: dict[str, Any], out: str | Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    return out / "soak.json"
