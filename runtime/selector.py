@@ -306,6 +306,8 @@ def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: in
         tail = collections.deque(enumerate(history), maxlen=max_turns)  # a generator: keep only its tail
         offset = tail[0][0] if tail else 0
         history = [message for _, message in tail]
+    if history is not None and not isinstance(history, (str, bytes, Mapping)) and isinstance(history, Iterable):
+        history = [_clipped(message, max_chars) for message in history]
     try:
         turns = validate_history(history)[-max_turns:]
     except InputError as e:  # name the message by its index in the caller's history
@@ -323,6 +325,27 @@ def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: in
         budget -= len(turn.content)
         kept.append(turn)
     return kept[::-1]
+
+
+_CLIP_DEPTH, _CLIP_ITEMS = 6, 64  # a message's structure is read this deep, its lists' last items this many
+
+
+def _clipped(value: Any, max_chars: int, depth: int = 0) -> Any:
+    """A raw message as far as a turn reads it: strings keep their last ``max_chars`` characters
+    and lists their last ``_CLIP_ITEMS`` items, ``_CLIP_DEPTH`` levels down; so reading one
+    message costs bounded time however large it is. Deeper values are left as they are (the
+    history reader refuses what it cannot use)."""
+    if isinstance(value, str):
+        return value[len(value) - max_chars:] if len(value) > max_chars else value
+    if isinstance(value, Turn):
+        return replace(value, content=_clipped(value.content, max_chars))
+    if depth >= _CLIP_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return {k: _clipped(v, max_chars, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clipped(v, max_chars, depth + 1) for v in value[-_CLIP_ITEMS:]]
+    return value
 
 
 def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None) -> Decomposer:

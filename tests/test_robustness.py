@@ -77,6 +77,14 @@ def test_only_the_last_turns_and_characters_are_considered():
     turns = bounded_history(big, 32, 16_000)
     assert [len(t.content) for t in turns] == [6_000, 10_000] and turns[0].content == "b" * 6_000
     assert bounded_history([Turn("user", "x")], 1, 1) == [Turn("user", "x")]
+    # one enormous message is read only as far as it can count: its last characters and parts
+    parts = [{"type": "text", "text": f"part{i}"} for i in range(10_000)]
+    huge = [{"role": "user", "content": "x" * 5_000_000 + " tail"}, {"role": "user", "content": parts}]
+    turns = bounded_history(huge, 32, 100)
+    assert len(turns) == 1 and len(turns[0].content) == 100 and turns[0].content.endswith("part9999")
+    turns = bounded_history(huge, 32, 16_000)
+    assert turns[0].content.endswith("x tail") and len(turns[0].content) + len(turns[1].content) <= 16_000
+    assert turns[1].content.startswith("part9936 ")  # the last 64 parts
 
 
 def test_bounds_are_validated():

@@ -64,12 +64,20 @@ class PairTokenizer:
         pairs = [(q, t) for q, t in pairs]
         if self.truncation == "longest_first":
             return pad_encodings(self._pair.encode_batch(pairs))
-        qs = self._tok.encode_batch([q for q, _ in pairs], add_special_tokens=False)
+        # a list's pairs share one query: tokenize each distinct query once (a long one costs a lot)
+        queries: dict[str, Any] = dict.fromkeys(q for q, _ in pairs)
+        for text, enc in zip(list(queries), self._tok.encode_batch(list(queries), add_special_tokens=False)):
+            if len(enc.ids) > self.query_cap:
+                enc.truncate(self.query_cap)
+                # truncate keeps the cut tokens as overflow, which every pair would copy: take the
+                # encoding of just the kept prefix instead, when it is the same tokens
+                again = self._tok.encode(text[: enc.offsets[-1][1]], add_special_tokens=False)
+                enc = again if again.ids == enc.ids else enc
+            queries[text] = enc
         ts = self._tok.encode_batch([t for _, t in pairs], add_special_tokens=False)
         encs = []
-        for q, t in zip(qs, ts):
-            if len(q.ids) > self.query_cap:
-                q.truncate(self.query_cap)
+        for (text, _), t in zip(pairs, ts):
+            q = queries[text]
             room = self.max_length - self.specials - len(q.ids)
             if len(t.ids) > room:
                 t.truncate(room)
