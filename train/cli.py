@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from magicselector.cli_options import add_history_mode_option
+
+
+def _print_summary(short: dict[str, Any]) -> None:
+    """The run's summary on stdout, once: by rank 0 when a launcher started several processes."""
+    if os.environ.get("RANK", "0") == "0":
+        print(json.dumps(short, indent=2))
 
 
 def cmd_train_reranker(args: argparse.Namespace) -> int:
@@ -26,7 +33,7 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
                              overwrite=args.force)
     short = {k: summary[k] for k in ("out_dir", "layers", "counts", "loss_summary", "probe_loss_before",
                                      "probe_loss_after", "final_loss", "wall_seconds")}
-    print(json.dumps(short, indent=2))
+    _print_summary(short)
     return 0
 
 
@@ -47,7 +54,7 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
     short = {k: summary[k] for k in ("out_dir", "layers", "counts", "loss_summary", "probe_loss_before",
                                      "probe_loss_after", "train_retrieval_before", "train_retrieval_after",
                                      "final_loss", "wall_seconds")}
-    print(json.dumps(short, indent=2))
+    _print_summary(short)
     return 0
 
 
