@@ -2,7 +2,8 @@
 ``accelerate launch`` with 2 CPU processes (gloo). Each rank trains on its own slice of every batch,
 the gradients are averaged, so both ranks end with the same weights, and those are the weights of
 the same run on one process (dropout off, so the only difference is the order of float sums); only
-rank 0 writes the checkpoint and the log."""
+rank 0 writes the checkpoint and the log. The decomposer's SFT, which averages the gradients itself
+(``Processes.average_gradients``), is held to the same on a tiny Llama."""
 from __future__ import annotations
 
 import csv
@@ -165,3 +166,87 @@ def test_two_processes_train_like_one(kind, launcher, config, tiny_benchmark, ba
     moved = max(float((single_weights[k] - initial[k]).abs().max()) for k in single_weights)
     gap = max(float((saved[k] - single_weights[k]).abs().max()) for k in saved)
     assert moved > 1e-4 and gap < 0.02 * moved, (gap, moved)
+
+
+# One decomposer SFT run per process: records each step's global batch and this rank's slice of it.
+DECOMPOSER_RUN = r'''
+import json, sys
+from pathlib import Path
+
+import torch
+
+import magicselector.train.decomposer as dm
+from magicselector.train import toolkit
+
+data, out, base, record = sys.argv[1:5]
+saves, shards, models = [], [], []
+save = dm.save_checkpoint
+dm.save_checkpoint = lambda *a, **k: (saves.append(str(a[2])), save(*a, **k))[1]
+shard = toolkit.Processes.shard
+toolkit.Processes.shard = lambda self, batch: (lambda got: (shards.append(
+    {"batch": [t for _, t in batch], "mine": [t for _, t in got[0]], "share": got[1]}), got)[1])(shard(self, batch))
+load = dm._load_lm
+dm._load_lm = lambda *a, **k: (lambda got: (models.append(got[0]), got)[1])(load(*a, **k))
+
+config = dm.DecomposerSFTConfig(**json.loads(Path(record).with_name("config.json").read_text()))
+summary = dm.train_decomposer_sft(base, [data], out, config, progress=False)
+rank = int(__import__("os").environ["RANK"])
+torch.save({k: v.detach().cpu() for k, v in models[0].state_dict().items()}, f"{record}.rank{rank}.pt")
+Path(f"{record}.rank{rank}.json").write_text(json.dumps(
+    {"saves": saves, "shards": shards, "processes": summary["processes"], "final_loss": summary["final_loss"]}))
+'''
+
+DECOMPOSER_SFT = dict(steps=4, batch_size=3, lr=1e-2, warmup_ratio=0.0, threads=1)
+
+
+def test_decomposer_sft_on_two_processes_trains_like_one(tmp_path):
+    """``torchrun --standalone --nproc_per_node 2`` of the decomposer SFT on the tiny Llama of
+    tests/test_train_decomposer.py: each rank trains on its own examples of every step, the two end
+    with the same weights (those of the run on one process, up to float sums), rank 0 saves once."""
+    from safetensors.torch import load_file
+
+    from magicselector.train.decomposer import DecomposerSFTConfig, train_decomposer_sft
+    from test_train_decomposer import write_decomposer_data, write_tiny_lm
+
+    data, base = write_decomposer_data(tmp_path / "data"), write_tiny_lm(tmp_path / "tiny_lm")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "config.json").write_text(json.dumps(DECOMPOSER_SFT))
+    (work / "run.py").write_text(DECOMPOSER_RUN)
+    record, out = work / "record", tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(work / "run.py"), str(data), str(out), str(base), str(record)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads(Path(f"{record}.rank{r}.json").read_text()) for r in (0, 1)]
+    weights = [torch.load(f"{record}.rank{r}.pt") for r in (0, 1)]
+
+    assert [r["processes"] for r in ranks] == [2, 2]
+    # the same global batches on both ranks, split between them: 3 examples -> 2 + 1
+    steps0, steps1 = ranks[0]["shards"], ranks[1]["shards"]
+    assert len(steps0) == len(steps1) == DECOMPOSER_SFT["steps"]
+    for a, b in zip(steps0, steps1):
+        assert a["batch"] == b["batch"] and len(a["batch"]) == 3
+        assert a["mine"] + b["mine"] == a["batch"] and len(a["mine"]) == 2 and len(b["mine"]) == 1
+    # identical weights on both ranks, saved once by rank 0
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert ranks[0]["saves"] == [str(out)] and ranks[1]["saves"] == []
+    saved = load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(saved[k], weights[0][k]) for k in saved)
+    assert json.loads((out / "train_config.json").read_text())["processes"] == 2
+    assert ranks[0]["final_loss"] == ranks[1]["final_loss"]
+
+    # and the run is the one-process run: the same logged losses, the same weights up to float sums
+    one = tmp_path / "one"
+    train_decomposer_sft(base, [data], one, DecomposerSFTConfig(**DECOMPOSER_SFT), progress=False)
+    ddp_log, one_log = _log(out), _log(one)
+    assert len(ddp_log) == len(one_log) == DECOMPOSER_SFT["steps"]
+    for a, b in zip(ddp_log, one_log):
+        assert float(a["loss"]) == pytest.approx(float(b["loss"]), rel=1e-3, abs=1e-4)
+        assert a["lr"] == b["lr"] and a["tokens"] == b["tokens"]
+    single, initial = load_file(str(one / "model.safetensors")), load_file(str(base / "model.safetensors"))
+    moved = max(float((single[k] - initial[k]).abs().max()) for k in single)
+    gap = max(float((saved[k] - single[k]).abs().max()) for k in saved)
+    assert moved > 1e-3 and gap < 0.02 * moved, (gap, moved)

