@@ -2,8 +2,8 @@
 ``accelerate launch`` with 2 CPU processes (gloo). Each rank trains on its own slice of every batch,
 the gradients are averaged, so both ranks end with the same weights, and those are the weights of
 the same run on one process (dropout off, so the only difference is the order of float sums); only
-rank 0 writes the checkpoint and the log. The decomposer's SFT, which averages the gradients itself
-(``Processes.average_gradients``), is held to the same on a tiny Llama."""
+rank 0 writes the checkpoint and the log. The decomposer's SFT and GRPO, which average the gradients
+themselves (``Processes.average_gradients``), are held to the same on a tiny Llama."""
 from __future__ import annotations
 
 import csv
@@ -168,7 +168,8 @@ def test_two_processes_train_like_one(kind, launcher, config, tiny_benchmark, ba
     assert moved > 1e-4 and gap < 0.02 * moved, (gap, moved)
 
 
-# One decomposer SFT run per process: records each step's global batch and this rank's slice of it.
+# One decomposer SFT run, then GRPO from its checkpoint, per process: records each step's global
+# batch and this rank's slice of it (SFT: target token ids; GRPO: example ids).
 DECOMPOSER_RUN = r'''
 import json, sys
 from pathlib import Path
@@ -180,29 +181,37 @@ from magicselector.train import toolkit
 
 data, out, base, record = sys.argv[1:5]
 saves, shards, models = [], [], []
+key = lambda item: item.id if isinstance(item, dm.DecompositionExample) else item[1]
 save = dm.save_checkpoint
 dm.save_checkpoint = lambda *a, **k: (saves.append(str(a[2])), save(*a, **k))[1]
 shard = toolkit.Processes.shard
 toolkit.Processes.shard = lambda self, batch: (lambda got: (shards.append(
-    {"batch": [t for _, t in batch], "mine": [t for _, t in got[0]], "share": got[1]}), got)[1])(shard(self, batch))
+    {"batch": [key(i) for i in batch], "mine": [key(i) for i in got[0]], "share": got[1]}), got)[1])(shard(self, batch))
 load = dm._load_lm
 dm._load_lm = lambda *a, **k: (lambda got: (models.append(got[0]), got)[1])(load(*a, **k))
 
-config = dm.DecomposerSFTConfig(**json.loads(Path(record).with_name("config.json").read_text()))
-summary = dm.train_decomposer_sft(base, [data], out, config, progress=False)
+configs = json.loads(Path(record).with_name("config.json").read_text())
+summary = dm.train_decomposer_sft(base, [data], out, dm.DecomposerSFTConfig(**configs["sft"]), progress=False)
+grpo = dm.train_decomposer_grpo(out, [data], out + "-grpo", dm.GRPOConfig(**configs["grpo"]),
+                                retrieve=lambda texts: [], progress=False)
 rank = int(__import__("os").environ["RANK"])
-torch.save({k: v.detach().cpu() for k, v in models[0].state_dict().items()}, f"{record}.rank{rank}.pt")
+for stage, model in zip(("sft", "grpo"), models):  # GRPO loads the policy, then the reference
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, f"{record}.{stage}.rank{rank}.pt")
 Path(f"{record}.rank{rank}.json").write_text(json.dumps(
-    {"saves": saves, "shards": shards, "processes": summary["processes"], "final_loss": summary["final_loss"]}))
+    {"saves": saves, "shards": shards, "processes": [summary["processes"], grpo["processes"]],
+     "final_loss": summary["final_loss"]}))
 '''
 
-DECOMPOSER_SFT = dict(steps=4, batch_size=3, lr=1e-2, warmup_ratio=0.0, threads=1)
+DECOMPOSER_SFT = dict(steps=40, batch_size=3, lr=1e-2, warmup_ratio=0.0, threads=1)
+DECOMPOSER_GRPO = dict(steps=1, prompts_per_step=3, group_size=4, updates_per_batch=2, max_new_tokens=16, lr=1e-3,
+                       kl_coef=0.05, pref_embed="chars", micro_batch=4, threads=1)
 
 
-def test_decomposer_sft_on_two_processes_trains_like_one(tmp_path):
-    """``torchrun --standalone --nproc_per_node 2`` of the decomposer SFT on the tiny Llama of
-    tests/test_train_decomposer.py: each rank trains on its own examples of every step, the two end
-    with the same weights (those of the run on one process, up to float sums), rank 0 saves once."""
+def test_decomposer_on_two_processes_trains_like_one(tmp_path):
+    """``torchrun --standalone --nproc_per_node 2`` of the decomposer SFT, then one GRPO step, on the
+    tiny Llama of tests/test_train_decomposer.py: each rank trains on its own examples (SFT) or turns
+    (GRPO) of every step, the two end with the same weights (for SFT those of the run on one process,
+    up to float sums), rank 0 saves once; GRPO's log holds every rank's samples."""
     from safetensors.torch import load_file
 
     from magicselector.train.decomposer import DecomposerSFTConfig, train_decomposer_sft
@@ -211,7 +220,7 @@ def test_decomposer_sft_on_two_processes_trains_like_one(tmp_path):
     data, base = write_decomposer_data(tmp_path / "data"), write_tiny_lm(tmp_path / "tiny_lm")
     work = tmp_path / "work"
     work.mkdir()
-    (work / "config.json").write_text(json.dumps(DECOMPOSER_SFT))
+    (work / "config.json").write_text(json.dumps({"sft": DECOMPOSER_SFT, "grpo": DECOMPOSER_GRPO}))
     (work / "run.py").write_text(DECOMPOSER_RUN)
     record, out = work / "record", tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -220,23 +229,32 @@ def test_decomposer_sft_on_two_processes_trains_like_one(tmp_path):
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads(Path(f"{record}.rank{r}.json").read_text()) for r in (0, 1)]
-    weights = [torch.load(f"{record}.rank{r}.pt") for r in (0, 1)]
+    weights = [torch.load(f"{record}.sft.rank{r}.pt") for r in (0, 1)]
+    grpo_weights = [torch.load(f"{record}.grpo.rank{r}.pt") for r in (0, 1)]
 
-    assert [r["processes"] for r in ranks] == [2, 2]
-    # the same global batches on both ranks, split between them: 3 examples -> 2 + 1
+    assert [r["processes"] for r in ranks] == [[2, 2], [2, 2]]
+    # the same global batches on both ranks, split between them: 3 examples (or turns) -> 2 + 1
     steps0, steps1 = ranks[0]["shards"], ranks[1]["shards"]
-    assert len(steps0) == len(steps1) == DECOMPOSER_SFT["steps"]
+    assert len(steps0) == len(steps1) == DECOMPOSER_SFT["steps"] + DECOMPOSER_GRPO["steps"]
     for a, b in zip(steps0, steps1):
         assert a["batch"] == b["batch"] and len(a["batch"]) == 3
         assert a["mine"] + b["mine"] == a["batch"] and len(a["mine"]) == 2 and len(b["mine"]) == 1
-    # identical weights on both ranks, saved once by rank 0
-    assert weights[0].keys() == weights[1].keys()
-    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
-    assert ranks[0]["saves"] == [str(out)] and ranks[1]["saves"] == []
+    # identical weights on both ranks, saved once by rank 0, for each stage
+    grpo_out = Path(f"{out}-grpo")
+    assert ranks[0]["saves"] == [str(out), str(grpo_out)] and ranks[1]["saves"] == []
     saved = load_file(str(out / "model.safetensors"))
-    assert all(torch.equal(saved[k], weights[0][k]) for k in saved)
-    assert json.loads((out / "train_config.json").read_text())["processes"] == 2
+    for (w0, w1), folder in ((weights, out), (grpo_weights, grpo_out)):
+        assert w0.keys() == w1.keys()
+        assert all(torch.equal(w0[k], w1[k]) for k in w0)
+        assert all(torch.equal(v, w0[k]) for k, v in load_file(str(folder / "model.safetensors")).items())
+        assert json.loads((folder / "train_config.json").read_text())["processes"] == 2
+    assert any(not torch.equal(grpo_weights[0][k], saved[k]) for k in saved)  # GRPO moved the weights
     assert ranks[0]["final_loss"] == ranks[1]["final_loss"]
+    # GRPO: the samples of both ranks' turns (2 + 1 groups of 4), groups numbered across the ranks
+    samples = [json.loads(line) for line in (grpo_out / "samples.jsonl").read_text().splitlines()]
+    assert [(s["group"], s["example"]) for s in samples] == [
+        (g, ex) for g, ex in enumerate(steps0[-1]["batch"]) for _ in range(DECOMPOSER_GRPO["group_size"])]
+    assert len(_log(grpo_out)) == 1
 
     # and the run is the one-process run: the same logged losses, the same weights up to float sums
     one = tmp_path / "one"

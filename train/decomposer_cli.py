@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from magicselector.errors import InputError
@@ -51,7 +52,8 @@ def cmd_train_decomposer(args: argparse.Namespace) -> int:
         summary = train_decomposer_grpo(args.base_model, args.data, args.out, config, bundle=args.bundle,
                                         progress=not args.quiet, overwrite=args.force)
         keys = ("out_dir", "base_model", "counts", "trends", "final", "wall_seconds")
-    print(json.dumps({k: summary[k] for k in keys}, indent=2))
+    if os.environ.get("RANK", "0") == "0":  # once, under a launcher of several processes
+        print(json.dumps({k: summary[k] for k in keys}, indent=2))
     return 0
 
 

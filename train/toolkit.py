@@ -13,6 +13,7 @@ and the logged loss is the whole batch's. Only rank 0 writes files and draws pro
 """
 from __future__ import annotations
 
+import atexit
 import csv
 import os
 import platform
@@ -191,8 +192,10 @@ class Processes:
 
 @contextmanager
 def processes(device: torch.device) -> Iterator[Processes]:
-    """This process's ``Processes``; joins the launcher's process group (``WORLD_SIZE`` > 1) for
-    the block when none is joined yet, and leaves it afterwards."""
+    """This process's ``Processes``; joins the launcher's process group (``WORLD_SIZE`` > 1) when
+    none is joined yet. The group stays joined until the process exits, so several trainings in
+    one launched script share it: joining a second time through the launcher's store can find the
+    first group's stale rendezvous keys and hang."""
     world = _env_int("WORLD_SIZE", 1)
     if world <= 1:
         yield Processes()
@@ -200,15 +203,15 @@ def processes(device: torch.device) -> Iterator[Processes]:
     dist = torch.distributed
     if not dist.is_available():
         raise InputError(f"WORLD_SIZE={world} but this torch build has no torch.distributed")
-    joined = False
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-        joined = True
-    try:
-        yield Processes(rank=dist.get_rank(), world=dist.get_world_size())
-    finally:
-        if joined:
-            dist.destroy_process_group()
+        atexit.register(_leave_process_group)
+    yield Processes(rank=dist.get_rank(), world=dist.get_world_size())
+
+
+def _leave_process_group() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 # ---------------------------------------------------------------------------------------------
