@@ -332,6 +332,25 @@ def test_selector_refuses_unsigned_and_wrongly_signed_bundles(bundle_dir, tmp_pa
     assert (tmp_path / "k2.key").is_file() and (tmp_path / "k2.pub").is_file()
 
 
+@pytest.mark.slow
+def test_the_release_path_signs_when_a_key_is_given(bundle_dir, tmp_path, keys):
+    from magicselector.export.bundle import export_bundle
+    from magicselector.signing import verify_bundle_signature
+
+    mine, other = keys
+    with pytest.raises(InputError, match="not an unencrypted PEM private key"):
+        export_bundle(tmp_path / "bad", embedder=bundle_dir / "embedder" / "model.onnx",
+                      catalog=bundle_dir / "catalog.jsonl", signing_key=mine["public_key"], log=lambda m: None)
+    assert not (tmp_path / "bad").exists()
+    out = tmp_path / "signed"
+    export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", catalog=bundle_dir / "catalog.jsonl",
+                  signing_key=mine["private_key"], log=lambda m: None)
+    assert verify_bundle_signature(out, mine["public_key"])["fingerprint"] == mine["fingerprint"]
+    assert Selector.from_bundle(out, public_key=mine["public_key"]).select("turn on bluetooth").k >= 1
+    with pytest.raises(BundleError, match="signature does not match"):
+        Selector.from_bundle(out, public_key=other["public_key"])
+
+
 # -- eval keeps its run ---------------------------------------------------------------------------
 @pytest.mark.slow
 def test_eval_skips_or_truncates_bad_queries(bundle_dir, tiny_benchmark, tmp_path):
