@@ -405,8 +405,33 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_soak(args: argparse.Namespace) -> int:
+    from magicselector.bench.soak import SoakConfig, format_soak, run_soak, write_soak
+
+    if args.selects < 1 or args.threads < 1 or args.churn_ms <= 0:
+        return _err("need --selects >= 1, --threads >= 1 and --churn-ms > 0")
+    config = SoakConfig(selects=args.selects, threads=args.threads, churn_interval_ms=args.churn_ms, seed=args.seed,
+                        rerank=not args.no_rerank, decompose=args.decompose)
+    report = run_soak(args.bundle, config, progress=_progress)
+    print(format_soak(report))
+    if args.out:
+        print(f"wrote {write_soak(report, args.out)}", file=sys.stderr)
+    return 0 if report["ok"] else 1
+
+
+def cmd_worst_case(args: argparse.Namespace) -> int:
+    from magicselector.bench.worst_case import format_markdown, run
+
+    report = run(args.bundle, args.decompose, args.history_mode, args.runs, args.threads or 1, progress=_progress)
+    print(format_markdown(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0 if all("error" not in r for r in report["results"]) else 1
+
+
 def register(subparsers: Any) -> None:
-    """Add ``bench latency``, ``bench scaling`` and ``bench rerank`` to the ``magicselector`` command."""
+    """Add ``bench latency``, ``scaling``, ``rerank``, ``lexical``, ``soak`` and ``worst-case`` to the
+    ``magicselector`` command."""
     bp = subparsers.add_parser("bench", help="latency and scaling benchmarks (local or on a phone over ADB)")
     bsub = bp.add_subparsers(dest="bench_command", required=True)
 
@@ -461,3 +486,25 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--updates", type=int, default=20, help="tools added and removed at run time")
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.set_defaults(func=cmd_lexical)
+
+    sp = bsub.add_parser("soak", help="selects from several threads while tools are added and removed: no error, "
+                                      "flat RSS, every result equal to a single-threaded replay")
+    add_bundle_option(sp)
+    sp.add_argument("--selects", type=int, default=100_000)
+    sp.add_argument("--threads", type=int, default=4, help="selecting threads (the churn thread comes on top)")
+    sp.add_argument("--churn-ms", type=float, default=50.0, help="pause between catalog changes")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--no-rerank", action="store_true", help="retrieval only (no cross-encoder)")
+    sp.add_argument("--decompose", choices=["none", "rules"], default="none")
+    sp.add_argument("--out", help="folder for soak.json")
+    sp.set_defaults(func=cmd_soak)
+
+    sp = bsub.add_parser("worst-case", help="time and peak RSS of one select for inputs at the limits SelectorConfig "
+                                            "admits, per decomposer and history mode (each in a fresh process)")
+    add_bundle_option(sp)
+    sp.add_argument("--decompose", nargs="+", default=["none", "rules"], choices=["none", "rules", "llm", "auto"])
+    sp.add_argument("--history-mode", nargs="+", default=["none", "all"], choices=["none", "user", "all"])
+    sp.add_argument("--runs", type=int, default=3, help="selects per input (the slowest is reported)")
+    add_threads_option(sp)
+    sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    sp.set_defaults(func=cmd_worst_case)
