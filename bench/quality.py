@@ -82,7 +82,7 @@ class QualityConfig:
 
 def default_shared_data() -> Path:
     """``shared/data`` beside the repository checkout (a source checkout's ``../shared/data``)."""
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data"  # bench/ -> checkout -> beside it
 
 
 def development_sets(work: str | Path, shared_data: str | Path | None = None,
@@ -259,10 +259,21 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
 
 
 def _bundle_description(base: Any, path: Path) -> dict[str, Any]:
-    manifest = base.bundle.manifest if base.bundle is not None else {}
+    import hashlib
+
+    bundle = base.bundle
+    manifest = bundle.manifest if bundle is not None else {}
     emb = manifest.get("embedder") or {}
-    return {"path": str(path), "embedder": (emb.get("meta") or {}).get("source") or emb.get("file"),
-            "reranker": base.reranker is not None}
+    src, quant = emb.get("source") or {}, emb.get("quantization") or {}
+    embedder = (f"{src.get('model')} ({src.get('package')} {src.get('version')})" if isinstance(src, dict) and src
+                else str(emb.get("file")))
+    if quant:
+        embedder += f", {quant.get('type')} {quant.get('preset')}"
+    rr = manifest.get("reranker") or {}
+    return {"path": str(path), "recipe": manifest.get("recipe"), "target": manifest.get("target"),
+            "manifest_sha256": hashlib.sha256(bundle.manifest_bytes).hexdigest()[:16] if bundle is not None else None,
+            "embedder": embedder,
+            "reranker": (f"{rr.get('layers')}-layer cross-encoder" if rr else None) if base.reranker is not None else None}
 
 
 def _shipped_line(s: dict[str, Any]) -> str:
@@ -288,7 +299,8 @@ def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
     lines = ["# Retrieval quality per configuration", "",
              f"- Date: {report['date']}; {report['seconds']:.0f} s in all.",
              f"- CPU: {isa_summary(report['device'])}; {report['config']['threads']} inference thread(s).",
-             f"- Bundle: `{b['path']}` (embedder {b['embedder']}; reranker: {'yes' if b['reranker'] else 'none'}).",
+             f"- Bundle: `{b['path']}` (recipe {b['recipe']}, target {b['target']}, manifest sha256 "
+             f"{b['manifest_sha256']}…; embedder {b['embedder']}; reranker: {b['reranker'] or 'none'}).",
              f"- Command: `{command or 'magicselector bench quality'}`.",
              f"- Shipped configuration (`SelectorConfig()` when this ran): {_shipped_line(report['shipped'])}.",
              f"- Queries: a seeded sample of {limit if limit is not None else 'all'} per set "
