@@ -14,6 +14,8 @@ thread count; ``magicselector.bench.rerank_latency``), prints a markdown table a
 writes it (``--md``) and the results (``--json``).
 ``bench lexical`` times the runtime's BM25 index on synthetic catalogs, on one core
 (``magicselector.bench.lexical_bench``), prints a markdown table and optionally writes ``--json``.
+``bench quality`` measures every development set's evaluation part per pipeline configuration
+(``magicselector.bench.quality``) and writes ``docs/bench/quality.md`` and its JSON.
 """
 from __future__ import annotations
 
@@ -429,6 +431,22 @@ def cmd_worst_case(args: argparse.Namespace) -> int:
     return 0 if all("error" not in r for r in report["results"]) else 1
 
 
+def cmd_quality(args: argparse.Namespace) -> int:
+    from magicselector.bench.quality import QualityConfig, bench_quality, format_markdown
+
+    config = QualityConfig(at=args.at, limit=args.limit or None, seed=args.seed, threads=args.threads or 1,
+                           reference=not args.no_reference)
+    command = "magicselector bench quality" + "".join(
+        f" {flag} {value}" for flag, value in (("--bundle", args.bundle), ("--shared-data", args.shared_data),
+                                               ("--limit", args.limit), ("--threads", args.threads))
+        if value is not None) + (" --no-reference" if args.no_reference else "")
+    report = bench_quality(args.out, bundle=args.bundle, shared_data=args.shared_data, work=args.work,
+                           config=config, command=command, progress=not args.quiet, note=_progress)
+    print(format_markdown(report, command))
+    print(f"wrote {args.out} and {Path(args.out).with_suffix('.json')}", file=sys.stderr)
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add ``bench latency``, ``scaling``, ``rerank``, ``lexical``, ``soak`` and ``worst-case`` to the
     ``magicselector`` command."""
@@ -508,3 +526,19 @@ def register(subparsers: Any) -> None:
     add_threads_option(sp)
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.set_defaults(func=cmd_worst_case)
+
+    sp = bsub.add_parser("quality", help="NDCG, completeness and the cut's K on every development set's evaluation "
+                                         "part: BM25, dense, hybrid, + reranker, + rules, shipped, FP32 reference")
+    add_bundle_option(sp)
+    sp.add_argument("--shared-data", metavar="DIR",
+                    help="folder of the public sets (bfcl/, metatool/); default: shared/data beside the checkout")
+    sp.add_argument("--limit", type=int, default=200, help="seeded sample of queries per set (0: all; default 200)")
+    sp.add_argument("--seed", type=int, default=0, help="seeds the sample (default 0)")
+    sp.add_argument("--at", type=int, default=10, help="cutoff of NDCG and Completeness (default 10)")
+    add_threads_option(sp)
+    sp.add_argument("--no-reference", action="store_true", help="skip the FP32 sentence-transformers row")
+    sp.add_argument("--work", metavar="DIR", help="keep the generated sets and splits here (default: a temporary folder)")
+    sp.add_argument("--out", default="docs/bench/quality.md", help="markdown file; the JSON goes beside it "
+                                                                  "(default docs/bench/quality.md)")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.set_defaults(func=cmd_quality)
