@@ -144,7 +144,7 @@ def _summarise(rows: list[dict[str, Any]], k: int, adaptive: bool, token_cost: C
 def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(), bundle: str | Path | None = None,
              progress: bool = True, base: Selector | None = None) -> dict[str, Any]:
     """Evaluate the pipeline on a benchmark folder; returns the report (see module docstring)."""
-    bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark)
+    bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark, skip_bad_rows=True)
     queries = bench.queries
     if config.limit is not None and config.limit < len(queries):
         rng = np.random.default_rng(config.seed)  # a seeded sample, so limited runs are comparable
@@ -223,9 +223,15 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         "config": {**asdict(config), "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,
                    "tools": len(bench.catalog), "seconds": round(time.perf_counter() - t0, 2)},
     }
+    # malformed rows (not JSON, unknown gold ids, a broken history) never reached the Selector:
+    # they are skipped whatever the policy, and listed with their line
+    malformed = [{"id": r["id"] if r["id"] is not None else f"line {r['line']}", "line": r["line"],
+                  "action": "skipped", "reason": r["error"][:300]} for r in bench.rejected]
+    bad = [*malformed, *bad]
     report["bad_queries"] = {"policy": config.on_bad_query, "count": len(bad), "ids": [b["id"] for b in bad],
                              "skipped": sum(b["action"] == "skipped" for b in bad),
-                             "truncated": sum(b["action"] == "truncated" for b in bad), "rows": bad}
+                             "truncated": sum(b["action"] == "truncated" for b in bad),
+                             "malformed_rows": len(malformed), "rows": bad}
     if raw_selector is not None:
         multi = [r for r in rows if len(set(r["gold"])) > 1]
         report["counterfactual"] = {**_counterfactual(rows, config.k),

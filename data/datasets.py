@@ -27,6 +27,7 @@ class Benchmark:
     path: Path
     catalog: Catalog
     queries: list[Query]
+    rejected: list[dict[str, Any]] = field(default_factory=list)  # rows left out by load_benchmark(skip_bad_rows=True)
 
     @property
     def name(self) -> str:
@@ -42,51 +43,77 @@ def _decoded(raw: bytes, n: int, path: Path) -> str:
         raise InputError(f"{path}:{n}: not UTF-8 text ({e})") from None
 
 
-def load_queries(path: Path, catalog: Catalog) -> list[Query]:
+def load_queries(path: Path, catalog: Catalog, rejected: list[dict[str, Any]] | None = None) -> list[Query]:
+    """The queries of ``queries.jsonl``. A malformed row is an InputError naming its line, unless a
+    ``rejected`` list is given: then the row is left out and recorded there ({line, id, error})."""
     out = []
-    seen = set()
+    seen: set[str] = set()
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
-            line = _decoded(raw, n, path)
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: not valid JSON ({e})") from None
-            except RecursionError:
-                raise InputError(f"{where}: JSON nested too deeply to be a query") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{where}: a query is a JSON object {{id, query, gold, ...}}, "
-                                 f"got {type(row).__name__}")
-            qid, query, gold = row.get("id"), row.get("query"), row.get("gold")
-            if not isinstance(qid, (str, int)) or str(qid) in seen:
-                raise InputError(f"{where}: missing or repeated query id {qid!r}")
-            if not isinstance(query, str) or not query.strip():
-                raise InputError(f"{where}: 'query' must be a non-empty string")
-            if not isinstance(gold, list) or not gold or not all(isinstance(g, str) for g in gold):
-                raise InputError(f"{where}: 'gold' must be a non-empty list of tool ids")
-            unknown = [g for g in gold if g not in catalog]
-            if unknown:
-                raise InputError(f"{where}: gold tool ids not in tools.jsonl: {unknown[:5]}")
-            history = row.get("history") or []
-            if not isinstance(history, list):
-                raise InputError(f"{where}: 'history' must be a list of messages")
-            try:  # chat messages in any shape the runtime reads (tool calls and results included)
-                validate_history(history)
+                query = _parse_row(raw, n, path, catalog, seen)
             except InputError as e:
-                raise InputError(f"{where}: {e}") from None
-            seen.add(str(qid))
-            extra = {k: v for k, v in row.items() if k not in ("id", "query", "gold", "history", "category")}
-            out.append(Query(str(qid), query, tuple(dict.fromkeys(gold)), tuple(history),
-                             str(row.get("category") or "all"), extra))
+                if rejected is None:
+                    raise
+                rejected.append({"line": n, "id": _row_id(raw), "error": str(e)})
+                continue
+            if query is not None:
+                seen.add(query.id)
+                out.append(query)
     if not out:
         raise InputError(f"{path}: holds no queries")
     return out
 
 
-def load_benchmark(path: str | Path) -> Benchmark:
+def _row_id(raw: bytes) -> str | None:
+    """The id of a row that failed to parse, where one can still be read (for the report)."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+        qid = row.get("id") if isinstance(row, dict) else None
+        return str(qid) if isinstance(qid, (str, int)) else None
+    except (ValueError, RecursionError):
+        return None
+
+
+def _parse_row(raw: bytes, n: int, path: Path, catalog: Catalog, seen: set[str]) -> Query | None:
+    line = _decoded(raw, n, path)
+    if not line.strip():
+        return None
+    where = f"{path}:{n}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{where}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply to be a query") from None
+    if not isinstance(row, dict):
+        raise InputError(f"{where}: a query is a JSON object {{id, query, gold, ...}}, "
+                         f"got {type(row).__name__}")
+    qid, query, gold = row.get("id"), row.get("query"), row.get("gold")
+    if not isinstance(qid, (str, int)) or str(qid) in seen:
+        raise InputError(f"{where}: missing or repeated query id {qid!r}")
+    if not isinstance(query, str) or not query.strip():
+        raise InputError(f"{where}: 'query' must be a non-empty string")
+    if not isinstance(gold, list) or not gold or not all(isinstance(g, str) for g in gold):
+        raise InputError(f"{where}: 'gold' must be a non-empty list of tool ids")
+    unknown = [g for g in gold if g not in catalog]
+    if unknown:
+        raise InputError(f"{where}: gold tool ids not in tools.jsonl: {unknown[:5]}")
+    history = row.get("history") or []
+    if not isinstance(history, list):
+        raise InputError(f"{where}: 'history' must be a list of messages")
+    try:  # chat messages in any shape the runtime reads (tool calls and results included)
+        validate_history(history)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    extra = {k: v for k, v in row.items() if k not in ("id", "query", "gold", "history", "category")}
+    return Query(str(qid), query, tuple(dict.fromkeys(gold)), tuple(history),
+                 str(row.get("category") or "all"), extra)
+
+
+def load_benchmark(path: str | Path, skip_bad_rows: bool = False) -> Benchmark:
+    """A benchmark folder. With ``skip_bad_rows`` a malformed query row is left out and listed in
+    ``Benchmark.rejected`` instead of stopping the load (``eval`` never loses a run to one row)."""
     path = Path(path)
     if not (path / "tools.jsonl").is_file() or not (path / "queries.jsonl").is_file():
         raise InputError(f"{path}: a benchmark folder holds tools.jsonl and queries.jsonl")
@@ -94,4 +121,6 @@ def load_benchmark(path: str | Path) -> Benchmark:
         catalog = load_catalog(path / "tools.jsonl")
     except CatalogError:
         raise
-    return Benchmark(path, catalog, load_queries(path / "queries.jsonl", catalog))
+    rejected: list[dict[str, Any]] | None = [] if skip_bad_rows else None
+    queries = load_queries(path / "queries.jsonl", catalog, rejected)
+    return Benchmark(path, catalog, queries, rejected or [])

@@ -404,6 +404,36 @@ def test_eval_datasets_with_broken_rows_are_input_errors(tmp_path, row, names):
         load_benchmark(tmp_path)
 
 
+@pytest.mark.parametrize("row, names", [("null", "a query is a JSON object"), ("[" * 100_000, "JSON nested too deeply"),
+                                        ("\udcff", "not UTF-8")], ids=["null", "deep", "not-utf8"])
+def test_skip_bad_rows_lists_broken_rows_and_keeps_the_rest(tmp_path, row, names):
+    from magicselector.data.datasets import load_benchmark
+
+    (tmp_path / "tools.jsonl").write_text('{"id": "a", "name": "a", "description": "d"}\n')
+    body = row.encode("utf-8", "surrogateescape") if row == "\udcff" else row.encode()
+    (tmp_path / "queries.jsonl").write_bytes(b'{"id": "q", "query": "x", "gold": ["a"]}\n' + body + b"\n"
+                                             + b'{"id": "r", "query": "y", "gold": ["a"]}\n')
+    bench = load_benchmark(tmp_path, skip_bad_rows=True)
+    assert [q.id for q in bench.queries] == ["q", "r"]
+    assert len(bench.rejected) == 1 and bench.rejected[0]["line"] == 2 and names in bench.rejected[0]["error"]
+
+
+@pytest.mark.slow
+def test_eval_runs_past_malformed_rows(bundle_dir, tiny_benchmark):
+    """A row that is not a query at all (not JSON, unknown gold tool) costs that row, not the run."""
+    from magicselector.bench.evaluate import EvalConfig, evaluate
+
+    good = (tiny_benchmark / "queries.jsonl").read_text()
+    n_good = len(good.splitlines())
+    broken = '{"id": "ghost", "query": "call mom", "gold": ["no_such_tool"]}\n{not json\n'
+    (tiny_benchmark / "queries.jsonl").write_text(good + broken)
+    report = evaluate(tiny_benchmark, EvalConfig(), bundle=bundle_dir, progress=False)
+    bad = report["bad_queries"]
+    assert report["overall"]["queries"] == n_good
+    assert bad["malformed_rows"] == 2 and bad["ids"][:2] == ["ghost", f"line {n_good + 2}"]
+    assert "no_such_tool" in bad["rows"][0]["reason"] and "not valid JSON" in bad["rows"][1]["reason"]
+
+
 # -- selects racing catalog changes ---------------------------------------------------------------
 @pytest.mark.slow
 def test_selects_racing_a_thread_that_removes_every_tool(bundle_dir):
