@@ -68,7 +68,9 @@ def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
         out = Path(tmp) / "latency.json"
         cmd = [sys.executable, "-m", "magicselector.bench.latency_runner", "--bundle", bundle,
                "--runs", str(args.runs), "--warmup", str(args.warmup), "--threads", str(args.threads),
-               "--out", str(out), "--cool-down-s", str(args.cool_down_s), "--decompose", args.decompose]
+               "--out", str(out), "--cool-down-s", str(args.cool_down_s)]
+        if args.decompose is not None:  # else the runner measures the shipped configuration
+            cmd += ["--decompose", args.decompose]
         proc = subprocess.run(cmd)  # progress lines stream straight to our stderr
         if proc.returncode != 0 or not out.is_file():
             raise RuntimeError(f"the latency runner failed (exit {proc.returncode}): {' '.join(cmd)}")
@@ -128,11 +130,13 @@ def latency_targets(results: Mapping[str, Any]) -> list[tuple[str, str, str, boo
 
 
 def latency_summary(results: Mapping[str, Any]) -> str:
+    from .latency import isa_summary
+
     dev, cfg = results.get("device", {}), results.get("config", {})
     lines = ["# magicselector latency", ""]
-    lines.append(f"Device: {dev.get('cpu_model')} ({dev.get('machine')}, {dev.get('cores')} cores, "
-                 f"{dev.get('cores_usable')} usable, load avg {dev.get('loadavg')}), {dev.get('platform')}; "
-                 f"python {dev.get('python')}, onnxruntime {dev.get('onnxruntime')}, usearch {dev.get('usearch')}.")
+    lines.append(f"Device: {isa_summary(dev)}, {dev.get('machine')}, INT8 target {dev.get('int8_target')}, "
+                 f"load avg {dev.get('loadavg')}, {dev.get('platform')}; python {dev.get('python')}, "
+                 f"onnxruntime {dev.get('onnxruntime')} ({dev.get('onnxruntime_build')}), usearch {dev.get('usearch')}.")
     lines.append(f"Config: {cfg.get('runs')} runs x {cfg.get('turns')} turns after {cfg.get('warmup')} warm-up "
                  f"passes, {cfg.get('threads')} thread(s), history={cfg.get('history_mode')}, "
                  f"candidates={cfg.get('candidates')}, cut={cfg.get('cut')}, decomposer={cfg.get('decomposer')}, "
@@ -241,9 +245,11 @@ def cmd_latency(args: argparse.Namespace) -> int:
 
 # -- scaling --------------------------------------------------------------------------------------
 def scaling_summary(res: Mapping[str, Any]) -> str:
+    from .latency import isa_summary
+
     cfg, dev = res["config"], res["device"]
     lines = ["# magicselector scaling", "",
-             f"Device: {dev.get('cpu_model')}, {dev.get('cores')} cores (load avg at end {dev.get('loadavg')}). "
+             f"Device: {isa_summary(dev)} (load avg at end {dev.get('loadavg')}). "
              f"Synthetic {cfg['data']} unit vectors, dim {cfg['dim']}; usearch cos, connectivity "
              f"{cfg['connectivity']}, expansion_add {cfg['expansion_add']}, built with {cfg['build_threads']} "
              f"threads; search one query at a time, 1 thread, k={cfg['k']}; recall@{cfg['k']} against exact "

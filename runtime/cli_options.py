@@ -14,8 +14,9 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from .config import DECOMPOSE_MODES, HISTORY_MODES, PROMPT_STYLES, SelectorConfig
+from .config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
 from .stages.cut import CUT_RULES, CutConfig
+from .decompose import PROMPT_STYLES
 
 SHIPPED = SelectorConfig()
 
