@@ -34,26 +34,30 @@ from magicselector.data.datasets import Benchmark, Query, load_benchmark
 from magicselector.data.metrics import completeness_at_k, mean, ndcg_at_k, recall_at_k
 
 RETRIEVERS = ("dense", "bm25", "hybrid")
+_SHIPPED = SelectorConfig()
 BAD_QUERY_POLICIES = ("skip", "truncate")
 
 
 @dataclass(frozen=True)
 class EvalConfig:
+    """What ``evaluate`` runs. Every default is the shipped ``SelectorConfig()`` (so ``evaluate(DIR)``
+    and ``magicselector eval DIR`` measure the product); ``k`` is the metrics' cutoff (NDCG@k ...)."""
+
     k: int = 10
-    adaptive: bool = False
-    history: str = "none"
-    retriever: str = "dense"
-    cut: CutConfig = field(default_factory=lambda: DEFAULT_CUT)  # with --adaptive; the Selector's default
+    adaptive: bool = True  # the cut below; False: a fixed top-k cut at the metrics' k
+    history: str = _SHIPPED.history
+    retriever: str | None = None  # dense | bm25 | hybrid; None: the shipped one (hybrid with the lexical channel)
+    cut: CutConfig = _SHIPPED.cut
     limit: int | None = None
     seed: int = 0
-    decompose: str = "none"  # none | rules | llm | auto (dense and hybrid retrievers)
-    fusion: str = "peak"     # peak | rrf
-    cut_scope: str = "subtask"  # subtask | fused
-    decompose_deadline_ms: float | None = 1500.0
-    llm_threads: int = 2
+    decompose: str = _SHIPPED.decompose  # none | rules | llm | auto (dense and hybrid retrievers)
+    fusion: str = _SHIPPED.fusion     # peak | rrf
+    cut_scope: str = _SHIPPED.cut_scope  # subtask | fused
+    decompose_deadline_ms: float | None = _SHIPPED.decompose_deadline_ms
+    llm_threads: int = _SHIPPED.llm_threads
     decomposer_model: str | None = None
     decomposer_prompt: str | None = None  # None: the bundle decomposer's, else few_shot
-    rerank: bool = True              # run the bundle's (or ``reranker``'s) cross-encoder when there is one
+    rerank: bool = _SHIPPED.rerank   # run the bundle's (or ``reranker``'s) cross-encoder when there is one
     reranker: str | None = None      # a reranker folder (model.onnx, tokenizer.json, reranker.json) to use instead
     rerank_weight: float | None = None  # None: SelectorConfig's default
     rerank_candidates: int | None = None
@@ -65,8 +69,13 @@ class EvalConfig:
     # skipped, or with "truncate" an over-long one is cut to SelectorConfig.max_query_chars
     on_bad_query: str = "skip"
 
+    @property
+    def retrieval(self) -> str:
+        """The retriever that runs: the one asked for, else the shipped one."""
+        return self.retriever or ("hybrid" if _SHIPPED.lexical else "dense")
+
     def __post_init__(self) -> None:
-        if self.retriever not in RETRIEVERS:
+        if self.retriever is not None and self.retriever not in RETRIEVERS:
             raise InputError(f"retriever must be one of {RETRIEVERS}, got {self.retriever!r}")
         if self.decompose != "none" and self.retriever == "bm25":
             raise InputError("decomposition is evaluated with the dense or hybrid retriever (--retriever dense|hybrid)")
@@ -156,7 +165,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         rerank_opts["rerank_weight"] = config.rerank_weight
     if config.rerank_candidates is not None:
         rerank_opts["rerank_candidates"] = config.rerank_candidates
-    rerank_opts["lexical"] = config.retriever == "hybrid"
+    rerank_opts["lexical"] = config.retrieval == "hybrid"
     for key in ("lexical_fusion", "lexical_weight", "lexical_candidates"):
         if getattr(config, key) is not None:
             rerank_opts[key] = getattr(config, key)
@@ -191,7 +200,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     bar = _progress(len(queries), f"eval {bench.name}", progress)
     for q in queries:
         extra: dict[str, Any] = {}
-        if config.retriever != "bm25":
+        if config.retrieval != "bm25":
             sel = selector.select(q.query, q.history)
             ranked, K = sel.ranked_ids, sel.k
             if raw_selector is not None:
@@ -214,7 +223,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     by_cat: dict[str, list] = defaultdict(list)
     for r in rows:
         by_cat[r["category"]].append(r)
-    reranked = config.rerank and selector.reranker is not None and config.retriever != "bm25"
+    reranked = config.rerank and selector.reranker is not None and config.retrieval != "bm25"
     report = {
         "dataset": str(bench.path),
         "reranker": (config.reranker or "bundle") if reranked else None,

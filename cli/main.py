@@ -218,7 +218,9 @@ def eval_config(args: argparse.Namespace):
     cut = config.cut
     return EvalConfig(k=at, adaptive=not (cut.rule == "fixed" and cut.fixed_k == at), cut=cut,
                       history=config.history, retriever=args.retriever, limit=args.limit,
-                      decompose=config.decompose, fusion=config.fusion, cut_scope=config.cut_scope,
+                      # BM25 alone retrieves the utterance only: the shipped decomposer applies to the Selector
+                      decompose="none" if args.retriever == "bm25" and args.decompose is None else config.decompose,
+                      fusion=config.fusion, cut_scope=config.cut_scope,
                       decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
                       # None: the bundle's decomposer and its prompt (what from_bundle ships)
                       decomposer_model=args.decomposer_model, decomposer_prompt=args.decomposer_prompt,
@@ -329,9 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_selector_options(sp, old_eval_spellings=True)
     sp.add_argument("--reranker", metavar="DIR",
                     help="a reranker folder (model.onnx, tokenizer.json, reranker.json) instead of the bundle's")
-    sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default="dense",
-                    help="dense (the Selector), hybrid (the Selector with its BM25 channel fused into every "
-                         "list) or bm25 (the runtime's BM25 alone)")
+    sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default=None,
+                    help="dense (the Selector without its BM25 channel), hybrid (the Selector with its BM25 channel "
+                         "fused into every list) or bm25 (the runtime's BM25 alone); default: the shipped one")
     sp.add_argument("--lexical-fusion", choices=["rrf", "zmix"],
                     help="hybrid: weighted reciprocal ranks or weighted z-scores (default: the Selector's)")
     sp.add_argument("--lexical-weight", type=float, help="hybrid: the BM25 list's share in the fusion, 0..1")
