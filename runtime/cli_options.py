@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from .config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
+from .errors import InputError
 from .stages.cut import CUT_RULES, CutConfig
 from .decompose import PROMPT_STYLES
 
@@ -130,6 +131,9 @@ def add_decompose_options(p: argparse.ArgumentParser, *, mode_only: bool = False
 
 
 def add_rerank_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rerank", action="store_true", default=None, dest="rerank",
+                   help=f"run the bundle's cross-encoder over each list's head (default {'on' if SHIPPED.rerank else 'off'}: "
+                        "docs/bench/defaults.md says why)")
     p.add_argument("--no-rerank", action="store_true", default=None, dest="no_rerank",
                    help="retrieval only: switch the bundle's cross-encoder off")
     p.add_argument("--rerank-weight", type=float, default=None, metavar="W",
@@ -190,6 +194,10 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
         value = getattr(args, attr, None)
         if value is not None:
             changes[field] = value
+    if getattr(args, "rerank", None) and getattr(args, "no_rerank", None):
+        raise InputError("--rerank and --no-rerank contradict each other; give one")
+    if getattr(args, "rerank", None):
+        changes["rerank"] = True
     if getattr(args, "no_rerank", None):
         changes["rerank"] = False
     changes.update(overrides)
