@@ -50,7 +50,8 @@ class EvalConfig:
     cut: CutConfig = _SHIPPED.cut
     limit: int | None = None
     seed: int = 0
-    decompose: str = _SHIPPED.decompose  # none | rules | llm | auto (dense and hybrid retrievers)
+    # none | rules | llm | auto (dense and hybrid retrievers); None: the shipped one (none for bm25 alone)
+    decompose: str | None = None
     fusion: str = _SHIPPED.fusion     # peak | rrf
     cut_scope: str = _SHIPPED.cut_scope  # subtask | fused
     decompose_deadline_ms: float | None = _SHIPPED.decompose_deadline_ms
@@ -70,6 +71,13 @@ class EvalConfig:
     on_bad_query: str = "skip"
 
     @property
+    def decomposition(self) -> str:
+        """The decomposer that runs: the one asked for, else the shipped one (none for BM25 alone)."""
+        if self.decompose is not None:
+            return self.decompose
+        return "none" if self.retrieval == "bm25" else _SHIPPED.decompose
+
+    @property
     def retrieval(self) -> str:
         """The retriever that runs: the one asked for, else the shipped one."""
         return self.retriever or ("hybrid" if _SHIPPED.lexical else "dense")
@@ -77,7 +85,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.retriever is not None and self.retriever not in RETRIEVERS:
             raise InputError(f"retriever must be one of {RETRIEVERS}, got {self.retriever!r}")
-        if self.decompose != "none" and self.retriever == "bm25":
+        if self.decompose not in (None, "none") and self.retriever == "bm25":
             raise InputError("decomposition is evaluated with the dense or hybrid retriever (--retriever dense|hybrid)")
         if self.k < 1:
             raise InputError("k must be >= 1")
@@ -178,7 +186,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     prompt = config.decomposer_prompt or (base.config.decomposer_prompt if config.decomposer_model is None
                                           else "few_shot")
     sel_config = SelectorConfig(history=config.history, candidates=candidates, cut=cut, fusion=config.fusion,
-                                decompose=config.decompose, cut_scope=config.cut_scope,
+                                decompose=config.decomposition, cut_scope=config.cut_scope,
                                 decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
                                 decomposer_model=model, decomposer_prompt=prompt, threads=config.threads,
                                 **rerank_opts)
@@ -190,7 +198,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
 
         base = base.with_reranker(CrossEncoder.from_dir(config.reranker, threads=config.threads))
     selector = selector_for_catalog(base, bench.catalog, sel_config)
-    raw_selector = selector.with_config(decompose="none") if config.decompose != "none" else None
+    raw_selector = selector.with_config(decompose="none") if config.decomposition != "none" else None
     cost = {t.id: schema_tokens(t) for t in bench.catalog}
 
     def token_cost(ids: Sequence[str]) -> int:
@@ -229,7 +237,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         "reranker": (config.reranker or "bundle") if reranked else None,
         "overall": _summarise(rows, config.k, config.adaptive, token_cost),
         "by_category": {c: _summarise(rs, config.k, config.adaptive, token_cost) for c, rs in sorted(by_cat.items())},
-        "config": {**asdict(config), "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,
+        "config": {**asdict(config), "retriever": config.retrieval, "decompose": config.decomposition, "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,
                    "tools": len(bench.catalog), "seconds": round(time.perf_counter() - t0, 2)},
     }
     # malformed rows (not JSON, unknown gold ids, a broken history) never reached the Selector:

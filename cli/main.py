@@ -218,8 +218,7 @@ def eval_config(args: argparse.Namespace):
     cut = config.cut
     return EvalConfig(k=at, adaptive=not (cut.rule == "fixed" and cut.fixed_k == at), cut=cut,
                       history=config.history, retriever=args.retriever, limit=args.limit,
-                      # BM25 alone retrieves the utterance only: the shipped decomposer applies to the Selector
-                      decompose="none" if args.retriever == "bm25" and args.decompose is None else config.decompose,
+                      decompose=args.decompose,  # None: the shipped one (none for --retriever bm25)
                       fusion=config.fusion, cut_scope=config.cut_scope,
                       decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
                       # None: the bundle's decomposer and its prompt (what from_bundle ships)

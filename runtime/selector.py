@@ -68,6 +68,8 @@ class Selection:
             "k": self.k,
             "cut": {"rule": self.cut.rule, "k_score": self.cut.k_score, "k_sim": self.cut.k_sim},
             "subtasks": list(self.subtasks),
+            # every text retrieved with: the utterance, the sub-tasks, the history-folded utterance
+            "retrieved_texts": [text for text, _, _ in self.lists],
             "candidates": self.candidates,
             "decomposer": self.decomposer,
             "decomposition": self.trace.to_dict(),

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from magicselector.bench.latency import SCHEMA, WORKLOAD, measure_latency, validate_results
+from magicselector.config import SelectorConfig
 
 HEAVY = ("torch", "transformers", "sentence_transformers", "optimum", "executorch")
 
@@ -37,7 +38,9 @@ def test_measure_latency_schema(bundle_dir):
     assert len(lines) == 3  # one per pass
     for stage in ("decompose", "tokenize", "embed", "search", "fuse", "cut", "total"):
         _check_stats(res["stages"][stage], n=2 * len(work))
-    _check_stats(res["stages"]["rerank"], n=2 * len(work))  # the default bundle ships the reranker
+    shipped = SelectorConfig()
+    # the shipped configuration is measured: the bundle carries the reranker, which runs only if shipped on
+    assert ("rerank" in res["stages"]) == shipped.rerank and ("lexical" in res["stages"]) == shipped.lexical
     assert res["cold_start_ms"] > 0 and res["peak_rss_mb"] > 0
     assert res["cold_start_ms"] == pytest.approx(res["cold_start_breakdown"]["load_ms"]
                                                  + res["cold_start_breakdown"]["first_select_ms"])
@@ -46,7 +49,7 @@ def test_measure_latency_schema(bundle_dir):
     for key in ("platform", "cpu_model", "cores", "python", "onnxruntime", "usearch"):
         assert res["device"][key]
     assert res["config"]["runs"] == 2 and res["config"]["turns"] == len(work)
-    assert res["config"]["decomposer"] == "none"
+    assert res["config"]["decomposer"] == shipped.decompose
     json.dumps(res)  # serialisable
     # the decomposer is part of the measured pipeline when asked for
     ruled = measure_latency(bundle_dir, runs=1, warmup=0, workload=work, decompose="rules")

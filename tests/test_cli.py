@@ -30,7 +30,7 @@ def test_select_json(bundle_dir, tmp_path, capsys):
     assert out["schemas"][0]["inputSchema"]["type"] == "object"
     # the history file is used: the shipped history mode, or "user" (with a note) when that is "none"
     mode = SelectorConfig().history
-    assert "turn on bluetooth" in " ".join(out["subtasks"])
+    assert "turn on bluetooth" in " ".join(out["retrieved_texts"])
     assert ("using --history-mode user" in captured.err) == (mode == "none")
 
 
@@ -68,7 +68,8 @@ def test_eval_writes_the_json_contract(bundle_dir, tiny_benchmark, tmp_path, cap
     report = json.loads(out.read_text())
     assert {"ndcg@10", "recall@10", "completeness@10", "completeness@K", "mean_k", "schema_tokens"} <= set(report["overall"])
     assert set(report["by_category"]) == {"single", "multi", "followup"}
-    assert report["config"]["retriever"] == "dense" and report["config"]["adaptive"] is True
+    shipped = "hybrid" if SelectorConfig().lexical else "dense"
+    assert report["config"]["retriever"] == shipped and report["config"]["adaptive"] is True
     assert report["config"]["cut"]["rule"] == "paper"
     assert report["overall"]["completeness@10"] == 1.0  # 6 tools: every gold tool is in the top 10
     table = capsys.readouterr().out

@@ -28,7 +28,7 @@ def test_eval_defaults_to_what_from_bundle_ships(capsys):
     shipped = SelectorConfig()
     config = eval_config(parse("eval", "DIR"))
     assert config.cut == shipped.cut == DEFAULT_CUT and config.adaptive is True
-    assert (config.history, config.rerank, config.decompose, config.fusion, config.cut_scope, config.threads) == (
+    assert (config.history, config.rerank, config.decomposition, config.fusion, config.cut_scope, config.threads) == (
         shipped.history, shipped.rerank, shipped.decompose, shipped.fusion, shipped.cut_scope, shipped.threads)
     assert (config.rerank_weight, config.rerank_candidates) == (shipped.rerank_weight, shipped.rerank_candidates)
     # no decomposer named: the bundle's (with its prompt), as Selector.from_bundle does

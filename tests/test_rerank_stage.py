@@ -106,17 +106,19 @@ def test_default_bundle_carries_the_shipped_reranker(selector, shipped):
     rr = selector.bundle.section("reranker")
     assert rr and rr["truncation"] == "query_capped"
     assert rr["parity"]["against"] == "pytorch-fp32" and "top1_agreement" in rr["parity"]
-    out = selector.select("turn on bluetooth and play some jazz")
+    assert selector.reranker is not None  # carried, off by default (docs/bench/defaults.md)
+    on = selector.with_config(rerank=True, decompose="none")
+    out = on.select("turn on bluetooth and play some jazz")
     assert "rerank" in out.timings_ms and out.candidates >= 1
-    assert len(out.lists) == 1 and len(out.lists[0][1]) <= selector.config.rerank_candidates
-    off = selector.with_config(rerank=False).select("turn on bluetooth and play some jazz")
-    assert "rerank" not in off.timings_ms
+    assert len(out.lists) == 1 and len(out.lists[0][1]) <= on.config.rerank_candidates
+    assert "rerank" not in selector.select("turn on bluetooth and play some jazz").timings_ms
 
 
 def test_eval_no_rerank_switches_the_cross_encoder_off(bundle_dir, tiny_benchmark):
     from magicselector.bench.evaluate import EvalConfig, evaluate
 
-    on = evaluate(tiny_benchmark, EvalConfig(), bundle=bundle_dir, progress=False)
+    on = evaluate(tiny_benchmark, EvalConfig(rerank=True), bundle=bundle_dir, progress=False)
     off = evaluate(tiny_benchmark, EvalConfig(rerank=False), bundle=bundle_dir, progress=False)
+    assert evaluate(tiny_benchmark, EvalConfig(), bundle=bundle_dir, progress=False)["reranker"] is None  # shipped: off
     assert on["reranker"] == "bundle" and off["reranker"] is None
     assert on["overall"]["ndcg@10"] >= 0.5 and off["overall"]["ndcg@10"] >= 0.5

@@ -19,7 +19,9 @@ def test_bluetooth_and_jazz(selector):
     assert names & music, sel.ids
     assert sel.k == len(sel.tools) and sel.subtasks
     assert {"embed", "search", "cut", "total"} <= set(sel.timings_ms)
-    assert all(a.score >= b.score for a, b in zip(sel.tools, sel.tools[1:]))
+    # one retrieval list (no decomposition): the tools come in score order
+    single = selector.with_config(decompose="none").select("turn on bluetooth and play some jazz")
+    assert all(a.score >= b.score for a, b in zip(single.tools, single.tools[1:]))
 
 
 @pytest.mark.parametrize("utterance, expected", [
@@ -36,8 +38,8 @@ def test_clear_requests_rank_their_tool_near_the_top(selector, utterance, expect
 def test_history_modes_change_the_retrieval_text(selector):
     history = [{"role": "user", "content": "what's the weather in Paris"},
                {"role": "assistant", "content": "Sunny and 21 degrees."}]
-    plain = selector.select("and tomorrow?", history)
-    with_user = selector.with_config(history="user").select("and tomorrow?", history)
+    plain = selector.with_config(history="none", decompose="none").select("and tomorrow?", history)
+    with_user = selector.with_config(history="user", decompose="none").select("and tomorrow?", history)
     assert plain.subtasks == ["and tomorrow?"]
     assert "Paris" in with_user.subtasks[0]
     assert any(selector.catalog.get(i).domain == "weather" for i in with_user.ranked_ids[:3])
@@ -125,7 +127,9 @@ def test_rerank_seam_reorders_each_lists_head(bundle_dir):
 
     base = Selector.from_bundle(bundle_dir)
     rr = WordOverlapReranker()
-    sel = S(base.catalog, base.embedder, base.index, config=base.config.__class__(rerank_candidates=7, rerank_weight=1.0),
+    one_list = dict(decompose="none", lexical=False, history="none")  # one dense list, as the seam is tested on
+    sel = S(base.catalog, base.embedder, base.index,
+            config=base.config.__class__(rerank=True, rerank_candidates=7, rerank_weight=1.0, **one_list),
             bundle=base.bundle, reranker=rr)
     out = sel.select("start navigation home")
     assert "rerank" in out.timings_ms
@@ -134,7 +138,7 @@ def test_rerank_seam_reorders_each_lists_head(bundle_dir):
     assert out.ranked_scores == sorted(out.ranked_scores, reverse=True)
     scores = rr.score("start navigation home", rr.calls[0][1])
     best = max(range(7), key=lambda i: (scores[i], -i))  # stable: first of the highest
-    assert out.ranked_ids[0] == base.with_config(rerank=False).select("start navigation home").ranked_ids[best]
+    assert out.ranked_ids[0] == base.with_config(rerank=False, **one_list).select("start navigation home").ranked_ids[best]
     calls = len(rr.calls)
     off = sel.with_config(rerank=False).select("start navigation home")
     assert "rerank" not in off.timings_ms and len(rr.calls) == calls

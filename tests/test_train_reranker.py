@@ -316,4 +316,4 @@ def test_bundle_build_retrain_reranker_path(tiny_benchmark, tmp_path, monkeypatc
     assert rr_section["layers"] == 1 and rr_section["truncation"] == "query_capped"
     assert rr_section["parity"]["against"] == "pytorch-fp32"
     sel = Selector.from_bundle(tmp_path / "b")
-    assert sel.reranker is not None and "rerank" in sel.select("turn on bluetooth").timings_ms
+    assert sel.reranker is not None and "rerank" in sel.with_config(rerank=True).select("turn on bluetooth").timings_ms
