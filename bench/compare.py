@@ -49,16 +49,12 @@ RATIO_PAIRS = (
 
 
 def rerank_variants(selector: Any, candidates: int) -> dict[str, Callable[[str, list[str]], Any]]:
-    """Hook for the reranker variants: name -> fn(query_text, candidate_ids).
+    """The reranker variants of the side-by-side run: name -> fn(query_text, candidate_ids).
 
-    Returns {} until the cross-encoder reranker lands (the bundle has no ``reranker`` section).
-    When it does, add ``ours_rerank`` (INT8 ONNX cross-encoder over the top candidates) and
-    ``pytorch_fp32_rerank`` here, and the ratio pair ("pytorch_fp32_rerank", "ours_rerank").
+    None yet: the cross-encoder's INT8 ONNX against FP32 PyTorch is timed by ``bench rerank``
+    (bench/rerank_latency.py) on identical token ids; folding it into this run is open work.
     """
-    bundle = getattr(selector, "bundle", None)
-    if bundle is None or bundle.section("reranker") is None:
-        return {}
-    return {}  # a reranker section exists but this bench does not know how to drive it yet
+    return {}
 
 
 def _exact_topk(matrix, query, k: int):
@@ -215,6 +211,6 @@ def compare_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3,
         "agreement": agreement,
         "rerank": {"available": bool(rerank),
                    "note": ("reranker variants timed: " + ", ".join(rerank)) if rerank else
-                   "no cross-encoder reranker yet: rerank variants are added by compare.rerank_variants "
-                   "when it lands"},
+                   "the cross-encoder is not timed here: `magicselector bench rerank` times it against "
+                   "FP32 PyTorch"},
     }
