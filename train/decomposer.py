@@ -111,23 +111,9 @@ from .rewards import (
     preference_reward,
 )
 from .toolkit import (
-    DEVICES,
-    CsvLog,
-    Processes,
-    Progress,
-    adamw,
-    check_out_dir,
-    clip_and_step,
-    data_record,
-    linear_schedule,
-    processes,
-    quiet_transformers,
-    save_checkpoint,
-    seed_all,
-    torch_device,
-    torch_threads,
-    training_versions,
-    warmup_constant_schedule,
+    adamw, check_out_dir, clip_and_step, CsvLog, data_record, DEVICES, linear_schedule, processes, Processes,
+    Progress, quiet_transformers, run_record, save_checkpoint, seed_all, torch_device, torch_threads,
+    training_versions, warmup_constant_schedule,
 )
 
 TaskRetriever = Callable[[Sequence[str]], Sequence[str]]
@@ -679,12 +665,7 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
                 "loss_first_10pct_mean": float(np.mean(losses[:n])),
                 "loss_last_10pct_mean": float(np.mean(losses[-n:])),
                 "final_loss": losses[-1],
-                "threads": torch.get_num_threads(),
-                "device": str(device),
-                "processes": procs.world,
-                "versions": training_versions(),
-                "wall_seconds": round(time.perf_counter() - t_start, 2),
-                "out_dir": str(out_dir),
+                **run_record(procs, device, t_start, out_dir),
             }
             if procs.main:
                 _save_trained(model, adapters, tokenizer, out_dir, progress)
@@ -1172,12 +1153,7 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
                 "parser_agreement": parser_agreement(examples, dec),
                 "trends": {k: first_last(k) for k in ("reward", "r_cf", "r_pref", "dup_rate", "kl", "loss")},
                 "final": rows[-1],
-                "threads": torch.get_num_threads(),
-                "device": str(device),
-                "processes": procs.world,
-                "versions": training_versions(),
-                "wall_seconds": round(time.perf_counter() - t_start, 2),
-                "out_dir": str(out_dir),
+                **run_record(procs, device, t_start, out_dir),
             }
             if procs.main:
                 _save_trained(model, adapters, tokenizer, out_dir, progress)

@@ -69,24 +69,9 @@ from magicselector.stages.embed import TextTokenizer
 from .embedder_losses import info_nce, mine_embedder_negatives
 from .queries import TrainQuery, check_negatives_exist, fill_negatives, prepare_training_data, tool_texts
 from .toolkit import (
-    DEVICES,
-    CsvLog,
-    Processes,
-    Progress,
-    adamw,
-    clip_and_step,
-    data_record,
-    default_base_model,
-    fast_tokenizer,
-    linear_schedule,
-    load_encoder,
-    loss_summary,
-    processes,
-    save_checkpoint,
-    seed_all,
-    torch_device,
-    torch_threads,
-    training_versions,
+    adamw, clip_and_step, CsvLog, data_record, default_base_model, DEVICES, fast_tokenizer, linear_schedule,
+    load_encoder, loss_summary, processes, Processes, Progress, run_record, save_checkpoint, seed_all,
+    torch_device, torch_threads, training_versions,
 )
 
 
@@ -500,12 +485,7 @@ def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
                 "probe_items": len(probe),
                 "train_retrieval_before": base_stats,
                 "train_retrieval_after": final_teacher,
-                "threads": torch.get_num_threads(),
-                "device": str(device),
-                "processes": procs.world,
-                "versions": training_versions(),
-                "wall_seconds": round(time.perf_counter() - t_start, 2),
-                "out_dir": str(out_dir),
+                **run_record(procs, device, t_start, out_dir),
             }
             if procs.main:
                 save_checkpoint(model.to("cpu"), tokenizer, out_dir, progress)

@@ -74,24 +74,9 @@ from .queries import (  # noqa: F401 - TrainQuery, build_training_queries, mine_
     tool_texts,
 )
 from .toolkit import (
-    DEVICES,
-    CsvLog,
-    Processes,
-    Progress,
-    adamw,
-    clip_and_step,
-    data_record,
-    default_base_model,
-    fast_tokenizer,
-    linear_schedule,
-    load_encoder,
-    loss_summary,
-    processes,
-    save_checkpoint,
-    seed_all,
-    torch_device,
-    torch_threads,
-    training_versions,
+    adamw, clip_and_step, CsvLog, data_record, default_base_model, DEVICES, fast_tokenizer, linear_schedule,
+    load_encoder, loss_summary, Processes, processes, Progress, run_record, save_checkpoint, seed_all,
+    torch_device, torch_threads, training_versions,
 )
 
 Retriever = Callable[[Sequence[str], Catalog], Sequence[Sequence[str]]]
@@ -617,12 +602,7 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
                 "probe_loss_before": probe_before,
                 "probe_loss_after": probe_after,
                 "probe_pairs": len(probe),
-                "threads": torch.get_num_threads(),
-                "device": str(device),
-                "processes": procs.world,
-                "versions": training_versions(),
-                "wall_seconds": round(time.perf_counter() - t_start, 2),
-                "out_dir": str(out_dir),
+                **run_record(procs, device, t_start, out_dir),
             }
             if procs.main:
                 save_checkpoint(model, tokenizer, out_dir, progress)

@@ -19,6 +19,7 @@ import os
 import platform
 import random
 import sys
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -345,6 +346,13 @@ def training_versions() -> dict[str, str]:
 
     return {"torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version()}
+
+
+def run_record(procs: "Processes", device: torch.device, t_start: float, out_dir: Path) -> dict[str, Any]:
+    """The part of every run summary that says where and how the run ran."""
+    return {"threads": torch.get_num_threads(), "device": str(device), "processes": procs.world,
+            "versions": training_versions(), "wall_seconds": round(time.perf_counter() - t_start, 2),
+            "out_dir": str(out_dir)}
 
 
 def data_record(benches: Sequence[Any], **per_bench: Callable[[int, Any], Any]) -> list[dict[str, Any]]:
