@@ -106,7 +106,8 @@ def probe_sets(mobile: Path | None, shared: Path | None, per_set: int):
     return sets
 
 
-def qemu_commands(arm_root: Path | None, arm_site: Path | None) -> dict[str, list[str] | None]:
+def qemu_commands(arm_root: Path | None, arm_site: Path | None,
+                  arm_cpu: str = "neoverse-n1") -> dict[str, list[str] | None]:
     """How to start a Python on each target; None where this machine cannot."""
     native = host_target_name()
     cmds: dict[str, list[str] | None] = {native: [sys.executable]}
@@ -115,7 +116,7 @@ def qemu_commands(arm_root: Path | None, arm_site: Path | None) -> dict[str, lis
         cmds["x86-avx2"] = [qemu_x86, "-cpu", "Haswell", sys.executable]
     qemu_arm = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
     if qemu_arm and arm_root and arm_site:
-        cmds["arm64"] = ["arm64", qemu_arm, str(arm_root), str(arm_site)]
+        cmds["arm64"] = ["arm64", qemu_arm, str(arm_root), str(arm_site), arm_cpu]
     else:
         cmds.setdefault("arm64", None)
     return cmds
@@ -133,7 +134,7 @@ def run_worker(cmd: list[str], job: Path, out: Path, work: Path) -> dict:
     if cmd[0] == "arm64":
         # qemu-user passes the host's /proc/cpuinfo through; onnxruntime's cpuinfo cannot parse an
         # x86 one on aarch64 and crashes, so a private mount namespace shows it an ARM one.
-        _, qemu, root, site = cmd
+        _, qemu, root, site, cpu = cmd
         fake = work / "cpuinfo"
         fake.write_text(FAKE_ARM_CPUINFO)
         pkgs = work / "pkgs"
@@ -141,7 +142,7 @@ def run_worker(cmd: list[str], job: Path, out: Path, work: Path) -> dict:
         link = pkgs / "magicselector"
         if not link.exists():
             link.symlink_to(REPO / "runtime")
-        inner = (f"mount --bind {fake} /proc/cpuinfo && exec {qemu} -L {root} -E PYTHONPATH={pkgs}:{site} "
+        inner = (f"mount --bind {fake} /proc/cpuinfo && exec {qemu} -cpu {cpu} -L {root} -E PYTHONPATH={pkgs}:{site} "
                  f"{root}/usr/bin/python3.11 " + " ".join(script))
         argv = ["unshare", "-m", "bash", "-c", inner]
     else:
@@ -185,6 +186,9 @@ def main(argv=None) -> int:
     ap.add_argument("--candidates", type=int, default=20)
     ap.add_argument("--arm-root", type=Path, help="an extracted Debian aarch64 root with python3.11")
     ap.add_argument("--arm-site", type=Path, help="aarch64 wheels of onnxruntime, numpy, tokenizers, unpacked")
+    ap.add_argument("--arm-cpu", default="neoverse-n1",
+                    help="QEMU's aarch64 CPU model: neoverse-n1 has the dot product and no i8mm (QEMU 7.2's "
+                         "-cpu max, with i8mm and SVE, gives wrong INT8 results while FP32 is exact)")
     ap.add_argument("--targets", nargs="+", help="measure only these targets")
     ap.add_argument("--files", nargs="+", help="measure only these shipped INT8 files (default: all)")
     ap.add_argument("--no-reranker", action="store_true", help="skip the reranker's cross-target check")
@@ -246,7 +250,7 @@ def main(argv=None) -> int:
     report = {"fp32_reference": "FP32 ONNX export of the same checkpoint, onnxruntime on the measuring host",
               "host": platform.processor() or platform.machine(), "candidates": args.candidates,
               "per_set": args.per_set, "sets": [p[0] for p in plan], "targets": {}, "reranker_vs_host": {}}
-    commands = qemu_commands(args.arm_root, args.arm_site)
+    commands = qemu_commands(args.arm_root, args.arm_site, args.arm_cpu)
     native = host_target_name()
     results = {}
     for target, cmd in commands.items():
@@ -260,8 +264,8 @@ def main(argv=None) -> int:
         info = run_worker(cmd, job_path, out, work)
         results[target] = dict(np.load(out))
         shipped = meta["targets"].get(target, {}).get("file")
-        how = "native" if target == native else ("emulated: qemu-aarch64 (cpu max: NEON + dot product)"
-                                                  if target == "arm64" else f"emulated: qemu-x86_64 {' '.join(cmd[1:3])}")
+        how = ("native" if target == native else f"emulated: qemu-aarch64 -cpu {args.arm_cpu}"
+               if target == "arm64" else f"emulated: qemu-x86_64 {' '.join(cmd[1:3])}")
         entry = {"measured": True, "how": how, "per_set": args.per_set, "candidates": args.candidates,
                  "run": info, "shipped_file": shipped, "files": {}}
         for name in job["embedders"]:
