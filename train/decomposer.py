@@ -99,7 +99,7 @@ from magicselector.decompose.prompts import build_suffix, checkpoint_prompt_styl
 
 from magicselector.files import sha256_file
 
-from .queries import load_benchmarks, tool_texts
+from .queries import gold_tasks, load_benchmarks, tool_texts
 from .rewards import (
     CounterfactualReward,
     PreferenceScorer,
@@ -170,21 +170,20 @@ class DecompositionExample:
         return "\n".join(self.tasks)
 
 
+def _finish(procs, model, adapters, tokenizer, out_dir: Path, summary: dict[str, Any], progress: bool) -> None:
+    """Rank 0 saves the trained model and the run summary; every rank waits for it."""
+    if procs.main:
+        _save_trained(model, adapters, tokenizer, out_dir, progress)
+        (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    procs.barrier()
+
+
 def _gold_tasks(bench: Benchmark, q) -> list[str] | None:
-    tasks = q.extra.get("tasks")
-    if tasks is None:
+    pairs = gold_tasks(bench, q)
+    if pairs is None:
         return None
-    if not isinstance(tasks, list):
-        raise InputError(f"{bench.path}: query {q.id!r}: 'tasks' must be a list of {{text, tool}}")
     out = []
-    for j, task in enumerate(tasks):
-        if not isinstance(task, Mapping) or not isinstance(task.get("text"), str) \
-                or not isinstance(task.get("tool"), str):
-            raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] must be {{text: str, tool: str}}")
-        if task["tool"] not in bench.catalog:
-            raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] names tool {task['tool']!r}, "
-                             "which is not in tools.jsonl")
-        text = " ".join(task["text"].split())
+    for j, (text, _) in enumerate(pairs):
         if not text:
             raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] has an empty text")
         out.append(text)
@@ -667,10 +666,7 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
                 "final_loss": losses[-1],
                 **run_record(procs, device, t_start, out_dir),
             }
-            if procs.main:
-                _save_trained(model, adapters, tokenizer, out_dir, progress)
-                (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-            procs.barrier()
+            _finish(procs, model, adapters, tokenizer, out_dir, summary, progress)
             return summary
         finally:
             if log is not None:
@@ -1155,10 +1151,7 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
                 "final": rows[-1],
                 **run_record(procs, device, t_start, out_dir),
             }
-            if procs.main:
-                _save_trained(model, adapters, tokenizer, out_dir, progress)
-                (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-            procs.barrier()
+            _finish(procs, model, adapters, tokenizer, out_dir, summary, progress)
             return summary
         finally:
             if log is not None:

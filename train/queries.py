@@ -50,17 +50,28 @@ def build_training_queries(bench: Benchmark, bench_index: int = 0, history: str 
         add(q.id, text, tuple(q.gold), "turn")
         if not include_tasks:
             continue
-        tasks = q.extra.get("tasks") or []
-        if not isinstance(tasks, list):
-            raise InputError(f"{bench.path}: query {q.id!r}: 'tasks' must be a list of {{text, tool}}")
-        for j, task in enumerate(tasks):
-            if not isinstance(task, Mapping) or not isinstance(task.get("text"), str) \
-                    or not isinstance(task.get("tool"), str):
-                raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] must be {{text: str, tool: str}}")
-            if task["tool"] not in bench.catalog:
-                raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] names tool {task['tool']!r}, "
-                                 "which is not in tools.jsonl")
-            add(f"{q.id}#task{j}", " ".join(task["text"].split()), (task["tool"],), "task")
+        for j, (text, tool) in enumerate(gold_tasks(bench, q) or []):
+            add(f"{q.id}#task{j}", text, (tool,), "task")
+    return out
+
+
+def gold_tasks(bench: Any, q: Any) -> list[tuple[str, str]] | None:
+    """A generated turn's gold sub-tasks as (whitespace-folded text, tool id), checked against the
+    catalog; None when the turn has none."""
+    tasks = q.extra.get("tasks")
+    if tasks is None:
+        return None
+    if not isinstance(tasks, list):
+        raise InputError(f"{bench.path}: query {q.id!r}: 'tasks' must be a list of {{text, tool}}")
+    out = []
+    for j, task in enumerate(tasks):
+        if not isinstance(task, Mapping) or not isinstance(task.get("text"), str) \
+                or not isinstance(task.get("tool"), str):
+            raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] must be {{text: str, tool: str}}")
+        if task["tool"] not in bench.catalog:
+            raise InputError(f"{bench.path}: query {q.id!r}: tasks[{j}] names tool {task['tool']!r}, "
+                             "which is not in tools.jsonl")
+        out.append((" ".join(task["text"].split()), task["tool"]))
     return out
 
 
