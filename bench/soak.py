@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import random
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -261,21 +260,11 @@ def run_soak(bundle: str | Path | None = None, config: SoakConfig = SoakConfig()
 
 
 def _host() -> dict[str, Any]:
-    import platform
+    """CPU model, INT8-relevant ISA flags, cores and Python: bench.latency.machine_description's."""
+    from .latency import machine_description
 
-    cpu, flags = platform.processor() or "?", []
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and cpu in ("?", "x86_64", ""):
-                    cpu = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    flags = [f for f in ("avx2", "avx512f", "avx512_vnni", "amx_tile") if f in have]
-                    break
-    except OSError:
-        pass
-    return {"cpu": cpu, "isa": flags, "cores": os.cpu_count(), "python": sys.version.split()[0]}
+    d = machine_description()
+    return {"cpu": d["cpu_model"], "isa": d["isa"], "cores": d["cores"], "python": d["python"]}
 
 
 def format_soak(report: dict[str, Any]) -> str:

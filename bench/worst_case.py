@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -84,19 +83,11 @@ def measure_mode(bundle: str | None, decompose: str, history: str, runs: int, th
 
 
 def host() -> dict[str, Any]:
-    cpu, flags = "?", []
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and cpu == "?":
-                    cpu = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    flags = [x for x in ("avx2", "avx512f", "avx512_vnni", "amx_int8") if x in have]
-                    break
-    except OSError:
-        pass
-    return {"cpu": cpu, "isa": flags, "cores": os.cpu_count(), "python": sys.version.split()[0]}
+    """CPU model, INT8-relevant ISA flags, cores and Python: bench.latency.machine_description's."""
+    from .latency import machine_description
+
+    d = machine_description()
+    return {"cpu": d["cpu_model"], "isa": d["isa"], "cores": d["cores"], "python": d["python"]}
 
 
 def run(bundle: str | None = None, modes=("none", "rules"), histories=("none", "all"), runs: int = 3,
