@@ -372,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--dialogues", type=int, default=1200)
     sp.set_defaults(func=cmd_generate)
+    from magicselector.data.cli import register as register_split  # `magicselector split`
+
+    register_split(sub)
 
     from magicselector.cli.serve import register as register_serve  # the mcp package loads only when it runs
 

@@ -1,4 +1,5 @@
-"""Seeded tool-disjoint splits of a benchmark folder: the evaluation part's tools never occur in training."""
+"""Seeded tool-disjoint splits of benchmark folders (the evaluation part's tools never occur in
+training), where the public development sets live, and which split part a folder is."""
 from __future__ import annotations
 
 import hashlib
@@ -14,6 +15,13 @@ from magicselector.files import sha256_file
 from .datasets import Benchmark, Query, load_benchmark
 
 SPLIT_INFO = "split.json"
+SPLIT_PARTS = ("train", "eval")
+SHARED_SETS = ("bfcl", "metatool")  # the public development sets in ../shared/data
+
+
+def default_shared_data() -> Path:
+    """``shared/data`` beside the repository checkout (a source checkout's ``../shared/data``)."""
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data"  # data/ -> checkout -> beside it
 
 
 @dataclass(frozen=True)
@@ -81,3 +89,51 @@ def write_tool_disjoint_split(source: str | Path, out: str | Path, config: ToolS
     info["dropped_straddling"] = len(bench.queries) - kept
     (out / SPLIT_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return info
+
+
+def write_tool_disjoint_splits(sources: list[str | Path], out: str | Path, config: ToolSplitConfig = ToolSplitConfig(),
+                               overwrite: bool = False, note=None) -> dict[str, Any]:
+    """``write_tool_disjoint_split`` of each source folder into ``out/<folder name>``. Refuses a
+    missing source, two sources of one name and (without ``overwrite``) a non-empty ``out``, before
+    writing anything. ``note(text)`` hears one line per source. Returns {out, config, sets: {name: info}}."""
+    out = Path(out)
+    if not sources:
+        raise InputError("split: no source folders given")
+    names: dict[str, Path] = {}
+    for source in map(Path, sources):
+        for f in ("tools.jsonl", "queries.jsonl"):
+            if not (source / f).is_file():
+                raise InputError(f"{source}: not a benchmark folder (no {f})")
+        name = source.resolve().name
+        if name in names:
+            raise InputError(f"{source}: two sources are named {name!r} ({names[name]} too); each gets out/<name>")
+        names[name] = source
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not overwrite)):
+        raise InputError(f"{out}: output folder exists and is not empty (pass --force to write into it)")
+    sets = {}
+    for name, source in names.items():
+        info = write_tool_disjoint_split(source, out / name, config)
+        sets[name] = info
+        if note is not None:
+            parts = info["parts"]
+            note(f"split {name}: train {parts['train']['tools']} tools / {parts['train']['queries']} queries, "
+                 f"eval {parts['eval']['tools']} tools / {parts['eval']['queries']} queries, "
+                 f"{info['dropped_straddling']} straddling queries dropped")
+    return {"out": str(out), "config": asdict(config), "sets": sets}
+
+
+def split_part(folder: str | Path) -> dict[str, Any] | None:
+    """Which part of a tool-disjoint split ``folder`` is (its parent holds ``split.json`` and the
+    folder is named ``train`` or ``eval``): {part, config, source, tools, tools_sha256}; None for
+    any other folder."""
+    folder = Path(folder)
+    info_file = folder.parent / SPLIT_INFO
+    if folder.name not in SPLIT_PARTS or not info_file.is_file():
+        return None
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+        part = info["parts"][folder.name]
+        return {"part": folder.name, "config": info["config"], "source": info["source"],
+                "tools": part["tools"], "tools_sha256": part["tools_sha256"]}
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"{info_file}: not a split record written by write_tool_disjoint_split") from None

@@ -1,4 +1,5 @@
-"""Tool-disjoint splits: no evaluation tool occurs in the training part, not even as a distractor."""
+"""Tool-disjoint splits: no evaluation tool occurs in the training part, not even as a distractor;
+the `magicselector split` command writes what the Python API writes."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from magicselector.data.datasets import load_benchmark
-from magicselector.data.splits import ToolSplitConfig, split_tools, write_tool_disjoint_split
+from magicselector.cli.main import main
+from magicselector.data.splits import (
+    SHARED_SETS,
+    ToolSplitConfig,
+    default_shared_data,
+    split_part,
+    split_tools,
+    write_tool_disjoint_split,
+)
 from magicselector.errors import InputError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -52,3 +61,69 @@ def test_shared_sets_split(name, tmp_path):
     info = write_tool_disjoint_split(SHARED / name, tmp_path / name)
     _check_disjoint(tmp_path / name)
     assert info["parts"]["eval"]["queries"] > 100 and info["parts"]["train"]["queries"] > 100
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+def _check_no_eval_tool_in_train(out: Path) -> None:
+    """The eval part's tools occur nowhere in the train part: not in its catalog, gold or candidates."""
+    eval_tools = {json.loads(line)["id"] for line in (out / "eval" / "tools.jsonl").read_text().splitlines()}
+    train_tools = {json.loads(line)["id"] for line in (out / "train" / "tools.jsonl").read_text().splitlines()}
+    assert eval_tools and train_tools and not eval_tools & train_tools
+    for line in (out / "train" / "queries.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        assert not set(row["gold"]) & eval_tools
+        assert not set(row.get("candidates", [])) & eval_tools
+
+
+def test_split_command_writes_what_the_api_writes(tiny_benchmark, tmp_path, capsys):
+    config = ToolSplitConfig(eval_fraction=0.5, seed=3)
+    write_tool_disjoint_split(tiny_benchmark, tmp_path / "api", config)
+    assert main(["split", str(tiny_benchmark), "--out", str(tmp_path / "cmd"), "--eval-fraction", "0.5",
+                 "--seed", "3"]) == 0
+    out, err = capsys.readouterr()
+    name = tiny_benchmark.name
+    assert _files(tmp_path / "cmd" / name) == _files(tmp_path / "api")  # split.json included
+    summary = json.loads(out)
+    assert summary["config"] == {"eval_fraction": 0.5, "seed": 3}
+    assert summary["sets"][name] == json.loads((tmp_path / "api" / "split.json").read_text())
+    assert f"split {name}:" in err  # progress goes to stderr, stdout holds only the JSON
+    _check_no_eval_tool_in_train(tmp_path / "cmd" / name)
+    assert split_part(tmp_path / "cmd" / name / "eval")["part"] == "eval"
+    assert split_part(tmp_path / "cmd" / name / "train")["tools"] == summary["sets"][name]["parts"]["train"]["tools"]
+    assert split_part(tiny_benchmark) is None
+
+
+def test_split_command_refuses_bad_input_naming_the_path(tiny_benchmark, tmp_path, capsys):
+    missing = tmp_path / "no_such_set"
+    assert main(["split", str(missing), "--out", str(tmp_path / "o")]) == 2
+    assert str(missing) in capsys.readouterr().err
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    assert main(["split", str(tiny_benchmark), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "--force" in err
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]  # nothing written before the refusal
+    assert main(["split", str(tiny_benchmark), "--out", str(out), "--force"]) == 0
+    assert (out / tiny_benchmark.name / "split.json").is_file()
+    capsys.readouterr()
+    assert main(["split", str(tiny_benchmark), "--out", str(tmp_path / "o2"), "--eval-fraction", "1"]) == 2
+    assert "eval_fraction" in capsys.readouterr().err
+    assert main(["split", "--out", str(tmp_path / "o3")]) == 2
+    assert "--shared" in capsys.readouterr().err
+
+
+def test_split_command_shared_splits_both_public_sets(tmp_path, capsys):
+    if not all((default_shared_data() / name / "tools.jsonl").is_file() for name in SHARED_SETS):
+        pytest.skip("../shared/data is not beside this checkout")
+    assert default_shared_data() == SHARED
+    assert main(["split", "--shared", "--out", str(tmp_path / "cmd")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert sorted(summary["sets"]) == sorted(SHARED_SETS)
+    for name in SHARED_SETS:
+        write_tool_disjoint_split(SHARED / name, tmp_path / "api" / name)
+        assert _files(tmp_path / "cmd" / name) == _files(tmp_path / "api" / name)
+        _check_no_eval_tool_in_train(tmp_path / "cmd" / name)
