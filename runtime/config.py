@@ -29,8 +29,10 @@ class SelectorConfig:
     history: what of the dialogue the retrieval query carries: ``none`` (the utterance only),
       ``user`` (plus earlier user turns) or ``all`` (plus the whole dialogue).
     candidates: how many tools each retrieval list returns before fusion and the cut.
-    rerank: run the bundle's cross-encoder (when it has one) over each list's top
-      ``rerank_candidates`` tools; ``rerank_weight`` mixes its z-scored logits with the z-scored
+    rerank: run the bundle's cross-encoder (when it has one) over the top ``rerank_candidates``
+      tools, once per turn over the fused list (``rerank_scope="turn"``) or over each retrieval
+      list (``"list"``); with the turn scope the adaptive cut then runs on the reranked fused list.
+      ``rerank_weight`` mixes its z-scored logits with the z-scored
       retrieval similarity (1.0 = cross-encoder alone). The default 0.5 weighs the two equally:
       the shipped cross-encoder alone loses to retrieval on tools unlike its training data
       (bfcl, metatool, the held-out domains), the equal mix gains on all of them
@@ -60,6 +62,10 @@ class SelectorConfig:
     rerank: bool = False
     rerank_candidates: int = 20
     rerank_weight: float = 0.5
+    # turn: one cross-encoder call per turn over the fused list's head, each tool paired with the
+    # text of the list it came from (a decomposed turn costs what a plain one does); list: each
+    # retrieval list's head reranked on its own before the fusion
+    rerank_scope: str = "turn"
     threads: int = 1
     max_query_chars: int = 16_000
     # the bounds on one turn's work (see the docstring): history turns and characters considered,
@@ -98,6 +104,8 @@ class SelectorConfig:
             raise InputError(f"fusion must be 'peak' or 'rrf', got {self.fusion!r}")
         if self.rerank_candidates < 1:
             raise InputError("rerank_candidates must be >= 1")
+        if self.rerank_scope not in ("turn", "list"):
+            raise InputError(f"rerank_scope must be 'turn' or 'list', got {self.rerank_scope!r}")
         if not 0.0 <= self.rerank_weight <= 1.0:
             raise InputError("rerank_weight must be within [0, 1]")
         if self.threads < 1:

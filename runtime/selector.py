@@ -247,7 +247,8 @@ class Selector:
             if self.config.lexical:  # BM25 fused into each dense list, before the rerank
                 lists = fuse_lexical(lists, texts, vectors, index, self.lexical, self.config)
                 t = timer.lap("lexical", t)
-            if self.reranker is not None and self.config.rerank:
+            rerank = self.reranker is not None and self.config.rerank
+            if rerank and self.config.rerank_scope == "list":
                 lists = [self._rerank(text, lst, catalog) for text, lst in zip(texts, lists)]
                 t = timer.lap("rerank", t)
             if len(lists) == 1:
@@ -256,9 +257,14 @@ class Selector:
                 fused = FUSIONS[self.config.fusion](lists)
                 ids, scores, source = fused.ids, fused.scores, fused.source
             t = timer.lap("fuse", t)
+            turn_rerank = rerank and self.config.rerank_scope == "turn"
+            if turn_rerank:
+                ids, scores, source = self._rerank_head(texts, ids, scores, source, catalog)
+                t = timer.lap("rerank", t)
             # The cut may read the tools' vectors: it runs under the lock, on the index the lists
             # came from, so a concurrent remove_tool cannot take a listed tool away mid-turn.
-            if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed":
+            if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed" \
+                    and not turn_rerank:
                 ids, scores, source, cut = _cut_per_list(self.config.cut, lists, ids, scores, source, index)
             else:
                 embeddings = index.vectors(ids) if self.config.cut.uses_embeddings else None
@@ -272,6 +278,25 @@ class Selector:
                          ranked_scores=[float(x) for x in scores], catalog_version=version,
                          lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)],
                          trace=trace)
+
+    def _rerank_head(self, texts: list[str], ids: list[str], scores: np.ndarray, source: list[int],
+                     catalog: Catalog) -> tuple[list[str], np.ndarray, list[int]]:
+        """One cross-encoder call for the turn: the fused list's head, each tool paired with the text
+        of the list it came from; the rest of the list is dropped."""
+        n = min(self.config.rerank_candidates, len(ids))
+        if n == 0:
+            return ids, scores, source
+        pairs = [(texts[source[i]], tool_text(catalog.get(ids[i]))) for i in range(n)]
+        if hasattr(self.reranker, "score_pairs"):
+            ce = np.asarray(self.reranker.score_pairs(pairs), dtype=np.float32)
+        else:  # a reranker with only score(query, texts): one call per query text
+            ce = np.zeros(n, dtype=np.float32)
+            for text in dict.fromkeys(q for q, _ in pairs):
+                at = [i for i, (q, _) in enumerate(pairs) if q == text]
+                ce[at] = self.reranker.score(text, [pairs[i][1] for i in at])
+        final = mix_scores(ce, np.asarray(scores[:n], dtype=np.float32), self.config.rerank_weight)
+        order = np.argsort(-final, kind="stable")
+        return [ids[i] for i in order], final[order], [source[i] for i in order]
 
     def _rerank(self, text: str, lst: RankedList, catalog: Catalog) -> RankedList:
         """Cross-encoder scores for the list's head; the rest of the list is dropped."""

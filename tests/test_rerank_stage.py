@@ -110,8 +110,39 @@ def test_default_bundle_carries_the_shipped_reranker(selector, shipped):
     on = selector.with_config(rerank=True, decompose="none")
     out = on.select("turn on bluetooth and play some jazz")
     assert "rerank" in out.timings_ms and out.candidates >= 1
-    assert len(out.lists) == 1 and len(out.lists[0][1]) <= on.config.rerank_candidates
+    assert len(out.lists) == 1 and len(out.ranked_ids) == on.config.rerank_candidates
     assert "rerank" not in selector.select("turn on bluetooth and play some jazz").timings_ms
+    per_list = on.with_config(rerank_scope="list").select("turn on bluetooth and play some jazz")
+    assert len(per_list.lists[0][1]) == on.config.rerank_candidates  # one list: the same head, the same order
+    assert per_list.ranked_ids == out.ranked_ids
+
+
+class _CountingReranker:
+    """The shipped cross-encoder, counting its calls and pairs."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.calls = inner, inner.name, []
+
+    def score(self, query, texts):
+        self.calls.append(len(texts))
+        return self.inner.score(query, texts)
+
+    def score_pairs(self, pairs):
+        self.calls.append(len(pairs))
+        return self.inner.score_pairs(pairs)
+
+
+def test_a_decomposed_turn_reranks_once_over_the_fused_head(selector):
+    counting = _CountingReranker(selector.reranker)
+    on = selector.with_config(rerank=True, decompose="rules", rerank_candidates=12).with_reranker(counting)
+    out = on.select("turn on bluetooth, then play some jazz and also set an alarm for 7 am")
+    assert len(out.lists) >= 3  # the utterance and its sub-tasks
+    assert counting.calls == [12] and len(out.ranked_ids) == 12
+    texts = [t for t, _, _ in out.lists]
+    assert {tool.subtask for tool in out.tools} <= set(texts)
+    counting.calls.clear()
+    per_list = on.with_config(rerank_scope="list").select("turn on bluetooth, then play some jazz and also set an alarm for 7 am")
+    assert len(counting.calls) == len(per_list.lists)  # the other scope: one call per list
 
 
 def test_eval_no_rerank_switches_the_cross_encoder_off(bundle_dir, tiny_benchmark):

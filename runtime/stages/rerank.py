@@ -102,6 +102,9 @@ class Reranker(Protocol):
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
 
+    # optional: one call for pairs with different queries (else the Selector calls score per query)
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray: ...
+
 
 def check_rerank_input(query: str, texts: Sequence[str]) -> bool:
     """Raise InputError for an unusable (query, texts) pair set; False when there is nothing to score."""
@@ -143,10 +146,19 @@ class CrossEncoder:
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         if not check_rerank_input(query, texts):
             return np.zeros(0, dtype=np.float32)
+        return self.score_pairs([(query, t) for t in texts])
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """One logit per (query, tool text) pair; the pairs may have different queries (a decomposed
+        turn's fused head, each tool with its sub-task)."""
+        for query, _ in pairs:
+            check_rerank_input(query, [])
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
         step = batch_step(self.model, self.tokenizer.max_length, self.batch_size)
         out = []
-        for start in range(0, len(texts), step):
-            batch = self.tokenizer.encode_pairs([(query, t or " ") for t in texts[start:start + step]])
+        for start in range(0, len(pairs), step):
+            batch = self.tokenizer.encode_pairs([(q, t or " ") for q, t in pairs[start:start + step]])
             out.append(np.asarray(self.model.run(batch), dtype=np.float32).reshape(-1))
         return np.concatenate(out)
 
