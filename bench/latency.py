@@ -16,6 +16,8 @@ runner writes as JSON; the ADB harness pulls the same dict back from a phone)::
         "cores_usable": int,           # the CPU affinity mask (after pinning, if any)
         "loadavg": [1m, 5m, 15m] | null,   # at the start of the run: other work on shared cores
         "isa": [str],                  # INT8-relevant ISA flags (avx2, avx512_vnni, amx_int8, asimddp, i8mm, ...)
+                                       # as this process's CPUID reports them (bench/cpu_features.py)
+        "cpuid_mask": str | null,      # "CPUID masked to avx2 by tools/run_as_cpu.sh" where CPUID hides flags
         "int8_target": str,            # the INT8 target this CPU is (arm64 | x86-avx2 | x86-vnni)
         "python": str, "numpy": str, "onnxruntime": str, "onnxruntime_build": str | null,
         "usearch": str, "tokenizers": str
@@ -43,10 +45,11 @@ runner writes as JSON; the ADB harness pulls the same dict back from a phone)::
 
 Stages: ``decompose``, ``tokenize`` (the embedder's ``tokenizer.encode`` on the turn's texts),
 ``embed`` (the model run and pooling, i.e. the Selector's embed stage without tokenization),
-``search``, ``rerank`` (only once a reranker runs), ``fuse``, ``cut`` and ``total`` (end to end,
-``select()`` from entry to return). The tokenizer is timed on the very calls the embedder makes
-(the selector's tokenizer is wrapped by a timing proxy for the measurement), so ``tokenize`` +
-``embed`` is exactly the Selector's embed stage. Percentiles are numpy's linear interpolation.
+``search``, ``lexical`` (BM25 fused into each dense list), ``fuse``, ``rerank`` (only when a reranker
+runs), ``cut`` and ``total`` (end to end, ``select()`` from entry to return). The tokenizer is timed
+on the very calls the embedder makes (the selector's tokenizer is wrapped by a timing proxy for the
+measurement), so ``tokenize`` + ``embed`` is exactly the Selector's embed stage. Percentiles are
+numpy's linear interpolation.
 
 Honest caveats: the OS page cache is not dropped between runs (that needs root), so ``cold_start_ms``
 is a warm-file-cache process cold start; timings come from ``time.perf_counter`` in-process.
@@ -62,7 +65,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 SCHEMA = "magicselector-latency/1"
-STAGE_ORDER = ("decompose", "tokenize", "embed", "search", "rerank", "fuse", "cut", "total")
+# the order select() runs them in with the shipped settings (rerank_scope="turn": the rerank after the fusion)
+STAGE_ORDER = ("decompose", "tokenize", "embed", "search", "lexical", "fuse", "rerank", "cut", "total")
 
 # A fixed set of phone dialogue turns: single intents, multi-intent requests, and follow-ups that
 # only make sense with the history. Kept short, as spoken requests are.
@@ -181,7 +185,10 @@ def machine_description() -> dict[str, Any]:
         load = None
     from magicselector.targets import cpu_flags, host_target
 
-    flags = cpu_flags()
+    from .cpu_features import mask_note, seen_flags
+
+    # the flags this process's CPUID reports: under tools/run_as_cpu.sh fewer than /proc/cpuinfo lists
+    flags, hidden = seen_flags(cpu_flags())
     return {
         "platform": platform.platform(),
         "system": platform.system(),
@@ -194,6 +201,7 @@ def machine_description() -> dict[str, Any]:
         # the instruction sets INT8 kernels dispatch on; a latency figure is only comparable between
         # machines with the same ones
         "isa": sorted(flags & ISA_FLAGS),
+        "cpuid_mask": mask_note(hidden),
         "int8_target": host_target(flags=flags),
         "python": platform.python_version(),
         "numpy": _version("numpy"),
@@ -221,7 +229,9 @@ def _onnxruntime_build() -> str | None:
 def isa_summary(device: Mapping[str, Any]) -> str:
     """One line naming the CPU, its INT8-relevant ISA flags and cores, for report headers."""
     isa = ", ".join(device.get("isa") or []) or "ISA flags unknown"
-    return f"{device.get('cpu_model')} ({isa}; {device.get('cores_usable')} of {device.get('cores')} cores usable)"
+    masked = f"; {device['cpuid_mask']}" if device.get("cpuid_mask") else ""
+    return (f"{device.get('cpu_model')} ({isa}; {device.get('cores_usable')} of {device.get('cores')} "
+            f"cores usable{masked})")
 
 
 def artifact_sizes(manifest: Mapping[str, Any]) -> dict[str, Any]:

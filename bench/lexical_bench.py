@@ -79,12 +79,12 @@ def _pin_one_core() -> int | None:
 
 
 def cpu_flags() -> list[str]:
-    """The ISA flags that matter for these numbers (from /proc/cpuinfo, where there is one)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    """The ISA flags that matter for these numbers (/proc/cpuinfo's, less those this process's CPUID hides)."""
+    from magicselector.targets import cpu_flags as proc_cpu_flags
+
+    from .cpu_features import seen_flags
+
+    flags = seen_flags(proc_cpu_flags())[0]
     return [f for f in ("sse4_2", "avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8") if f in flags]
 
 

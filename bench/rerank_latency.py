@@ -129,8 +129,8 @@ def _host(torch_version: str | None) -> dict[str, Any]:
     from .latency import machine_description
 
     d = machine_description()
-    keep = ("platform", "machine", "cpu_model", "cores", "cores_usable", "isa", "int8_target", "loadavg", "python",
-            "numpy", "onnxruntime", "onnxruntime_build", "tokenizers")
+    keep = ("platform", "machine", "cpu_model", "cores", "cores_usable", "isa", "cpuid_mask", "int8_target", "loadavg",
+            "python", "numpy", "onnxruntime", "onnxruntime_build", "tokenizers")
     out = {k: d.get(k) for k in keep}
     out["torch"] = torch_version
     return out
