@@ -62,6 +62,7 @@ class EvalConfig:
     reranker: str | None = None      # a reranker folder (model.onnx, tokenizer.json, reranker.json) to use instead
     rerank_weight: float | None = None  # None: SelectorConfig's default
     rerank_candidates: int | None = None
+    rerank_scope: str = _SHIPPED.rerank_scope  # turn | list
     threads: int = 1
     lexical_fusion: str | None = None  # hybrid: rrf | zmix; None: SelectorConfig's default (so the weights)
     lexical_weight: float | None = None
@@ -168,7 +169,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
     cut = config.cut if config.adaptive else CutConfig(rule="fixed", fixed_k=config.k)
     candidates = max(config.k, cut.k_max if config.adaptive else config.k, 30)
-    rerank_opts: dict[str, Any] = {"rerank": config.rerank}
+    rerank_opts: dict[str, Any] = {"rerank": config.rerank, "rerank_scope": config.rerank_scope}
     if config.rerank_weight is not None:
         rerank_opts["rerank_weight"] = config.rerank_weight
     if config.rerank_candidates is not None:

@@ -132,7 +132,7 @@ def add_decompose_options(p: argparse.ArgumentParser, *, mode_only: bool = False
 
 def add_rerank_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rerank", action="store_true", default=None, dest="rerank",
-                   help=f"run the bundle's cross-encoder over each list's head (default {'on' if SHIPPED.rerank else 'off'}: "
+                   help=f"run the bundle's cross-encoder over the fused list's head (default {'on' if SHIPPED.rerank else 'off'}: "
                         "docs/bench/defaults.md says why)")
     p.add_argument("--no-rerank", action="store_true", default=None, dest="no_rerank",
                    help="retrieval only: switch the bundle's cross-encoder off")
@@ -140,7 +140,11 @@ def add_rerank_options(p: argparse.ArgumentParser) -> None:
                    help="weight of the cross-encoder's z-scored logit against the retrieval similarity "
                         f"(1 = cross-encoder only; default {SHIPPED.rerank_weight})")
     p.add_argument("--rerank-candidates", type=int, default=None, metavar="N",
-                   help=f"tools per list the cross-encoder scores (default {SHIPPED.rerank_candidates})")
+                   help=f"tools the cross-encoder scores per turn (per list with --rerank-scope list; "
+                        f"default {SHIPPED.rerank_candidates})")
+    p.add_argument("--rerank-scope", choices=["turn", "list"], default=None, dest="rerank_scope",
+                   help="one rerank per turn over the fused head (turn), or one per retrieval list (list; "
+                        f"default {SHIPPED.rerank_scope!r})")
 
 
 def add_fusion_options(p: argparse.ArgumentParser) -> None:
@@ -187,7 +191,7 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
     """``base`` (the shipped SelectorConfig) with what the flags gave; ``overrides`` win over both."""
     changes: dict[str, Any] = {"cut": cut_config(args, base.cut)}
     for field, attr in (("history", "history_mode"), ("threads", "threads"), ("rerank_weight", "rerank_weight"),
-                        ("rerank_candidates", "rerank_candidates"), ("fusion", "fusion"),
+                        ("rerank_candidates", "rerank_candidates"), ("rerank_scope", "rerank_scope"), ("fusion", "fusion"),
                         ("cut_scope", "cut_scope"), ("decompose", "decompose"),
                         ("decomposer_model", "decomposer_model"), ("decomposer_prompt", "decomposer_prompt"),
                         ("decompose_deadline_ms", "deadline_ms"), ("llm_threads", "llm_threads")):
