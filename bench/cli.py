@@ -511,6 +511,13 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.set_defaults(func=cmd_lexical)
 
+    from .serve_bench import add_arguments as add_serve_arguments, cmd_bench_serve  # standard library only
+
+    sp = bsub.add_parser("serve", help="throughput and p50/p90/p99 of `magicselector serve` (spawned over stdio) "
+                                       "at 1, 2 and 4 concurrent callers, with and without the reranker")
+    add_serve_arguments(sp)
+    sp.set_defaults(func=cmd_bench_serve)
+
     sp = bsub.add_parser("soak", help="selects from several threads while tools are added and removed: no error, "
                                       "flat RSS, every result equal to a single-threaded replay")
     add_bundle_option(sp)

@@ -10,6 +10,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from magicselector.cli_options import add_rerank_options, selector_config
+
 SERVER_NAME = "magicselector"
 TOOL_NAME = "search_tools"
 TOOL_DESCRIPTION = ("Find the tools needed for a request among the catalog's tools, on this device. Returns the "
@@ -25,6 +27,14 @@ def register(sub: Any) -> None:
     sp.add_argument("--history-mode", choices=["none", "user", "all"],
                     help="what of a call's history retrieval sees (default: the Selector's)")
     sp.add_argument("--threads", type=int, help="inference threads (default: the Selector's)")
+    add_rerank_options(sp)
+    sp.add_argument("--rerank-batch-ms", type=float, default=None, metavar="MS",
+                    help="merge the reranker runs of concurrent calls that arrive within MS milliseconds into one "
+                         "(default off; refused for a reranker whose scores depend on its batch, as the shipped "
+                         "INT8 one's do)")
+    sp.add_argument("--rerank-batch-inexact", action="store_true",
+                    help="with --rerank-batch-ms, batch such a reranker anyway: a call's scores then depend on what "
+                         "else was called at the same time (for measuring what batching buys)")
     sp.set_defaults(func=cmd_serve)
 
 
@@ -90,18 +100,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InputError("`magicselector serve` needs the mcp package: pip install 'magicselector[serve]'") from None
     import anyio
 
-    from magicselector.config import SelectorConfig
     from magicselector.selector import Selector
 
-    settings = {k: v for k, v in (("history", args.history_mode), ("threads", args.threads)) if v is not None}
+    batch_ms = getattr(args, "rerank_batch_ms", None)
+    if batch_ms is None and getattr(args, "rerank_batch_inexact", False):
+        raise InputError("--rerank-batch-inexact applies with --rerank-batch-ms")
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol and nothing else
-        selector = Selector.from_bundle(args.bundle, config=SelectorConfig(**settings), progress=False)
+        selector = Selector.from_bundle(args.bundle, config=selector_config(args), progress=False)
         if args.catalog:
             from magicselector.catalog import load_catalogs
 
             selector = selector.with_catalog(load_catalogs(args.catalog))
+        if batch_ms is not None:
+            selector = with_rerank_batching(selector, batch_ms, exact=not args.rerank_batch_inexact)
     anyio.run(serve_stdio, selector)
     return 0
+
+
+def with_rerank_batching(selector: Any, window_ms: float, exact: bool = True) -> Any:
+    """``selector`` whose reranker merges concurrent callers' runs (``magicselector.stages.rerank_batch``)."""
+    from magicselector.errors import InputError
+    from magicselector.stages.rerank_batch import BatchingReranker, RerankBatching
+
+    if selector.reranker is None or not selector.config.rerank:
+        raise InputError("--rerank-batch-ms batches the reranker: give --rerank (and a bundle with a reranker)")
+    return selector.with_reranker(BatchingReranker(selector.reranker, RerankBatching(window_ms=window_ms,
+                                                                                     exact=exact)))
 
 
 def build_server(selector: Any):

@@ -85,3 +85,105 @@ def test_serve_over_mcp_catalogs(bundle_dir, tmp_path):
     tools = result.structured_content["tools"]
     assert tools[0]["name"] == "github__create_issue"
     assert tools[0]["title"] == "Create issue" and tools[0]["annotations"] == {"readOnlyHint": False}
+
+
+class MeetingSelector:
+    """A real Selector whose select first waits until ``parties`` selects are inside it at once: a
+    server that ran its calls one after another would never get there (the wait times out)."""
+
+    def __init__(self, selector, parties: int) -> None:
+        import threading
+
+        self.inner = selector
+        self.meeting = threading.Barrier(parties, timeout=30)
+
+    def select(self, query, history=()):
+        self.meeting.wait()
+        return self.inner.select(query, history)
+
+    def schemas(self, selection, format="mcp"):
+        return self.inner.schemas(selection, format=format)
+
+
+@pytest.mark.slow
+def test_concurrent_calls_on_one_session_run_at_once(selector):
+    from mcp import Client
+
+    from magicselector.cli.serve import build_server, search
+
+    queries = ["wake me up at 6:30 tomorrow", "text Maria that I'm running late", "turn on bluetooth"]
+    meeting = MeetingSelector(selector, parties=len(queries))
+
+    async def main():
+        results = [None] * len(queries)
+        async with Client(build_server(meeting)) as client:
+            async def call(i):
+                results[i] = await client.call_tool("search_tools", {"query": queries[i]})
+            async with anyio.create_task_group() as tg:
+                for i in range(len(queries)):
+                    tg.start_soon(call, i)
+        return results
+
+    results = anyio.run(main)
+    for query, result in zip(queries, results):
+        assert not result.is_error, result.content[0].text
+        assert result.structured_content["tools"] == search(selector, {"query": query})["tools"]
+
+
+@pytest.mark.slow
+def test_concurrent_reranked_calls_over_stdio_match_sequential_ones(bundle_dir):
+    queries = ["wake me up at 6:30 tomorrow", "text Maria that I'm running late", "turn on bluetooth and play jazz",
+               "what's the weather in Lisbon?"]
+
+    async def body(session):
+        sequential = [await session.call_tool("search_tools", {"query": q}) for q in queries]
+        together = [None] * len(queries)
+
+        async def call(i):
+            together[i] = await session.call_tool("search_tools", {"query": queries[i]})
+        async with anyio.create_task_group() as tg:
+            for i in range(len(queries)):
+                tg.start_soon(call, i)
+        return sequential, together
+
+    sequential, together = run_session(["--bundle", str(bundle_dir), "--rerank"], body)
+    for one, other in zip(sequential, together):
+        assert not one.is_error and not other.is_error
+        assert "rerank" in one.structured_content["timings_ms"]  # --rerank reached the Selector
+        assert other.structured_content["tools"] == one.structured_content["tools"]
+        assert other.structured_content["scores"] == one.structured_content["scores"]
+    assert [t["name"] for t in sequential[0].structured_content["tools"]][0] == "set_alarm"
+
+
+def test_rerank_batching_needs_the_reranker_on_and_an_exact_reranker(selector):
+    from magicselector.cli.serve import with_rerank_batching
+    from magicselector.errors import InputError
+    from magicselector.stages.rerank_batch import BatchingReranker
+
+    with pytest.raises(InputError, match="give --rerank"):
+        with_rerank_batching(selector.with_config(rerank=False), 5)
+    reranked = selector.with_config(rerank=True)
+    with pytest.raises(InputError, match="scores a pair differently"):  # the shipped INT8 reranker
+        with_rerank_batching(reranked, 5)
+    batched = with_rerank_batching(reranked, 5, exact=False)
+    assert isinstance(batched.reranker, BatchingReranker) and batched.reranker.config.window_ms == 5
+    assert batched.select("set an alarm for 7").tools
+
+
+@pytest.mark.slow
+def test_bench_serve_reports_every_caller_count(bundle_dir, tmp_path):
+    from magicselector.bench.serve_bench import SCHEMA, ServeBenchConfig, bench_serve, format_markdown, write_report
+
+    config = ServeBenchConfig(callers=(1, 2), requests=3, warmup=1, variants=("shipped",))
+    report = bench_serve(str(bundle_dir), config)
+    assert report["schema"] == SCHEMA and report["config"]["threads"] == 1
+    assert report["device"]["cpu_model"] and "isa" in report["device"]
+    rows = report["results"]
+    assert [(r["variant"], r["callers"], r["requests"]) for r in rows] == [("shipped", 1, 3), ("shipped", 2, 6)]
+    for r in rows:
+        assert r["errors"] == 0 and r["selects_per_s"] > 0 and 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
+    assert rows[0]["same_tools"] is None and rows[1]["same_tools"] == 1.0  # concurrency changes no answer
+    written = write_report(report, tmp_path / "serve.json", tmp_path / "serve.md")
+    assert json.loads((tmp_path / "serve.json").read_text())["results"][1]["callers"] == 2
+    assert "| shipped | 2 |" in (tmp_path / "serve.md").read_text() and len(written) == 2
+    assert "1 inference thread(s)" in format_markdown(report)

@@ -1,0 +1,296 @@
+"""``magicselector bench serve``: throughput and latency of ``magicselector serve`` under concurrent callers.
+
+The real server is spawned over stdio and driven through the mcp package's own client, as an MCP
+host would: one server per configuration (variant), then for each caller count N, N callers send
+their requests concurrently over the one session, each waiting for its answer before sending the
+next. A request is a ``search_tools`` call for one turn of the phone workload
+(``magicselector.bench.latency.WORKLOAD``, with its dialogue history), callers starting at different
+turns. Latency is the client's round trip; throughput is all callers' selects over the wall time.
+
+Every answer of a configuration is checked against the same turn's answer with one caller: the
+tool names must be the same unless the variant batches an INT8 reranker (whose scores then depend on
+the other callers, ``magicselector.stages.rerank_batch``); the share that agreed is reported.
+
+Results schema ``magicselector-serve-bench/1``::
+
+    {"schema": ..., "started": ISO time, "device": machine_description(),
+     "config": {callers, requests, warmup, threads, variants: {name: server args}, bundle},
+     "results": [{"variant", "callers", "requests", "wall_s", "selects_per_s", "p50_ms", "p90_ms",
+                  "p99_ms", "mean_ms", "select_p50_ms", "errors", "same_tools"}]}
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+SCHEMA = "magicselector-serve-bench/1"
+
+
+@dataclass(frozen=True)
+class ServeBenchConfig:
+    """callers: the concurrent caller counts, in order. requests: requests each caller sends per
+    count. warmup: untimed requests per server before the first count. threads: the server's
+    ``--threads`` (None: the shipped default). rerank_batch_ms: adds the variant ``rerank+batch``
+    (``--rerank --rerank-batch-ms MS``; ``batch_inexact`` adds ``--rerank-batch-inexact``).
+    variants: which of ``shipped`` (no flags) and ``rerank`` (``--rerank``) to run."""
+
+    callers: tuple[int, ...] = (1, 2, 4)
+    requests: int = 48
+    warmup: int = 8
+    threads: int | None = None
+    variants: tuple[str, ...] = ("shipped", "rerank")
+    rerank_batch_ms: float | None = None
+    batch_inexact: bool = False
+    server_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        from magicselector.errors import InputError
+
+        if not self.callers or any(not isinstance(n, int) or n < 1 for n in self.callers):
+            raise InputError(f"ServeBenchConfig.callers must be integers >= 1, got {self.callers!r}")
+        if self.requests < 1 or self.warmup < 0:
+            raise InputError("ServeBenchConfig: requests must be >= 1 and warmup >= 0")
+        if self.threads is not None and self.threads < 1:
+            raise InputError("ServeBenchConfig.threads must be >= 1")
+        unknown = sorted(set(self.variants) - set(BASE_VARIANTS))
+        if unknown:
+            raise InputError(f"ServeBenchConfig.variants: unknown {unknown}; choose from {sorted(BASE_VARIANTS)}")
+        if not self.variants and self.rerank_batch_ms is None:
+            raise InputError("ServeBenchConfig: no variant to run")
+        if self.rerank_batch_ms is not None and self.rerank_batch_ms < 0:
+            raise InputError("ServeBenchConfig.rerank_batch_ms must be >= 0")
+
+    def server_variants(self) -> dict[str, list[str]]:
+        """variant name -> the ``magicselector serve`` arguments it adds."""
+        out = {name: list(BASE_VARIANTS[name]) for name in self.variants}
+        if self.rerank_batch_ms is not None:
+            out["rerank+batch"] = ["--rerank", "--rerank-batch-ms", f"{self.rerank_batch_ms:g}"] + \
+                (["--rerank-batch-inexact"] if self.batch_inexact else [])
+        return out
+
+
+BASE_VARIANTS: dict[str, tuple[str, ...]] = {"shipped": (), "rerank": ("--rerank",)}
+
+
+def requests_for(workload: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``search_tools`` arguments for each workload turn (the history only where the turn has one)."""
+    out = []
+    for turn in workload:
+        args: dict[str, Any] = {"query": turn["utterance"]}
+        if turn.get("history"):
+            args["history"] = list(turn["history"])
+        out.append(args)
+    return out
+
+
+def _percentile(sorted_ms: Sequence[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(sorted_ms, dtype=np.float64), q)) if len(sorted_ms) else float("nan")
+
+
+async def _drive(session: Any, requests: list[dict[str, Any]], callers: int, per_caller: int,
+                 reference: dict[int, list[str]] | None) -> dict[str, Any]:
+    """``callers`` concurrent loops of ``per_caller`` requests each over one session."""
+    import anyio
+
+    latencies: list[float] = []
+    selects: list[float] = []
+    errors: list[str] = []
+    names: list[tuple[int, list[str]]] = []
+
+    async def caller(k: int) -> None:
+        for i in range(per_caller):
+            which = (k * len(requests) // callers + i) % len(requests)
+            t = time.perf_counter()
+            result = await session.call_tool("search_tools", requests[which])
+            latencies.append((time.perf_counter() - t) * 1e3)
+            if result.is_error:
+                errors.append(result.content[0].text if result.content else "error")
+                continue
+            payload = result.structured_content or {}
+            selects.append(float((payload.get("timings_ms") or {}).get("total", float("nan"))))
+            names.append((which, [tool["name"] for tool in payload.get("tools", [])]))
+
+    t0 = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for k in range(callers):
+            tg.start_soon(caller, k)
+    wall = time.perf_counter() - t0
+    lat = sorted(latencies)
+    compared = [reference[which] == got for which, got in names if reference is not None and which in reference]
+    same = sum(compared) / len(compared) if compared else None
+    return {"callers": callers, "requests": callers * per_caller, "wall_s": round(wall, 4),
+            "selects_per_s": round(callers * per_caller / wall, 3) if wall > 0 else None,
+            "p50_ms": round(_percentile(lat, 50), 3), "p90_ms": round(_percentile(lat, 90), 3),
+            "p99_ms": round(_percentile(lat, 99), 3), "mean_ms": round(sum(lat) / len(lat), 3) if lat else None,
+            "select_p50_ms": round(_percentile(sorted(selects), 50), 3) if selects else None,
+            "errors": len(errors), "first_error": errors[0] if errors else None,
+            "same_tools": None if same is None else round(same, 4), "_names": names}
+
+
+async def _bench_variant(name: str, command: list[str], config: ServeBenchConfig, requests: list[dict[str, Any]],
+                         progress: Callable[[str], None]) -> tuple[list[dict[str, Any]], str | None]:
+    """Spawn one server and run every caller count against it; the rows and the server's stderr tail."""
+    from mcp.client.stdio import StdioServerParameters
+
+    from magicselector.errors import InputError
+
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as errlog:
+        params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+        try:
+            rows = await _run_counts(name, params, errlog, config, requests, progress)
+        except Exception as e:
+            errlog.seek(0)
+            raise InputError(f"bench serve: the {name} server failed ({type(e).__name__}: {e}); its stderr:\n"
+                               f"{errlog.read()[-2000:]}") from e
+        errlog.seek(0)
+        return rows, errlog.read()[-2000:] or None
+
+
+async def _run_counts(name: str, params: Any, errlog: Any, config: ServeBenchConfig, requests: list[dict[str, Any]],
+                      progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    rows: list[dict[str, Any]] = []
+    async with stdio_client(params, errlog=errlog) as (read, write):
+        async with ClientSession(read, write) as session:
+            with anyio.fail_after(config.server_timeout_s):
+                await session.initialize()
+                for i in range(config.warmup):
+                    await session.call_tool("search_tools", requests[i % len(requests)])
+            reference: dict[int, list[str]] | None = None
+            for n in config.callers:
+                row = await _drive(session, requests, n, config.requests, reference)
+                if reference is None:  # the first count's answers are what later counts must match
+                    reference = {}
+                    for which, got in row["_names"]:
+                        reference.setdefault(which, got)
+                    row = {**row, "same_tools": None}
+                row.pop("_names")
+                rows.append(row)
+                progress(f"[serve] {name}: {n} caller(s): {row['selects_per_s']} selects/s, "
+                         f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, errors {row['errors']}")
+    return rows
+
+
+def bench_serve(bundle: str | None = None, config: ServeBenchConfig = ServeBenchConfig(),
+                progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Run every variant of ``config`` against a freshly spawned server; the ``SCHEMA`` dict."""
+    import anyio
+
+    from magicselector.config import SelectorConfig
+
+    from .latency import WORKLOAD, machine_description
+
+    requests = requests_for(WORKLOAD)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    device = machine_description()
+    base = [sys.executable, "-m", "magicselector", "serve"]
+    if bundle is not None:
+        base += ["--bundle", str(bundle)]
+    if config.threads is not None:
+        base += ["--threads", str(config.threads)]
+    results = []
+    stderr_tails = {}
+    for name, extra in config.server_variants().items():
+        rows, tail = anyio.run(_bench_variant, name, base + extra, config, requests, progress)
+        results += [{"variant": name, **row} for row in rows]
+        if any(r["errors"] for r in rows):
+            stderr_tails[name] = tail
+    return {"schema": SCHEMA, "started": started, "device": device,
+            "config": {"callers": list(config.callers), "requests_per_caller": config.requests,
+                       "warmup": config.warmup,
+                       "threads": config.threads if config.threads is not None else SelectorConfig().threads,
+                       "variants": {name: extra for name, extra in config.server_variants().items()},
+                       "bundle": str(bundle) if bundle is not None else "default",
+                       "workload_turns": len(requests), "transport": "stdio, one session"},
+            "results": results, **({"server_stderr": stderr_tails} if stderr_tails else {})}
+
+
+def format_markdown(report: Mapping[str, Any], command: str | None = None) -> str:
+    from .latency import isa_summary
+
+    dev, cfg = report["device"], report["config"]
+    lines = ["| variant | callers | selects/s | p50 ms | p90 ms | p99 ms | select p50 ms | errors | same tools |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["results"]:
+        same = "–" if r["same_tools"] is None else f"{r['same_tools']:.2f}"
+        sel = "–" if r["select_p50_ms"] is None else f"{r['select_p50_ms']:.1f}"
+        lines.append(f"| {r['variant']} | {r['callers']} | {r['selects_per_s']:.1f} | {r['p50_ms']:.1f} | "
+                     f"{r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {sel} | {r['errors']} | {same} |")
+    head = [f"Machine: {isa_summary(dev)}; load avg {dev.get('loadavg')} at the start; onnxruntime "
+            f"{dev.get('onnxruntime')} ({dev.get('onnxruntime_build')}); python {dev.get('python')}.",
+            f"Server: `magicselector serve` over stdio, {cfg['threads']} inference thread(s); "
+            f"{cfg['requests_per_caller']} requests per caller after {cfg['warmup']} warm-up requests, "
+            f"{cfg['workload_turns']} phone turns; variants: "
+            + ", ".join(f"{k} = `{' '.join(v) or '(no flags)'}`" for k, v in cfg["variants"].items()) + "."]
+    if command:
+        head.append(f"Command: `{command}`")
+    return "\n".join(head + [""] + lines) + "\n"
+
+
+def write_report(report: Mapping[str, Any], json_path: str | Path | None = None, md_path: str | Path | None = None,
+                 command: str | None = None) -> list[str]:
+    written = []
+    if json_path:
+        out = Path(json_path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        written.append(str(out))
+    if md_path:
+        out = Path(md_path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(format_markdown(report, command), encoding="utf-8")
+        written.append(str(out))
+    return written
+
+
+def add_arguments(sp: Any) -> None:
+    """The ``bench serve`` options (registered by ``magicselector.bench.cli``)."""
+    sp.add_argument("--bundle", metavar="DIR", help="bundle folder (default: the default bundle, built on first use)")
+    sp.add_argument("--callers", type=int, nargs="+", default=[1, 2, 4], metavar="N",
+                    help="concurrent caller counts, in order (default 1 2 4)")
+    sp.add_argument("--requests", type=int, default=48, metavar="N", help="requests per caller per count (default 48)")
+    sp.add_argument("--warmup", type=int, default=8, metavar="N", help="untimed requests per server (default 8)")
+    sp.add_argument("--threads", type=int, metavar="N", help="the server's inference threads (default: the shipped 1)")
+    sp.add_argument("--variants", nargs="*", default=["shipped", "rerank"], choices=sorted(BASE_VARIANTS),
+                    help="server configurations: shipped (no flags), rerank (--rerank); default both")
+    sp.add_argument("--rerank-batch-ms", type=float, metavar="MS",
+                    help="also run the variant rerank+batch: --rerank --rerank-batch-ms MS")
+    sp.add_argument("--rerank-batch-inexact", action="store_true",
+                    help="with --rerank-batch-ms: pass --rerank-batch-inexact to that server")
+    sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    sp.add_argument("--md", metavar="OUT", help="write the markdown table")
+
+
+def cmd_bench_serve(args: Any) -> int:
+    from magicselector.errors import InputError
+
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise InputError("`magicselector bench serve` needs the mcp package: "
+                         "pip install 'magicselector[serve]'") from None
+    config = ServeBenchConfig(callers=tuple(args.callers), requests=args.requests, warmup=args.warmup,
+                              threads=args.threads, variants=tuple(args.variants),
+                              rerank_batch_ms=args.rerank_batch_ms, batch_inexact=args.rerank_batch_inexact)
+    command = "magicselector bench serve" + "".join(
+        f" {flag} {value}" for flag, value in (("--bundle", args.bundle), ("--requests", args.requests),
+                                               ("--threads", args.threads), ("--rerank-batch-ms", args.rerank_batch_ms))
+        if value is not None) + (" --rerank-batch-inexact" if args.rerank_batch_inexact else "")
+    report = bench_serve(args.bundle, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_markdown(report, command))
+    written = write_report(report, args.json, args.md, command)
+    if written:
+        print(f"wrote {', '.join(written)}", file=sys.stderr)
+    return 0 if not any(r["errors"] for r in report["results"]) else 1
