@@ -1,7 +1,9 @@
 """Training the LLM decomposer (MagicSelector paper, sections 3.2-3.4): SFT, then GRPO.
 
 Data: the generated mobile benchmark's turns (``magicselector generate``), whose rows carry
-``tasks`` = [{text, tool}], the gold atomic tasks of the turn. One training example is
+``tasks`` = [{text, tool}], the gold atomic tasks of the turn, and public-format folders (no row
+carries ``tasks``: the train parts of ``magicselector split``, e.g. of bfcl and metatool), whose rows
+have only the utterance and the gold tool ids. One training example is
 
     prompt = the runtime's own prompt for the turn: ``prompt_prefix(style)`` (the system prompt with
              the few-shot examples for ``few_shot``, or a one-sentence task statement for
@@ -10,6 +12,15 @@ Data: the generated mobile benchmark's turns (``magicselector generate``), whose
              feeds llama.cpp;
     target = the gold task texts, one per line, then the end-of-turn token (``<|im_end|>``, at which
              llama.cpp stops generating).
+
+A public row yields no sub-task text per gold tool: the utterance and the tool ids are all there is,
+and splitting the utterance into one line per tool would need a hand-written rule or a model's
+guess. So a public multi-tool query (2+ gold tools, ``kind='multi_tool'``) has no SFT target and
+joins GRPO only, where R_cf needs only the gold tools (its group's R_pref is the neutral 0.5, see
+below). A public single-tool query without history whose utterance fits one runtime line
+(``max_chars``) joins both stages as a keep-whole example (``kind='keep_whole'``: the target is the
+utterance as its one task), a seeded sample of at most ``keep_whole_share`` of the run's examples.
+The evaluation part of a tool-disjoint split is refused as training data.
 
 The query and the history are normalised as ``Selector.select`` does (whitespace collapsed) and the
 settings (``history_turns``, ``max_lines``, ``max_chars``, ``max_tokens``, ``n_ctx``) are read off a
@@ -29,6 +40,10 @@ line or ``max_lines`` complete lines), parses it with the runtime's ``parse_task
     R_pref = preference_reward(parsed tasks, gold tasks, SimilarityScorer)  (eq. 5)
     R_cf   = CounterfactualReward(retrieve)(parsed tasks or [utterance], utterance, gold tools)
     A_i    = grpo_advantages(R of the group)                            (eq. 7)
+
+A turn without reference tasks (a public multi-tool query) gets R_pref = 0.5 (sigmoid(0), "as good
+as the reference") for every sample of its group: a constant within the group cancels in eq. 7, so
+R_cf alone ranks those samples.
 
 ``retrieve(texts) -> ranked tool ids`` is called with the Selector's retrieval lists of the turn:
 the utterance (the anchor list the Selector always retrieves) first, then the sub-tasks, duplicates
@@ -92,6 +107,7 @@ import numpy as np
 import torch
 
 from magicselector.data.datasets import Benchmark, load_benchmark
+from magicselector.data.splits import split_part
 from magicselector.dialogue import Turn, validate_history
 from magicselector.errors import InputError
 from magicselector.decompose import PROMPT_STYLES, LlmDecomposer
@@ -145,13 +161,19 @@ def runtime_settings(dec: LlmDecomposer | None = None) -> dict[str, int]:
             "max_tokens": dec.max_tokens, "n_ctx": dec.n_ctx}
 
 
+EXAMPLE_KINDS = ("tasks", "multi_tool", "keep_whole")
+NEUTRAL_PREFERENCE = 0.5  # R_pref of a sample whose turn has no reference tasks: sigmoid(0)
+
+
 @dataclass(frozen=True)
 class DecompositionExample:
-    """One generated turn as a decomposer training example.
+    """One turn as a decomposer training example.
 
     ``suffix`` is the per-turn part of the prompt (``build_suffix``); the whole prompt is
     ``runtime_prefix() + suffix``. ``tasks`` are the gold task texts (whitespace collapsed), ``gold``
-    the turn's gold tools (for the counterfactual reward)."""
+    the turn's gold tools (for the counterfactual reward). ``kind``: ``tasks`` (a generated turn's
+    gold sub-tasks), ``multi_tool`` (a public query with 2+ gold tools and no tasks: GRPO only) or
+    ``keep_whole`` (a public single-tool query, its utterance as the one task)."""
 
     id: str
     bench: int
@@ -160,6 +182,7 @@ class DecompositionExample:
     suffix: str
     tasks: tuple[str, ...]
     gold: tuple[str, ...]
+    kind: str = "tasks"
 
     @property
     def prompt(self) -> str:
@@ -215,6 +238,46 @@ def decomposition_examples(bench: Benchmark | str | Path, bench_index: int = 0,
     return out
 
 
+def is_public_format(bench: Benchmark) -> bool:
+    """True when no row of the folder carries gold ``tasks`` (a public set or its split part)."""
+    return all(q.extra.get("tasks") is None for q in bench.queries)
+
+
+def public_examples(bench: Benchmark | str | Path, bench_index: int = 0, decomposer: LlmDecomposer | None = None
+                    ) -> tuple[list[DecompositionExample], list[DecompositionExample]]:
+    """(multi-tool examples, keep-whole candidates) of a public-format folder, each de-duplicated
+    on (prompt, gold). Multi-tool: 2+ distinct gold tools, no tasks (GRPO only). Keep-whole: one
+    gold tool, no history, an utterance of at most the runtime's ``max_chars`` (the grammar's line
+    limit), as its one task. Other rows (a single-tool turn with history, whose sub-task would have
+    to resolve the dialogue; an over-long utterance) are left out. A folder whose rows carry
+    ``tasks`` gives none: its turns are ``decomposition_examples``."""
+    if not isinstance(bench, Benchmark):
+        bench = load_benchmark(bench)
+    if not is_public_format(bench):
+        return [], []
+    dec = decomposer or runtime_decomposer()
+    multi: list[DecompositionExample] = []
+    whole: list[DecompositionExample] = []
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for q in bench.queries:
+        query = " ".join(q.query.split())
+        history = tuple(validate_history(q.history))
+        gold = tuple(dict.fromkeys(q.gold))
+        if len(gold) >= 2:
+            kind, tasks, into = "multi_tool", (), multi
+        elif len(gold) == 1 and not history and 0 < len(query) <= dec.max_chars:
+            kind, tasks, into = "keep_whole", (query,), whole
+        else:
+            continue
+        suffix = build_suffix(query, history, dec.history_turns)
+        if (suffix, gold) in seen:
+            continue
+        seen.add((suffix, gold))
+        into.append(DecompositionExample(f"{bench_index}:{q.id}", bench_index, query, history, suffix, tasks, gold,
+                                         kind))
+    return multi, whole
+
+
 def decomposition_pairs(bench: Benchmark | str | Path) -> list[tuple[str, str]]:
     """(prompt text, target text) for each turn with gold ``tasks``: the prompt the runtime's
     ``LlmDecomposer`` builds for the dialogue (ChatML, few-shot prefix included, ending with
@@ -223,8 +286,15 @@ def decomposition_pairs(bench: Benchmark | str | Path) -> list[tuple[str, str]]:
     return [(ex.prompt, ex.target) for ex in decomposition_examples(bench)]
 
 
-def _data_summary(benches: list[Benchmark], examples: list[DecompositionExample]) -> list[dict[str, Any]]:
-    return data_record(benches, examples=lambda i, _: sum(ex.bench == i for ex in examples))
+def _data_summary(benches: list[Benchmark], examples: list[DecompositionExample],
+                  sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``data_record`` of each folder with its format, its split part (if it is one), the examples
+    of this run by kind and what the folder offered before the sampling (``sources``)."""
+    return data_record(
+        benches, examples=lambda i, _: sum(ex.bench == i for ex in examples),
+        examples_by_kind=lambda i, _: {k: sum(ex.bench == i and ex.kind == k for ex in examples)
+                                       for k in EXAMPLE_KINDS},
+        **{key: (lambda i, _, key=key: sources[i][key]) for key in sources[0]})
 
 
 def parser_agreement(examples: Sequence[DecompositionExample], dec: LlmDecomposer | None = None) -> dict[str, Any]:
@@ -233,6 +303,7 @@ def parser_agreement(examples: Sequence[DecompositionExample], dec: LlmDecompose
     clipped to max_chars, at most max_lines are kept). A model that reproduced such a target exactly
     would still lose those tasks at run time."""
     dec = dec or runtime_decomposer()
+    examples = [ex for ex in examples if ex.tasks]  # a multi-tool public query has no target to parse
     changed, examples_of = 0, []
     for ex in examples:
         got, _ = parse_tasks(ex.target, ex.query, list(ex.history), dec.max_lines, dec.max_chars)
@@ -483,6 +554,8 @@ class DecomposerSFTConfig:
     prompt: the runtime prompt trained on: ``few_shot`` (the instruction model's) or ``zero_shot``
       (the system prompt alone: a fine-tuned model needs no examples, and the prompt is a quarter of
       the tokens); recorded in ``train_config.json``, from where ``export`` carries it to the bundle.
+    keep_whole_share: the most the public keep-whole examples may be of the run's examples (a
+      seeded sample; 0: none). Public multi-tool queries have no SFT target and are not used here.
     """
 
     seed: int = 0
@@ -501,6 +574,7 @@ class DecomposerSFTConfig:
     lora_alpha: float = 32.0
     max_seconds: float | None = None
     prompt: str = "few_shot"
+    keep_whole_share: float = 0.2
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -521,6 +595,7 @@ class DecomposerSFTConfig:
 
 
 def _check_run_options(config, need) -> None:
+    need(0 <= config.keep_whole_share < 1, "keep_whole_share must be in [0, 1)")
     need(config.device in DEVICES, f"device must be one of {DEVICES}, got {config.device!r}")
     need(config.lora_rank >= 0, "lora_rank must be >= 0 (0: full fine-tuning)")
     need(config.lora_alpha > 0, "lora_alpha must be > 0")
@@ -567,19 +642,52 @@ def _cycle(n: int, rng: np.random.Generator):
         yield from (int(i) for i in rng.permutation(n))
 
 
-def _prepare_run(data_dirs, out_dir, overwrite):
+def keep_whole_cap(share: float, others: int) -> int:
+    """The most keep-whole examples a run takes so that they are at most ``share`` of its examples."""
+    return int(math.floor(share * others / (1.0 - share) + 1e-9))
+
+
+def training_examples(benches: Sequence[Benchmark], stage: str, keep_whole_share: float, seed: int,
+                      dec: LlmDecomposer | None = None) -> tuple[list[DecompositionExample], list[dict[str, Any]]]:
+    """The examples of one stage (``sft`` or ``grpo``) from the folders, in folder then row order,
+    and per folder what it offered: ``format`` (generated | public), ``split`` (``split_part``),
+    ``multi_tool_available``, ``keep_whole_available``. Generated turns with tasks join both stages;
+    public multi-tool queries join GRPO only; the keep-whole candidates of all folders are pooled
+    and a seeded sample of ``keep_whole_cap(keep_whole_share, other examples)`` joins."""
+    dec = dec or runtime_decomposer()
+    core: list[DecompositionExample] = []
+    candidates: list[DecompositionExample] = []
+    sources: list[dict[str, Any]] = []
+    for b, bench in enumerate(benches):
+        part = split_part(bench.path)
+        if part is not None and part["part"] == "eval":
+            raise InputError(f"{bench.path}: the evaluation part of a tool-disjoint split is not training data; "
+                             "train on its train part")
+        public = is_public_format(bench)
+        multi, whole = public_examples(bench, b, dec) if public else ([], [])
+        core += decomposition_examples(bench, b, dec) if not public else (multi if stage == "grpo" else [])
+        candidates += whole
+        sources.append({"format": "public" if public else "generated", "split": part,
+                        "multi_tool_available": len(multi), "keep_whole_available": len(whole)})
+    cap = keep_whole_cap(keep_whole_share, len(core))
+    if len(candidates) > cap:
+        rng = np.random.default_rng([seed, 0x6B77])  # its own stream: the run's generator is untouched
+        candidates = [candidates[int(i)] for i in sorted(rng.choice(len(candidates), cap, replace=False))]
+    return sorted(core + candidates, key=lambda ex: ex.bench), sources  # stable: row order within a folder
+
+
+def _prepare_run(data_dirs, out_dir, overwrite, stage: str, config):
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     check_out_dir(out_dir, overwrite)
     benches = load_benchmarks(data_dirs, "train_decomposer")
     dec = runtime_decomposer()
-    examples: list[DecompositionExample] = []
-    for b, bench in enumerate(benches):
-        examples += decomposition_examples(bench, b, dec)
+    examples, sources = training_examples(benches, stage, config.keep_whole_share, config.seed, dec)
     if not examples:
         raise InputError("no training examples: the data folders hold no turns with gold 'tasks' (generate them "
-                         "with `magicselector generate`)")
-    return t0, out_dir, benches, dec, examples
+                         "with `magicselector generate`)" + ("" if stage == "grpo" else
+                         ", and public multi-tool queries join GRPO only"))
+    return t0, out_dir, benches, dec, examples, sources
 
 
 def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Path | Sequence[str | Path],
@@ -590,7 +698,7 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
     ``base_model_dir``: a Hugging Face causal-LM folder, a ``.gguf`` file or None (the packaged
     SmolLM2-135M-Instruct; see ``resolve_base_model``). Writes the checkpoint, ``training_log.csv``
     (step, loss, lr, seconds, tokens) and ``train_config.json`` (whose content is returned)."""
-    t_start, out_dir, benches, dec, examples = _prepare_run(data_dirs, out_dir, overwrite)
+    t_start, out_dir, benches, dec, examples, sources = _prepare_run(data_dirs, out_dir, overwrite, "sft", config)
     available = len(examples)
     rng = np.random.default_rng(config.seed)
     examples = _sample(examples, config.max_examples, rng)
@@ -653,10 +761,11 @@ def train_decomposer_sft(base_model_dir: str | Path | None, data_dirs: str | Pat
                 "stage": "sft",
                 "config": asdict(config),
                 "base_model": str(base),
-                "data": _data_summary(benches, examples),
+                "data": _data_summary(benches, examples, sources),
                 "seed": config.seed,
                 "prompt_format": _prompt_format(dec, toks),
                 "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
+                           "examples_by_kind": {k: sum(ex.kind == k for ex in examples) for k in EXAMPLE_KINDS},
                            "steps": steps, "steps_run": len(losses), "trainable_parameters": trainable,
                            "target_tokens_mean": float(np.mean([len(t) for _, t in items])),
                            "prompt_tokens_mean": float(np.mean([len(p) for p, _ in items]))},
@@ -696,6 +805,8 @@ class GRPOConfig:
     lr / weight_decay / warmup_ratio / grad_clip: AdamW, linear warm-up then constant.
     device / bf16 / lora_rank / lora_alpha / max_seconds: as ``DecomposerSFTConfig``; with LoRA
       the policy is the SFT model plus fresh adapters and the reference is the SFT model itself.
+    keep_whole_share: as ``DecomposerSFTConfig``; here the public multi-tool queries count among the
+      other examples, since they join GRPO.
     """
 
     seed: int = 0
@@ -727,6 +838,7 @@ class GRPOConfig:
     lora_rank: int = 0
     lora_alpha: float = 32.0
     max_seconds: float | None = None
+    keep_whole_share: float = 0.2
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -947,7 +1059,8 @@ class _Grpo:
         cf = CounterfactualReward(with_anchor, c.k, c.l_ndcg, c.l_full)
         raw = list(retrieve([anchor]))
         for s in samples:
-            s.r_pref = preference_reward(s.tasks, list(ex.tasks), self.scorer)
+            # no reference tasks (a public multi-tool query): a constant that cancels in the advantages
+            s.r_pref = preference_reward(s.tasks, list(ex.tasks), self.scorer) if ex.tasks else NEUTRAL_PREFERENCE
             # LlmDecomposer.decompose falls back to the utterance when nothing parses
             s.r_cf = cf(s.tasks or [ex.query], ex.query, ex.gold, raw_ranked=raw)
             s.reward = joint_reward(s.r_pref, s.r_cf, c.alpha, c.beta)
@@ -1023,7 +1136,7 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
     ``SimilarityScorer`` over ``config.pref_embed``). Writes the checkpoint, ``training_log.csv``
     (one row per step), ``samples.jsonl`` and ``train_config.json`` (whose content is returned).
     """
-    t_start, out_dir, benches, dec, examples = _prepare_run(data_dirs, out_dir, overwrite)
+    t_start, out_dir, benches, dec, examples, sources = _prepare_run(data_dirs, out_dir, overwrite, "grpo", config)
     available = len(examples)
     rng = np.random.default_rng(config.seed)
     examples = _sample(examples, config.max_examples, rng)
@@ -1090,7 +1203,8 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
                 stats = run.update(samples, share)
                 mine = [({"example": batch_ex[s.group].id, "group": s.group, "sample": s.index, "text": s.text,
                           "stopped": s.stopped, "tasks": s.tasks, "dropped": s.dropped,
-                          "gold_tasks": list(batch_ex[s.group].tasks), "r_pref": s.r_pref, "r_cf": s.r_cf,
+                          "gold_tasks": list(batch_ex[s.group].tasks), "kind": batch_ex[s.group].kind,
+                          "r_pref": s.r_pref, "r_cf": s.r_cf,
                           "reward": s.reward, "advantage": s.advantage, "tokens": len(s.completion)},
                          duplicate_task_rate(s.raw_lines)) for s in samples] if share else []
                 records: list[tuple[dict[str, Any], float]] = []
@@ -1136,13 +1250,14 @@ def train_decomposer_grpo(sft_model_dir: str | Path, data_dirs: str | Path | Seq
                 "config": {**asdict(config), "max_new_tokens": run.max_new},
                 "base_model": str(sft_dir),
                 "reference_model": str(sft_dir),
-                "data": _data_summary(benches, examples),
+                "data": _data_summary(benches, examples, sources),
                 "seed": config.seed,
                 "prompt_format": _prompt_format(dec, toks),
                 "retriever": "injected" if retrieve is not None else
                              f"product dense retriever, peak-rank fusion, {config.candidates} candidates per list",
                 "preference_scorer": "injected" if scorer_injected else f"SimilarityScorer({config.pref_embed})",
                 "counts": {"examples_available": available, "examples": len(examples), "skipped_too_long": too_long,
+                           "examples_by_kind": {k: sum(ex.kind == k for ex in examples) for k in EXAMPLE_KINDS},
                            "steps": config.steps, "steps_run": len(rows),
                            "samples": len(rows) * config.prompts_per_step * config.group_size,
                            "optimizer_steps": len(rows) * config.updates_per_batch, "trainable_parameters": trainable},

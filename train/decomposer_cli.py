@@ -29,7 +29,7 @@ def cmd_train_decomposer(args: argparse.Namespace) -> int:
     common: dict[str, Any] = {"seed": args.seed, "steps": args.steps, "lr": args.lr, "threads": args.threads,
                               "max_examples": args.max_examples, "device": args.device, "bf16": args.bf16 or None,
                               "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
-                              "max_seconds": args.max_seconds}
+                              "max_seconds": args.max_seconds, "keep_whole_share": args.keep_whole_share}
     if args.stage == "sft":
         from .decomposer import DecomposerSFTConfig, train_decomposer_sft
 
@@ -63,12 +63,15 @@ def add_decomposer_parser(train_subparsers) -> argparse.ArgumentParser:
         "decomposer", help="train the LLM decomposer: SFT on gold sub-tasks, then GRPO with the counterfactual "
                            "and preference rewards",
         description="Stage sft fine-tunes a causal LM on (the runtime's decomposer prompt -> gold tasks, one per "
-                    "line) of generated benchmark folders; stage grpo continues from the SFT checkpoint with "
-                    "GRPO, the joint reward R = alpha*R_pref + beta*R_cf and a KL penalty to the SFT model. "
+                    "line) of generated benchmark folders (and public single-tool queries kept whole); stage grpo "
+                    "continues from the SFT checkpoint (public multi-tool queries join here) with GRPO, the joint "
+                    "reward R = alpha*R_pref + beta*R_cf and a KL penalty to the SFT model. "
                     "The output folder is a Hugging Face checkpoint that `magicselector export` converts to GGUF.")
     sp.add_argument("--stage", choices=["sft", "grpo"], required=True)
     sp.add_argument("--data", nargs="+", required=True, metavar="DIR",
-                    help="benchmark folders whose turns carry gold 'tasks' (magicselector generate)")
+                    help="benchmark folders: generated ones (magicselector generate; turns with gold 'tasks') and "
+                         "public-format ones (the train parts of magicselector split: multi-tool queries join grpo, "
+                         "short single-tool queries join both stages kept whole)")
     sp.add_argument("--out", required=True, metavar="DIR", help="output checkpoint folder")
     sp.add_argument("--base-model", metavar="DIR",
                     help="sft: the causal LM to start from (a Hugging Face folder or a .gguf; default: "
@@ -78,6 +81,9 @@ def add_decomposer_parser(train_subparsers) -> argparse.ArgumentParser:
                                               "grpo: sampled batches (default 200)")
     sp.add_argument("--lr", type=float)
     sp.add_argument("--max-examples", type=int, help="train on a seeded sample of at most N turns")
+    sp.add_argument("--keep-whole-share", type=float,
+                    help="the most the public single-tool keep-whole examples may be of the run's examples "
+                         "(a seeded sample; default 0.2, 0: none)")
     sp.add_argument("--threads", type=int, help="torch threads")
     sp.add_argument("--epochs", type=int, help="sft: passes over the data when --steps is not given")
     sp.add_argument("--batch-size", type=int, help="sft: examples per step")
