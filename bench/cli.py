@@ -6,12 +6,16 @@ torch and matplotlib are imported inside the commands.
 
 ``bench latency`` runs the latency runner in a fresh process (locally) or on a phone over ADB
 (``--device adb[:SERIAL]``, through ``magicselector.bench.adb``), optionally the side-by-side
-compare on this machine, and writes ``results.json`` (the ``magicselector-latency/1`` dict, plus
-``compare`` when run), ``results.csv`` (one row per stage), ``summary.md`` and PNG plots.
+compare on this machine (the reranker's INT8 against its FP32 ONNX and PyTorch source with
+``--reference-reranker``), and writes ``results.json`` (the ``magicselector-latency/1`` dict, plus
+``compare`` when run and ``llm``, the GGUF decomposer's llama-bench figures, with ``--decompose
+llm|auto``), ``results.csv`` (one row per stage), ``summary.md`` and PNG plots.
 ``bench scaling`` writes ``scaling.json``, ``scaling.csv``, ``scaling.md`` and PNG plots.
 ``bench rerank`` times the rerank stage alone (INT8 ONNX vs the FP32 PyTorch checkpoint, per
 thread count; ``magicselector.bench.rerank_latency``), prints a markdown table and optionally
 writes it (``--md``) and the results (``--json``).
+``bench llm`` measures the GGUF decomposer as llama-bench does (load, pp and tg tokens/s, time to
+first token; ``magicselector.bench.llm_bench``).
 ``bench lexical`` times the runtime's BM25 index on synthetic catalogs, on one core
 (``magicselector.bench.lexical_bench``), prints a markdown table and optionally writes ``--json``.
 ``bench quality`` measures every development set's evaluation part per pipeline configuration
@@ -28,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from magicselector.cli_options import add_bundle_option, add_decompose_options, add_threads_option
+from magicselector.cli_options import PROMPT_STYLES, add_bundle_option, add_decompose_options, add_threads_option
 
 DEFAULT_OUT = "bench-out"
 
@@ -176,16 +180,54 @@ def latency_summary(results: Mapping[str, Any]) -> str:
         ag = cmp_.get("agreement") or {}
         if ag:
             lines.append("- agreement: " + ", ".join(f"{k} {v:.3f}" for k, v in ag.items() if v is not None))
-        lines.append(f"- rerank: {cmp_['rerank']['note']}")
+        rr = cmp_.get("rerank") or {}
+        lines.append(f"- rerank: {rr.get('note')}")
+        if rr.get("int8_timed"):
+            m, toks = rr.get("model") or {}, rr.get("tokens_per_pair") or {}
+            lines.append(f"- rerank workload: {rr.get('turns')} turns, {rr.get('calls_per_turn', 0):.2f} reranker "
+                         f"calls and {rr['pairs_per_turn']['mean']:.1f} pairs per turn (max {rr['pairs_per_turn']['max']}), "
+                         f"{toks.get('mean', 0):.1f} tokens per pair (max {toks.get('max')}); {m.get('architecture')}, "
+                         f"{m.get('layers')} layers, window {m.get('max_length')} ({m.get('truncation')})")
+        rag = rr.get("agreement") or {}
+        if rag:
+            lines.append("- rerank agreement: " + ", ".join(f"{k} {v:.3g}" for k, v in rag.items() if v is not None))
+    llm = results.get("llm")
+    if llm:
+        if llm.get("skipped"):
+            lines += ["", "## GGUF decomposer (llama-bench figures)", "", f"Not measured: {llm['skipped']}"]
+        else:
+            from .llm_bench import format_llm_bench
+
+            lines += ["", format_llm_bench(llm, heading="##").rstrip("\n")]
     lines += ["", "## Targets", "", "| target | measured | threshold | result |", "|---|---:|---:|---|"]
     for name, meas, thr, ok in latency_targets(results):
         lines.append(f"| {name} | {meas} | {thr} | {_mark(ok)} |")
     return "\n".join(lines) + "\n"
 
 
+def _llm_figures(bundle: str, device: str) -> dict[str, Any]:
+    """llama-bench's figures for the bundle's GGUF decomposer on this machine (a few prompts, one run),
+    or why they are missing."""
+    if device != "local":
+        return {"skipped": "measured on the machine that runs the bench only (`magicselector bench llm` there); "
+                           f"this run's selections ran on {device}"}
+    from magicselector.cli_options import SHIPPED
+    from magicselector.errors import MagicSelectorError
+
+    from .llm_bench import measure_llm
+
+    try:
+        return measure_llm(bundle=bundle, threads=SHIPPED.llm_threads, n_ctx=SHIPPED.llm_ctx, prompts=3, runs=1,
+                           progress=_progress)
+    except MagicSelectorError as e:
+        print(f"bench latency: no GGUF figures: {e}", file=sys.stderr)
+        return {"skipped": str(e)}
+
+
 def cmd_latency(args: argparse.Namespace) -> int:
     from magicselector.bundle import ensure_default_bundle
     from magicselector.cli_options import SHIPPED
+    from magicselector.errors import InputError
 
     args.threads = args.threads or SHIPPED.threads
     args.decompose = args.decompose or SHIPPED.decompose
@@ -194,6 +236,12 @@ def cmd_latency(args: argparse.Namespace) -> int:
     bundle = str(args.bundle) if args.bundle else str(ensure_default_bundle(progress=True))
     if not Path(bundle, "manifest.json").is_file():
         return _err(f"{bundle}: not a bundle folder (no manifest.json)")
+    if args.reference_reranker is not None:
+        if not args.compare:
+            return _err("--reference-reranker times the FP32 reranker rows of --compare: add --compare")
+        if not Path(args.reference_reranker, "config.json").is_file():
+            return _err(f"--reference-reranker {args.reference_reranker}: not a Hugging Face checkpoint folder "
+                        "(no config.json)")
     device = args.device
     try:
         if device == "local":
@@ -217,11 +265,16 @@ def cmd_latency(args: argparse.Namespace) -> int:
     if args.compare:
         from .compare import compare_latency
 
-        cmp_ = compare_latency(bundle, runs=args.runs, warmup=args.warmup,
-                               history_mode=results.get("config", {}).get("history_mode", "user"),
-                               progress=_progress)
+        try:
+            cmp_ = compare_latency(bundle, runs=args.runs, warmup=args.warmup,
+                                   history_mode=results.get("config", {}).get("history_mode", "user"),
+                                   reference_reranker=args.reference_reranker, progress=_progress)
+        except InputError as e:
+            return _err(str(e))
         cmp_["host"] = "this machine" if device == "local" else "the host (not the phone): compare needs torch"
         results["compare"] = cmp_
+    if args.decompose in ("llm", "auto"):
+        results["llm"] = _llm_figures(bundle, device)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     write_stage_csv(results, out / "results.csv")
     summary = latency_summary(results)
@@ -413,6 +466,32 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- llm ------------------------------------------------------------------------------------------
+def cmd_llm(args: argparse.Namespace) -> int:
+    from magicselector.cli_options import SHIPPED
+    from magicselector.errors import MagicSelectorError
+
+    from .llm_bench import format_llm_bench, measure_llm
+
+    if args.model is not None and not Path(args.model).is_file():
+        return _err(f"--model {args.model}: no such GGUF file")
+    try:
+        res = measure_llm(args.model, bundle=args.bundle, threads=args.threads or SHIPPED.llm_threads,
+                          n_ctx=args.ctx or SHIPPED.llm_ctx, prompt_style=args.prompt, prompts=args.prompts,
+                          runs=args.runs, gen_tokens=args.gen_tokens, progress=_progress)
+    except MagicSelectorError as e:
+        return _err(str(e))
+    table = format_llm_bench(res)
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    print(table)
+    if args.json:
+        print(f"wrote {args.json}")
+    return 0
+
+
 def cmd_soak(args: argparse.Namespace) -> int:
     from magicselector.bench.soak import SoakConfig, format_soak, run_soak, write_soak
 
@@ -454,8 +533,8 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``bench latency``, ``scaling``, ``rerank``, ``lexical``, ``soak`` and ``worst-case`` to the
-    ``magicselector`` command."""
+    """Add ``bench latency``, ``scaling``, ``rerank``, ``llm``, ``lexical``, ``soak``, ``worst-case`` and
+    ``quality`` to the ``magicselector`` command."""
     bp = subparsers.add_parser("bench", help="latency and scaling benchmarks (local or on a phone over ADB)")
     bsub = bp.add_subparsers(dest="bench_command", required=True)
 
@@ -467,7 +546,11 @@ def register(subparsers: Any) -> None:
     add_threads_option(sp)
     sp.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}/)")
     sp.add_argument("--compare", action="store_true",
-                    help="also time FP32 PyTorch, BM25 and exact numpy search side by side (on this machine)")
+                    help="also time FP32 PyTorch, BM25 and exact numpy search side by side, and the bundle's reranker "
+                         "on each turn's rerank head (on this machine)")
+    sp.add_argument("--reference-reranker", metavar="DIR",
+                    help="with --compare: the Hugging Face cross-encoder the bundle's reranker was exported from; "
+                         "adds its FP32 onnxruntime and FP32 PyTorch rerank rows and their ratios (needs torch)")
     sp.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
     sp.add_argument("--pin-big-cores", action="store_true", help="pin the runner to the big cores (phones)")
     add_decompose_options(sp, mode_only=True)  # llm/auto: the GGUF model's memory is in the peak RSS
@@ -502,6 +585,21 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.add_argument("--md", metavar="OUT", help="write the markdown table")
     sp.set_defaults(func=cmd_rerank)
+
+    sp = bsub.add_parser("llm", help="the GGUF decomposer as llama-bench measures a model: load time, prompt "
+                                     "processing and generation tokens/s, time to first token, on its own prompts")
+    sp.add_argument("--model", metavar="GGUF", help="a GGUF file (default: the bundle's decomposer, else the pinned "
+                                                    "Qwen2.5-Coder-0.5B Q4_K_M)")
+    sp.add_argument("--bundle", metavar="DIR", help="take the decomposer (and its prompt) from this bundle")
+    sp.add_argument("--threads", type=int, metavar="N", help="llama.cpp threads (default: the shipped llm_threads)")
+    sp.add_argument("--ctx", type=int, metavar="N", help="context size (default: the shipped llm_ctx)")
+    sp.add_argument("--prompt", choices=PROMPT_STYLES,
+                    help="the decomposer prompt (default: the bundle decomposer's, else few_shot)")
+    sp.add_argument("--prompts", type=int, default=3, help="decomposer prompts to time (default 3)")
+    sp.add_argument("--runs", type=int, default=2, help="passes over the prompts (default 2)")
+    sp.add_argument("--gen-tokens", type=int, default=32, help="single-token decodes per tg sample (default 32)")
+    sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    sp.set_defaults(func=cmd_llm)
 
     sp = bsub.add_parser("lexical", help="the runtime BM25 index on synthetic catalogs: build, size, load, "
                                          "search and add/remove time, on one core")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from magicselector.bench.latency import SCHEMA, WORKLOAD, measure_latency, validate_results
+from magicselector.bench.latency import SCHEMA, STAGE_ORDER, WORKLOAD, measure_latency, validate_results
 from magicselector.config import SelectorConfig
 
 HEAVY = ("torch", "transformers", "sentence_transformers", "optimum", "executorch")
@@ -41,6 +41,7 @@ def test_measure_latency_schema(bundle_dir):
     shipped = SelectorConfig()
     # the shipped configuration is measured: the bundle carries the reranker, which runs only if shipped on
     assert ("rerank" in res["stages"]) == shipped.rerank and ("lexical" in res["stages"]) == shipped.lexical
+    assert list(res["stages"]) == [s for s in STAGE_ORDER if s in res["stages"]]  # every stage known, total last
     assert res["cold_start_ms"] > 0 and res["peak_rss_mb"] > 0
     assert res["cold_start_ms"] == pytest.approx(res["cold_start_breakdown"]["load_ms"]
                                                  + res["cold_start_breakdown"]["first_select_ms"])
