@@ -44,7 +44,8 @@ def register(subparsers) -> None:
                     help="also split the public sets in the shared data beside this checkout (../shared/data: "
                          "bfcl, metatool)")
     sp.add_argument("--out", required=True, metavar="DIR", help="output folder: one sub-folder per source")
-    sp.add_argument("--eval-fraction", type=float, default=0.3, help="share of the tools in the eval part (default 0.3)")
+    sp.add_argument("--eval-fraction", type=float, default=0.3,
+                    help="share of the tools in the eval part (default 0.3)")
     sp.add_argument("--seed", type=int, default=0, help="seed of the tool draw (default 0)")
     sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
     sp.set_defaults(func=cmd_split)
