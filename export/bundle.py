@@ -110,10 +110,10 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
             if shipped is None:
                 log("no shipped reranker in this checkout; the bundle has no rerank stage")
             else:
-                rr = export_reranker(shipped, Path(work) / "reranker", log=log)
+                rr = export_reranker(shipped, Path(work) / "reranker", preset=preset, target=target, log=log)
         elif reranker is not None:
-            rr = export_reranker(reranker, Path(work) / "reranker", preset=preset, groups=rerank_probe_groups(catalog),
-                                 min_spearman=floor, log=log)
+            rr = export_reranker(reranker, Path(work) / "reranker", preset=preset, target=target,
+                                 groups=rerank_probe_groups(catalog), min_spearman=floor, log=log)
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=checkpoint / "tokenizer.json",
                                 catalog=catalog, embedder_meta=emb["meta"], reranker=rr, log=log, target=target)
     log("done")
@@ -183,19 +183,45 @@ def export_embedder_for(source: str | Path, workdir: str | Path, fmt: str = "onn
                      "export_seconds": round(rep.seconds, 2)}}
 
 
+def checked_reranker_parity(checkpoint: str | Path, model: str | Path, pairs: Sequence[tuple[str, str]],
+                            max_length: int, min_spearman: float = MIN_RERANKER_SPEARMAN, what: str = "onnx",
+                            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The ``parity`` of an exported reranker's metadata: ``model`` against its PyTorch checkpoint
+    on the probe ``pairs`` (``reranker_parity``); an overall Spearman below ``min_spearman`` stops
+    the export."""
+    from .onnx import reranker_parity
+
+    log(f"reranker parity of {Path(model).name} against the PyTorch model on {len(pairs)} pairs")
+    parity = reranker_parity(checkpoint, model, pairs, max_length=max_length)
+    parity["probe_pairs_from"] = "catalog tools x probe queries"
+    if parity["spearman"] < min_spearman:
+        raise ExportError(f"{what} INT8 reranker parity too low: Spearman {parity['spearman']:.3f} < {min_spearman} "
+                          f"(top-1 agreement {parity['top1_agreement']:.2f}); try another --preset (per-channel "
+                          "vs per-tensor), static QDQ (quantize_onnx_static) or ship the reranker in FP32")
+    return {"against": "pytorch-fp32", "min_spearman": min_spearman, **parity}
+
+
 def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", preset: str | None = None,
                     groups: dict[str, list[str]] | None = None, max_length: int | None = None,
-                    min_spearman: float = MIN_RERANKER_SPEARMAN, log: Callable[[str], None] = print) -> dict[str, Any]:
+                    min_spearman: float = MIN_RERANKER_SPEARMAN, log: Callable[[str], None] = print,
+                    target: str | None = None) -> dict[str, Any]:
     """Cross-encoder checkpoint (or a ready .onnx/.pte, or a reranker folder) -> INT8 reranker
     with a parity report: ``{"file", "tokenizer", "meta"}``. The pair window (max_length,
     truncation) is the one the checkpoint was trained with (its ``train_config.json``);
-    ``max_length`` overrides it. Parity below ``min_spearman`` stops the export."""
-    from .onnx import checkpoint_pair_window, reranker_parity
+    ``max_length`` overrides it. Parity below ``min_spearman`` stops the export. ONNX is
+    quantized for ``target`` unless ``preset`` says otherwise (``quantization_for``); from a
+    reranker folder of one file per target, that target's file is taken."""
+    from magicselector.default_bundle import shipped_reranker
+
+    from .onnx import checkpoint_pair_window
 
     source, workdir = Path(source), Path(workdir)
+    preset, made_for = quantization_for(target, preset)
     if source.is_dir() and (source / RERANKER_META).is_file():  # an exported reranker folder
+        if fmt == "onnx":
+            return shipped_reranker(made_for, source)
         meta = json.loads((source / RERANKER_META).read_text(encoding="utf-8"))
-        model = source / ("model.pte" if fmt == "pte" else "model.onnx")
+        model = source / "model.pte"
         if not model.is_file():
             raise ExportError(f"{source}: the reranker folder has no {model.name}")
         return {"file": str(model), "tokenizer": str(source / "tokenizer.json"), "meta": meta}
@@ -215,7 +241,7 @@ def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", 
     if fmt == "onnx":
         log(f"exporting reranker {source.name} to ONNX (FP32)")
         fp32 = export_encoder_onnx(source, workdir / "reranker.fp32.onnx", kind="reranker")
-        log(f"quantizing the reranker to INT8 ({preset or host_preset()})")
+        log(f"quantizing the reranker to INT8 ({preset})")
         q = quantize_onnx_int8(fp32.output, workdir / "reranker.int8.onnx", preset)
         model, quant = q.output, {"type": "dynamic-int8", **q.extra}
         sizes = {"fp32_size_bytes": fp32.size_bytes, "size_bytes": q.size_bytes}
@@ -229,18 +255,12 @@ def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", 
         model, quant = rep.output, {"type": "pt2e-int8", "scheme": rep.extra.get("scheme")}
         sizes, seconds = {"size_bytes": rep.size_bytes}, rep.seconds
         shapes = {"shapes": rep.shapes, "max_batch": rep.max_batch, "backend": "xnnpack"}
-    log(f"reranker parity against the PyTorch model on {len(pairs)} pairs")
-    parity = reranker_parity(source, model, pairs, max_length=max_length)
-    parity["probe_pairs_from"] = "catalog tools x probe queries"
-    if parity["spearman"] < min_spearman:
-        raise ExportError(f"{fmt} INT8 reranker parity too low: Spearman {parity['spearman']:.3f} < {min_spearman} "
-                          f"(top-1 agreement {parity['top1_agreement']:.2f}); try another --preset (per-channel "
-                          "vs per-tensor), static QDQ (quantize_onnx_static) or ship the reranker in FP32")
+    parity = checked_reranker_parity(source, model, pairs, max_length, min_spearman, fmt, log)
     config = json.loads((source / "config.json").read_text())
     return {"file": model, "tokenizer": str(source / "tokenizer.json"),
             "meta": {"architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
-                     "format": fmt, **window, "quantization": quant, **shapes,
-                     "parity": {"against": "pytorch-fp32", "min_spearman": min_spearman, **parity},
+                     "format": fmt, **window, "quantization": quant, **shapes, "parity": parity,
+                     "target": made_for if fmt == "onnx" else None,  # ExecuTorch INT8 is made for no CPU target
                      **sizes, "export_seconds": round(seconds, 2)}}
 
 
@@ -306,7 +326,7 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
         emb = export_embedder_for(embedder, work / "embedder", fmt=fmt, preset=preset, probe_texts=probes, log=log)
         rr = None
         if reranker is not None:
-            rr = export_reranker(reranker, work / "reranker", fmt=fmt, preset=preset,
+            rr = export_reranker(reranker, work / "reranker", fmt=fmt, preset=preset, target=quant_target,
                                  groups=rerank_probe_groups(cat), min_spearman=min_reranker_spearman, log=log)
         dec = None
         if decomposer is not None:

@@ -24,7 +24,7 @@ DEFAULT_BUNDLE_RECIPE = "default-v3"
 # the sections that stand for one artifact file each (a section's "file", relative to the folder)
 ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "reranker", "decomposer", "lexical")
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings: kilobytes; refuse to read a huge one
-SHIPPED_RERANKER_DIR = Path(__file__).parent / "models" / "reranker"  # committed INT8 ONNX + model card
+SHIPPED_RERANKER_DIR = Path(__file__).parent / "models" / "reranker"  # committed INT8 ONNX per target + model card
 
 
 def file_entry(root: Path, rel: str) -> dict[str, Any]:
@@ -33,9 +33,10 @@ def file_entry(root: Path, rel: str) -> dict[str, Any]:
 
 
 def shipped_reranker_dir() -> Path | None:
-    """The reranker folder that ships inside the package (None when this checkout has none)."""
+    """The reranker folder that ships inside the package (None when this checkout has none); its
+    model file for a CPU target is ``magicselector.stages.rerank.reranker_model_file``'s."""
     d = SHIPPED_RERANKER_DIR
-    return d if (d / "model.onnx").is_file() and (d / "reranker.json").is_file() else None
+    return d if (d / "reranker.json").is_file() and any(d.glob("model*.onnx")) else None
 
 
 def default_bundle_dir() -> Path:

@@ -10,6 +10,7 @@ from .bundle import Bundle
 from .errors import BundleError
 from .stages.embed import TextEmbedder, TextTokenizer
 from .stages.rerank import PAIR_WINDOW_DEFAULTS, TRUNCATIONS, CrossEncoder, PairTokenizer
+from .targets import TARGETS, warn_if_other_target
 
 _MISSING = object()
 
@@ -61,14 +62,16 @@ class EmbedderSection:
 
 @dataclass(frozen=True)
 class RerankerSection:
-    """The manifest's ``reranker``: the cross-encoder file, its tokenizer and the pair window it was
-    trained with (``magicselector.stages.rerank``). Paths are relative to the bundle folder."""
+    """The manifest's ``reranker``: the cross-encoder file, its tokenizer, the pair window it was
+    trained with (``magicselector.stages.rerank``) and the CPU target its INT8 weights were
+    quantized for (None: not recorded). Paths are relative to the bundle folder."""
 
     file: str
     tokenizer: str
     max_length: int = PAIR_WINDOW_DEFAULTS["max_length"]
     truncation: str = PAIR_WINDOW_DEFAULTS["truncation"]
     min_tool_tokens: int = PAIR_WINDOW_DEFAULTS["min_tool_tokens"]
+    target: str | None = None
 
     @classmethod
     def parse(cls, raw: Any, where: str | Path = "manifest.json") -> "RerankerSection":
@@ -77,9 +80,14 @@ class RerankerSection:
         if truncation not in TRUNCATIONS:
             raise BundleError(f"{where}: manifest section 'reranker', field 'truncation' must be one of "
                               f"{TRUNCATIONS}, got {truncation!r}")
+        target = raw.get("target")
+        if target is not None and target not in TARGETS:
+            raise BundleError(f"{where}: manifest section 'reranker', field 'target' must be one of "
+                              f"{', '.join(TARGETS)}, got {target!r:.40}")
         return cls(file=_text(raw, "reranker", "file", where), tokenizer=_text(raw, "reranker", "tokenizer", where),
                    max_length=_count(raw, "reranker", "max_length", where, cls.max_length), truncation=truncation,
-                   min_tool_tokens=_count(raw, "reranker", "min_tool_tokens", where, cls.min_tool_tokens))
+                   min_tool_tokens=_count(raw, "reranker", "min_tool_tokens", where, cls.min_tool_tokens),
+                   target=target)
 
 
 def _path(bundle: Bundle | Path, rel: str) -> Path:
@@ -94,7 +102,10 @@ def open_embedder(section: EmbedderSection, bundle: Bundle | Path, threads: int 
 
 
 def open_reranker(section: RerankerSection, bundle: Bundle | Path, threads: int = 1) -> CrossEncoder:
-    """The rerank stage of a bundle (or of the folder a bundle is being built in)."""
+    """The rerank stage of a bundle (or of the folder a bundle is being built in). An opened bundle
+    whose reranker was quantized for another CPU than this one warns once (``magicselector.targets``)."""
+    if isinstance(bundle, Bundle):
+        warn_if_other_target(section.target, f"{bundle.path}'s reranker")
     tokenizer = PairTokenizer(_path(bundle, section.tokenizer), section.max_length, section.truncation,
                               section.min_tool_tokens)
     return CrossEncoder(_path(bundle, section.file), tokenizer, threads=threads)

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..backends import EncoderModel, open_model
 from ..errors import BundleError, InputError
+from ..targets import resolve_target
 from .embed import batch_step, pad_encodings
 
 TRUNCATIONS = ("query_capped", "longest_first")
@@ -133,11 +134,13 @@ class CrossEncoder:
                    PairTokenizer(tokenizer_file, max_length, truncation, min_tool_tokens))
 
     @classmethod
-    def from_dir(cls, folder: str | Path, *, threads: int = 1) -> "CrossEncoder":
-        """A reranker folder: ``model.onnx``, ``tokenizer.json`` and ``reranker.json`` (its pair window)."""
+    def from_dir(cls, folder: str | Path, *, threads: int = 1, target: str | None = None) -> "CrossEncoder":
+        """A reranker folder: its INT8 model for ``target`` (``host`` or None: this CPU's;
+        ``reranker_model_file``), ``tokenizer.json`` and ``reranker.json`` (its pair window)."""
         folder = Path(folder)
         meta = read_reranker_meta(folder)
-        return cls.from_path(folder / "model.onnx", folder / "tokenizer.json", threads=threads, **pair_window(meta))
+        return cls.from_path(reranker_model_file(folder, meta, target), folder / "tokenizer.json", threads=threads,
+                             **pair_window(meta))
 
     @property
     def model_path(self) -> Path:
@@ -176,6 +179,31 @@ def read_reranker_meta(folder: str | Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise BundleError(f"{path}: reranker metadata must be a JSON object")
     return meta
+
+
+def reranker_model_file(folder: str | Path, meta: dict[str, Any], target: str | None = None) -> Path:
+    """The model file of a reranker folder for ``target`` (``host`` or None: this CPU's). A folder
+    whose ``reranker.json`` has ``targets`` holds one INT8 file per distinct quantization and maps
+    each CPU target to one; a folder without holds one ``model.onnx`` for every target."""
+    folder = Path(folder)
+    path = folder / RERANKER_META
+    targets = meta.get("targets")
+    if targets is None:
+        resolve_target(target)  # an unknown name is an error here too
+        name = "model.onnx"
+    else:
+        if not isinstance(targets, dict) or not targets:
+            raise BundleError(f"{path}: field 'targets' must map CPU targets to model files")
+        target = resolve_target(target)
+        entry = targets.get(target)
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name or Path(name).name != name:
+            raise BundleError(f"{path}: no model file for target {target!r} (it has {', '.join(sorted(targets))})")
+    model = folder / name
+    if not model.is_file():
+        raise BundleError(f"{model}: the reranker folder lacks its model file"
+                          + (f" (listed for {target} in {RERANKER_META})" if targets is not None else ""))
+    return model
 
 
 def zscore(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,160 @@
+"""The reranker folder the package ships (``runtime/models/reranker``): a cross-encoder checkpoint as
+one INT8 ONNX per distinct quantization of the CPU targets, its tokenizer and ``reranker.json``.
+
+Regenerate it from a ``magicselector train reranker`` checkpoint with
+``python3 -m magicselector.export.shipped_reranker --checkpoint CKPT --out runtime/models/reranker``
+(needs the export extra); ``tools/quantization_parity.py --role reranker`` then adds the per-target
+parity.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from magicselector.bundle import SHIPPED_RERANKER_DIR
+from magicselector.catalog import load_phone_catalog
+from magicselector.default_bundle import int8_file_name
+from magicselector.files import sha256_file
+from magicselector.stages.rerank import RERANKER_META
+from magicselector.targets import TARGETS
+
+from .bundle import MIN_RERANKER_SPEARMAN, checked_reranker_parity, rerank_probe_groups
+from .onnx import ExportError, checkpoint_pair_window, export_encoder_onnx, quantize_onnx_int8
+from .shipped_embedder import _kept_parity, _weights_file
+
+COMMAND = "python3 -m magicselector.export.shipped_reranker"
+
+
+def training_summary(checkpoint: Path) -> dict[str, Any]:
+    """What the checkpoint's ``train_config.json`` says of how it was made: base model, depth, the
+    training configuration (its recipe), the data (paths and sha256), and for a stage checkpoint
+    the stage; the steps and seconds it took. Empty where the checkpoint records nothing."""
+    path = checkpoint / "train_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ExportError(f"{path}: unreadable training record ({e})") from None
+    summary = {"base_model": info.get("base_model"), "layers": info.get("layers"), "recipe": info.get("config"),
+               "data": info.get("data"), "stage": info.get("stage"),
+               "steps": (info.get("counts") or {}).get("steps", info.get("step")),
+               "training_seconds": info.get("wall_seconds", info.get("seconds"))}
+    return {k: v for k, v in summary.items() if v is not None}
+
+
+def export_shipped_reranker(checkpoint: str | Path, out: str | Path = SHIPPED_RERANKER_DIR,
+                            targets: Sequence[str] = tuple(TARGETS), *,
+                            min_spearman: float = MIN_RERANKER_SPEARMAN, command: str | None = None,
+                            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Export a cross-encoder checkpoint to FP32 ONNX once, quantize it once per distinct
+    quantization that ``targets`` need, check each INT8 file against the PyTorch model on the
+    probe pairs ``export_reranker`` uses (a file below ``min_spearman`` stops the export) and write
+    the folder (model files, ``tokenizer.json``, ``reranker.json``); returns ``reranker.json``'s
+    content. Per-target parity from an earlier run is kept while the files it measured are unchanged."""
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown or not targets:
+        raise ExportError(f"unknown targets {unknown}; choose from {', '.join(TARGETS)}")
+    checkpoint, out = Path(checkpoint), Path(out)
+    if not checkpoint.is_dir():
+        raise ExportError(f"{checkpoint}: no such reranker checkpoint folder")
+    window = checkpoint_pair_window(checkpoint)
+    pairs = [(q, t) for q, texts in rerank_probe_groups(load_phone_catalog()).items() for t in texts]
+    previous = _read_meta(out)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="magicselector-reranker-") as work:
+        work = Path(work)
+        log(f"exporting {checkpoint.name} to ONNX (FP32)")
+        fp32 = export_encoder_onnx(checkpoint, work / "model.fp32.onnx", kind="reranker")
+        config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+        weights = _weights_file(checkpoint)
+        files: dict[str, dict[str, Any]] = {}
+        for target in targets:
+            spec = TARGETS[target]
+            name = int8_file_name(spec.reduce_range)
+            if name in files:
+                files[name]["targets"].append(target)
+                continue
+            log(f"quantizing to INT8 for {target} ({spec.preset})")
+            q = quantize_onnx_int8(fp32.output, work / name, spec.preset)
+            parity = checked_reranker_parity(checkpoint, work / name, pairs, window["max_length"], min_spearman,
+                                             f"{name} ({target})", log)
+            files[name] = {"targets": [target], "quantization": {"type": "dynamic-int8", **q.extra},
+                           "parity": parity, "size_bytes": q.size_bytes, "sha256": sha256_file(work / name)}
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob("model*.onnx"):
+            if stale.name not in files:
+                stale.unlink()
+        for name in files:
+            shutil.copy2(work / name, out / name)
+        shutil.copy2(checkpoint / "tokenizer.json", out / "tokenizer.json")
+        meta = {
+            "architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
+            "format": "onnx", "shapes": "dynamic", **window,
+            "source": {"checkpoint": checkpoint.name, "weights_file": weights.name,
+                       "weights_sha256": sha256_file(weights), "fp32_onnx_size_bytes": fp32.size_bytes,
+                       **training_summary(checkpoint)},
+            "targets": {t: {"file": name, "preset": TARGETS[t].preset, "reduce_range": TARGETS[t].reduce_range}
+                        for name, entry in files.items() for t in entry["targets"]},
+            "files": files,
+            "tokenizer": "tokenizer.json",
+            "command": command or f"{COMMAND} --checkpoint {shlex.quote(str(checkpoint))} "
+                                  f"--out {shlex.quote(str(out))}"
+                                  + (f" --target {' '.join(targets)}" if list(targets) != list(TARGETS) else ""),
+            "export_seconds": round(time.perf_counter() - t0, 1),
+        }
+        kept = _kept_parity(previous, files)
+        if kept:
+            meta["parity_by_target"] = kept
+        (out / RERANKER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    sizes = ", ".join(f"{name} ({entry['size_bytes'] / 1e6:.1f} MB)" for name, entry in files.items())
+    log(f"wrote {out}: {sizes}")
+    return meta
+
+
+def _read_meta(out: Path) -> dict[str, Any]:
+    try:
+        return json.loads((out / RERANKER_META).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description="write the INT8 reranker folder the package ships, "
+                                                               "one file per quantization of the CPU targets")
+    parser.add_argument("--checkpoint", required=True,
+                        help="the cross-encoder checkpoint folder (`magicselector train reranker --out`)")
+    parser.add_argument("--out", default=str(SHIPPED_RERANKER_DIR), help="folder to write (default: the package's)")
+    parser.add_argument("--target", nargs="+", default=list(TARGETS), choices=list(TARGETS),
+                        help="CPU targets to quantize for (default: all; targets that quantize alike share a file)")
+    parser.add_argument("--min-spearman", type=float, default=MIN_RERANKER_SPEARMAN,
+                        help="parity floor: overall Spearman of each INT8 file against the PyTorch model")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[reranker {time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    command = " ".join([COMMAND, *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    try:
+        meta = export_shipped_reranker(args.checkpoint, args.out, args.target, min_spearman=args.min_spearman,
+                                       command=command, log=log)
+    except ExportError as e:
+        print(f"magicselector: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": args.out, "targets": meta["targets"],
+                      "parity": {name: {k: f["parity"][k] for k in ("spearman", "spearman_per_list_mean",
+                                                                    "spearman_per_list_min", "top1_agreement")}
+                                 for name, f in meta["files"].items()}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
