@@ -60,7 +60,7 @@ def resolve_model(model: str | Path | None = None, bundle: str | Path | None = N
             return b.file(dec["file"]), str(dec.get("prompt", "few_shot")), "the bundle's decomposer"
     from magicselector.decompose.model import ensure_default_model
 
-    return ensure_default_model(), "few_shot", "the pinned default (chunk packages)"
+    return ensure_default_model(), "few_shot", "the pinned default, from its chunk packages"
 
 
 def _rate_stats(values: Sequence[float]) -> dict[str, float]:
