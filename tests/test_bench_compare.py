@@ -41,8 +41,8 @@ def tiny_reranker_bundle(tmp_path_factory, home) -> tuple[Path, Path]:
     pytest.importorskip("onnx")
     from magicselector.bundle_writer import build_bundle
     from magicselector.catalog import load_phone_catalog
-    from magicselector.default_bundle import shipped_embedder, shipped_reranker
-    from magicselector.export.bundle import PROBE_QUERIES, export_reranker, rerank_probe_groups, save_reranker_dir
+    from magicselector.default_bundle import shipped_embedder
+    from magicselector.export.bundle import PROBE_QUERIES, export_reranker, rerank_probe_groups
     from magicselector.train import RerankerTrainConfig, train_reranker
 
     root = tmp_path_factory.mktemp("compare-rerank")
@@ -57,10 +57,9 @@ def tiny_reranker_bundle(tmp_path_factory, home) -> tuple[Path, Path]:
     catalog = load_phone_catalog()
     exported = export_reranker(ckpt, root / "work", groups=rerank_probe_groups(catalog, PROBE_QUERIES[:2], per_query=4),
                                min_spearman=-1.0, log=lambda m: None)
-    folder = save_reranker_dir(exported, root / "reranker")
     emb = shipped_embedder()
     build_bundle(root / "bundle", embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"], catalog=catalog,
-                 embedder_meta=emb["meta"], reranker=shipped_reranker(folder), log=lambda m: None)
+                 embedder_meta=emb["meta"], reranker=exported, log=lambda m: None)
     return root / "bundle", ckpt
 
 
