@@ -1,19 +1,24 @@
-"""INT8-vs-FP32 agreement of the shipped embedder on each CPU target, and the shipped reranker's
-agreement across targets, measured with the runtime's own embedder and cross-encoder.
+"""INT8-vs-FP32 agreement of the shipped embedder or reranker files on each CPU target, measured
+with the runtime's own embedder and cross-encoder.
 
-The targets run where this machine allows: natively (x86-vnni on a VNNI host), under
-``qemu-x86_64 -cpu Haswell`` (x86-avx2: QEMU's TCG has AVX2 and no AVX-512/VNNI, so onnxruntime's
-MLAS takes its AVX2 kernels) and under ``qemu-aarch64`` with a Debian aarch64 CPython and the
-aarch64 wheels of onnxruntime, numpy and tokenizers (arm64). The FP32 reference is the FP32 ONNX
-export of the same checkpoint, run on this machine.
+The targets run where this machine allows: natively (x86-vnni on a VNNI host), with CPUID masked
+to an AVX2 CPU (``tools/run_as_cpu.sh avx2``, native speed, where the CPU has CPUID faulting) or
+under ``qemu-x86_64 -cpu Haswell`` (x86-avx2: QEMU's TCG has AVX2 and no AVX-512/VNNI, so
+onnxruntime's MLAS takes its AVX2 kernels), and under ``qemu-aarch64`` with a Debian aarch64
+CPython and the aarch64 wheels of onnxruntime, numpy and tokenizers (arm64). The FP32 reference is
+the FP32 ONNX export of the same checkpoint, run on this machine.
 
     python3 tools/quantization_parity.py --mobile /tmp/mobile/dev --shared ../shared/data \\
         --arm-root /tmp/arm64root --arm-site /tmp/arm_site --json docs/bench/quantization.json --update-meta
+    python3 tools/quantization_parity.py --role reranker --checkpoint CKPT --mobile /tmp/mobile/dev \\
+        --shared ../shared/data --json /tmp/reranker-parity.json --update-meta
 
-Probe lists: per query, the FP32 model's top ``--candidates`` tools of that set's catalog; on each
-target, the INT8 scores of those tools against the FP32 scores: Spearman per list, top-1 agreement,
-top-5 overlap, and the cosine between the INT8 and FP32 query vectors. Needs the export extra
-(torch, to export the FP32 reference) and qemu-user-static for the emulated targets.
+Probe lists: per query, the FP32 embedder's top ``--candidates`` tools of that set's catalog. The
+embedder role compares, on each target, the INT8 cosines of those tools with the FP32 ones
+(Spearman per list, top-1 agreement, top-5 overlap, and the cosine between the INT8 and FP32 query
+vectors); the reranker role compares the INT8 cross-encoder's scores of the same (query, tool)
+pairs with its FP32 checkpoint's (``--checkpoint``, the folder's source). Needs the export extra
+(torch, to export the FP32 references) and qemu-user-static for the emulated targets.
 """
 from __future__ import annotations
 
@@ -70,6 +75,14 @@ def worker(job_path: str, out_path: str) -> None:
         # the whole batch, so batch-mates (and their padding) would move the numbers
         out[f"emb:{name}"] = np.concatenate([embedder.embed([t]) for t in job["texts"]])
         timing[name] = round(time.perf_counter() - t0, 1)
+    if job.get("reranker_files"):
+        rf = job["reranker_files"]
+        for name, model in rf["models"].items():
+            t0 = time.perf_counter()
+            scorer = CrossEncoder(model, PairTokenizer(rf["tokenizer"], **rf["window"]), threads=1)
+            for i, (query, texts) in enumerate(rf["lists"]):
+                out[f"rrf:{name}:{i}"] = np.asarray(scorer.score(query, texts), dtype=np.float32)
+            timing[name] = round(time.perf_counter() - t0, 1)
     if job.get("reranker"):
         rr = job["reranker"]
         scorer = CrossEncoder(rr["file"], PairTokenizer(rr["tokenizer"], **rr["window"]), threads=1)
@@ -106,13 +119,24 @@ def probe_sets(mobile: Path | None, shared: Path | None, per_set: int):
     return sets
 
 
-def qemu_commands(arm_root: Path | None, arm_site: Path | None,
-                  arm_cpu: str = "neoverse-n1") -> dict[str, list[str] | None]:
-    """How to start a Python on each target; None where this machine cannot."""
+def cpuid_maskable() -> bool:
+    """Whether ``tools/run_as_cpu.sh`` can mask CPUID here (x86-64 with CPUID faulting)."""
+    from magicselector.targets import cpu_flags
+
+    return platform.machine() == "x86_64" and "cpuid_fault" in cpu_flags()
+
+
+def qemu_commands(arm_root: Path | None, arm_site: Path | None, arm_cpu: str = "neoverse-n1",
+                  avx2_via: str = "auto") -> dict[str, list[str] | None]:
+    """How to start a Python on each target; None where this machine cannot. ``avx2_via``: ``mask``
+    (CPUID masked to AVX2, native speed), ``qemu`` (qemu-x86_64 -cpu Haswell) or ``auto`` (the mask
+    where the CPU allows it)."""
     native = host_target_name()
     cmds: dict[str, list[str] | None] = {native: [sys.executable]}
     qemu_x86 = shutil.which("qemu-x86_64-static") or shutil.which("qemu-x86_64")
-    if platform.machine() == "x86_64" and qemu_x86 and native != "x86-avx2":
+    if native != "x86-avx2" and avx2_via in ("auto", "mask") and cpuid_maskable():
+        cmds["x86-avx2"] = [str(REPO / "tools" / "run_as_cpu.sh"), "avx2", "--", sys.executable]
+    elif platform.machine() == "x86_64" and qemu_x86 and native != "x86-avx2" and avx2_via != "mask":
         cmds["x86-avx2"] = [qemu_x86, "-cpu", "Haswell", sys.executable]
     qemu_arm = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
     if qemu_arm and arm_root and arm_site:
@@ -160,22 +184,40 @@ def host_target_name() -> str:
     return host_target()
 
 
-def list_metrics(fp32_q, fp32_t, int8_q, int8_t, lists: list[list[int]]) -> dict[str, float]:
+def rank_agreement(refs: list[np.ndarray], gots: list[np.ndarray]) -> dict[str, float]:
+    """How far the INT8 scores of each probe list keep the FP32 order: Spearman per list (mean and
+    worst), top-1 agreement, top-5 overlap."""
     from magicselector.ranks import spearman
 
     rho, top1, top5 = [], [], []
-    for qi, cand in enumerate(lists):
-        ref = fp32_t[cand] @ fp32_q[qi]
-        got = int8_t[cand] @ int8_q[qi]
+    for ref, got in zip(refs, gots):
         rho.append(spearman(ref, got))
         top1.append(int(np.argmax(ref)) == int(np.argmax(got)))
         top5.append(len(set(np.argsort(-ref)[:5]) & set(np.argsort(-got)[:5])) / 5.0)
-    cos = (fp32_q * int8_q).sum(axis=1)
     return {"spearman_per_list_mean": round(float(np.mean(rho)), 4),
             "spearman_per_list_min": round(float(np.min(rho)), 4),
             "top1_agreement": round(float(np.mean(top1)), 4), "top5_overlap": round(float(np.mean(top5)), 4),
-            "query_cosine_mean": round(float(cos.mean()), 5), "query_cosine_min": round(float(cos.min()), 5),
-            "lists": len(lists)}
+            "lists": len(refs)}
+
+
+def list_metrics(fp32_q, fp32_t, int8_q, int8_t, lists: list[list[int]]) -> dict[str, float]:
+    refs = [fp32_t[cand] @ fp32_q[qi] for qi, cand in enumerate(lists)]
+    gots = [int8_t[cand] @ int8_q[qi] for qi, cand in enumerate(lists)]
+    cos = (fp32_q * int8_q).sum(axis=1)
+    agreement = rank_agreement(refs, gots)
+    lists_n = agreement.pop("lists")
+    return {**agreement, "query_cosine_mean": round(float(cos.mean()), 5),
+            "query_cosine_min": round(float(cos.min()), 5), "lists": lists_n}
+
+
+def how_run(target: str, cmd: list[str], native: str, arm_cpu: str) -> str:
+    if target == native:
+        return "native"
+    if target == "arm64":
+        return f"emulated: qemu-aarch64 -cpu {arm_cpu}"
+    if Path(cmd[0]).name == "run_as_cpu.sh":
+        return "native, CPUID masked to avx2 (tools/run_as_cpu.sh)"
+    return f"emulated: qemu-x86_64 {' '.join(cmd[1:3])}"
 
 
 def main(argv=None) -> int:
@@ -192,10 +234,23 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", nargs="+", help="measure only these targets")
     ap.add_argument("--files", nargs="+", help="measure only these shipped INT8 files (default: all)")
     ap.add_argument("--no-reranker", action="store_true", help="skip the reranker's cross-target check")
+    ap.add_argument("--role", choices=("embedder", "reranker"), default="embedder",
+                    help="which shipped model's INT8 files to measure (default: the embedder)")
+    ap.add_argument("--reranker-folder", type=Path,
+                    help="--role reranker: the reranker folder to measure (default: the shipped one)")
+    ap.add_argument("--checkpoint", type=Path,
+                    help="--role reranker: the cross-encoder checkpoint the folder was exported from (its FP32 "
+                         "reference)")
+    ap.add_argument("--avx2-via", choices=("auto", "mask", "qemu"), default="auto",
+                    help="how x86-avx2 runs on a VNNI host: CPUID masked (tools/run_as_cpu.sh), QEMU, or the "
+                         "mask where the CPU allows it")
     ap.add_argument("--json", type=Path, help="write the report here")
     ap.add_argument("--update-meta", action="store_true",
-                    help="record the per-target parity in runtime/models/embedder/embedder.json")
+                    help="record the per-target parity in the measured folder's metadata "
+                         "(runtime/models/embedder/embedder.json, or the reranker folder's reranker.json)")
     args = ap.parse_args(argv)
+    if args.role == "reranker" and args.checkpoint is None:
+        ap.error("--role reranker needs --checkpoint (the FP32 source of the reranker files)")
 
     from magicselector.catalog import tool_text
     from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, shipped_reranker
@@ -232,6 +287,13 @@ def main(argv=None) -> int:
         plan.append((name, q_slots, lists))
     print(f"[parity] {len(texts)} distinct texts in {sum(len(p[1]) for p in plan)} probe lists",
           file=sys.stderr, flush=True)
+    if args.role == "reranker":
+        report = measure_reranker(args, plan, texts, work)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
     ref_vecs = ref_model.embed(texts)
 
     rr = None if args.no_reranker else shipped_reranker()
@@ -250,7 +312,7 @@ def main(argv=None) -> int:
     report = {"fp32_reference": "FP32 ONNX export of the same checkpoint, onnxruntime on the measuring host",
               "host": platform.processor() or platform.machine(), "candidates": args.candidates,
               "per_set": args.per_set, "sets": [p[0] for p in plan], "targets": {}, "reranker_vs_host": {}}
-    commands = qemu_commands(args.arm_root, args.arm_site, args.arm_cpu)
+    commands = qemu_commands(args.arm_root, args.arm_site, args.arm_cpu, args.avx2_via)
     native = host_target_name()
     results = {}
     for target, cmd in commands.items():
@@ -264,8 +326,7 @@ def main(argv=None) -> int:
         info = run_worker(cmd, job_path, out, work)
         results[target] = dict(np.load(out))
         shipped = meta["targets"].get(target, {}).get("file")
-        how = ("native" if target == native else f"emulated: qemu-aarch64 -cpu {args.arm_cpu}"
-               if target == "arm64" else f"emulated: qemu-x86_64 {' '.join(cmd[1:3])}")
+        how = how_run(target, cmd, native, args.arm_cpu)
         entry = {"measured": True, "how": how, "per_set": args.per_set, "candidates": args.candidates,
                  "run": info, "shipped_file": shipped, "files": {}}
         for name in job["embedders"]:
@@ -304,6 +365,78 @@ def main(argv=None) -> int:
         (SHIPPED_EMBEDDER_DIR / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def measure_reranker(args: argparse.Namespace, plan: list, texts: list[str], work: Path) -> dict:
+    """The reranker role: each INT8 file of the reranker folder on each target against the FP32
+    ONNX export of its checkpoint, on the (query, tool text) pairs of the embedder's probe lists."""
+    from magicselector.bundle import SHIPPED_RERANKER_DIR
+    from magicselector.export.onnx import export_encoder_onnx
+    from magicselector.files import sha256_file
+    from magicselector.stages.rerank import RERANKER_META, CrossEncoder, PairTokenizer, pair_window, \
+        read_reranker_meta
+
+    folder = args.reranker_folder or SHIPPED_RERANKER_DIR
+    meta = read_reranker_meta(folder)
+    source_sha = (meta.get("source") or {}).get("weights_sha256")
+    weights = next((args.checkpoint / n for n in ("model.safetensors", "pytorch_model.bin")
+                    if (args.checkpoint / n).is_file()), None)
+    if source_sha and (weights is None or sha256_file(weights) != source_sha):
+        raise SystemExit(f"{args.checkpoint}: not the checkpoint {folder} was exported from "
+                         f"(its {RERANKER_META} records weights sha256 {source_sha[:12]}...)")
+    per_target = meta.get("targets")  # None: one model.onnx for every target
+    names = list(meta["files"]) if per_target else ["model.onnx"]
+    wanted = [n for n in names if not args.files or n in args.files]
+    window = pair_window(meta)
+    tokenizer = folder / "tokenizer.json"
+    lists = [(texts[q], [texts[s] for s in row]) for _, q_slots, rows in plan for q, row in zip(q_slots, rows)]
+    print(f"[parity] exporting the reranker's FP32 reference from {args.checkpoint}", file=sys.stderr, flush=True)
+    fp32 = export_encoder_onnx(args.checkpoint, work / "reranker.fp32.onnx", kind="reranker").output
+    ref_scorer = CrossEncoder(fp32, PairTokenizer(tokenizer, **window), threads=2)
+    refs = [np.asarray(ref_scorer.score(q, tools), dtype=np.float32) for q, tools in lists]
+    job = {"tokenizer": str(tokenizer), "max_length": window["max_length"], "dim": 0, "texts": [], "embedders": {},
+           "reranker_files": {"models": {n: str(folder / n) for n in wanted}, "tokenizer": str(tokenizer),
+                              "window": window, "lists": lists}}
+    job_path = work / "reranker-job.json"
+    job_path.write_text(json.dumps(job))
+    report = {"role": "reranker", "folder": str(folder), "checkpoint": str(args.checkpoint),
+              "fp32_reference": "FP32 ONNX export of the reranker's checkpoint, onnxruntime on the measuring host",
+              "host": platform.processor() or platform.machine(), "candidates": args.candidates,
+              "per_set": args.per_set, "sets": [p[0] for p in plan], "pair_window": window, "targets": {}}
+    native = host_target_name()
+    for target, cmd in qemu_commands(args.arm_root, args.arm_site, args.arm_cpu, args.avx2_via).items():
+        if args.targets and target not in args.targets:
+            continue
+        if cmd is None:
+            report["targets"][target] = {"measured": False, "why": "no emulator or aarch64 Python given"}
+            continue
+        print(f"[parity] reranker on {target}: {' '.join(cmd[:3])}", file=sys.stderr, flush=True)
+        out = work / f"reranker-{target}.npz"
+        info = run_worker(cmd, job_path, out, work)
+        got = dict(np.load(out))
+        entry = {"measured": True, "how": how_run(target, cmd, native, args.arm_cpu), "run": info,
+                 "shipped_file": per_target[target]["file"] if per_target and target in per_target else
+                 None if per_target else "model.onnx", "files": {}}
+        for name in wanted:
+            per_set, at = {}, 0
+            for set_name, q_slots, _ in plan:
+                span = range(at, at + len(q_slots))
+                per_set[set_name] = rank_agreement([refs[i] for i in span], [got[f"rrf:{name}:{i}"] for i in span])
+                at += len(q_slots)
+            entry["files"][name] = per_set
+        report["targets"][target] = entry
+    if args.update_meta:
+        if not per_target:
+            raise SystemExit(f"{folder}: a single-file reranker folder has no per-target parity to record; "
+                             "export it per target first (python3 -m magicselector.export.shipped_reranker)")
+        by_target = meta.get("parity_by_target") or {}
+        for target, entry in report["targets"].items():
+            if entry.get("measured") and entry["shipped_file"] in entry["files"]:
+                by_target[target] = {"how": entry["how"], "against": "fp32-onnx", "per_set": args.per_set,
+                                     "candidates": args.candidates, "sets": entry["files"][entry["shipped_file"]]}
+        meta["parity_by_target"] = by_target
+        (folder / RERANKER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return report
 
 
 if __name__ == "__main__":
