@@ -127,3 +127,15 @@ def test_split_command_shared_splits_both_public_sets(tmp_path, capsys):
         write_tool_disjoint_split(SHARED / name, tmp_path / "api" / name)
         assert _files(tmp_path / "cmd" / name) == _files(tmp_path / "api" / name)
         _check_no_eval_tool_in_train(tmp_path / "cmd" / name)
+
+
+def test_trainers_refuse_a_split_eval_part(tiny_benchmark, tmp_path):
+    from magicselector.train.queries import prepare_training_data
+    from magicselector.train.reranker import RerankerTrainConfig
+
+    write_tool_disjoint_split(tiny_benchmark, tmp_path / "split", ToolSplitConfig(eval_fraction=0.5))
+    with pytest.raises(InputError, match=r"eval.*evaluation part of a tool-disjoint split"):
+        prepare_training_data([tmp_path / "split" / "eval"], tmp_path / "out", RerankerTrainConfig(), False, "t")
+    benches, queries, _, _ = prepare_training_data([tmp_path / "split" / "train"], tmp_path / "out2",
+                                                   RerankerTrainConfig(), False, "t")
+    assert queries and len(benches) == 1

@@ -115,7 +115,7 @@ from magicselector.decompose.prompts import build_suffix, checkpoint_prompt_styl
 
 from magicselector.files import sha256_file
 
-from .queries import gold_tasks, load_benchmarks, tool_texts
+from .queries import gold_tasks, load_benchmarks, refuse_eval_parts, tool_texts
 from .rewards import (
     CounterfactualReward,
     PreferenceScorer,
@@ -659,10 +659,8 @@ def training_examples(benches: Sequence[Benchmark], stage: str, keep_whole_share
     candidates: list[DecompositionExample] = []
     sources: list[dict[str, Any]] = []
     for b, bench in enumerate(benches):
+        refuse_eval_parts([bench])
         part = split_part(bench.path)
-        if part is not None and part["part"] == "eval":
-            raise InputError(f"{bench.path}: the evaluation part of a tool-disjoint split is not training data; "
-                             "train on its train part")
         public = is_public_format(bench)
         multi, whole = public_examples(bench, b, dec) if public else ([], [])
         core += decomposition_examples(bench, b, dec) if not public else (multi if stage == "grpo" else [])

@@ -11,6 +11,7 @@ import numpy as np
 
 from magicselector.catalog import Catalog, tool_text
 from magicselector.data.datasets import Benchmark, load_benchmark
+from magicselector.data.splits import split_part
 from magicselector.dialogue import retrieval_text, validate_history
 from magicselector.errors import InputError
 
@@ -126,6 +127,15 @@ def load_benchmarks(data_dirs: str | Path | Sequence[str | Path], who: str) -> l
     return benches
 
 
+def refuse_eval_parts(benches: Sequence[Benchmark]) -> None:
+    """InputError for the evaluation part of a tool-disjoint split: its tools must never be trained on."""
+    for bench in benches:
+        part = split_part(bench.path)
+        if part is not None and part["part"] == "eval":
+            raise InputError(f"{bench.path}: the evaluation part of a tool-disjoint split is not training data; "
+                             "train on its train part")
+
+
 def prepare_training_data(data_dirs: str | Path | Sequence[str | Path], out_dir: Path, config: Any, overwrite: bool,
                           who: str) -> tuple[list[Benchmark], list[TrainQuery], int, np.random.Generator]:
     """The shared start of a training run: check the data folders and the output folder, load the
@@ -135,6 +145,7 @@ def prepare_training_data(data_dirs: str | Path | Sequence[str | Path], out_dir:
     sample, the run's generator, already used for the sample)."""
     check_out_dir(out_dir, overwrite)
     benches = load_benchmarks(data_dirs, who)
+    refuse_eval_parts(benches)
     queries: list[TrainQuery] = []
     for b, bench in enumerate(benches):
         queries += build_training_queries(bench, b, config.history, config.history_turns, config.include_tasks)
