@@ -32,7 +32,8 @@ TOOLS = [("set_alarm", "Set an alarm that rings at a clock time."),
          ("play_music", "Play songs, artists, albums or genres."),
          ("send_email", "Send an email message to a recipient."),
          ("get_weather", "Get the weather forecast for a city.")]
-QUERIES = [("wake me up at 7", ["set_alarm"]), ("turn on bluetooth and play some jazz", ["bluetooth_toggle", "play_music"]),
+QUERIES = [("wake me up at 7", ["set_alarm"]),
+           ("turn on bluetooth and play some jazz", ["bluetooth_toggle", "play_music"]),
            ("ten minute countdown please", ["start_timer"]), ("what's the weather in Paris", ["get_weather"]),
            ("mail my boss the report", ["send_email"]), ("put on some rock music", ["play_music"])]
 FLOOR = 0.5  # a checkpoint trained for seconds; the shipped floor (0.9) is for trained models

@@ -233,7 +233,8 @@ def main(argv=None) -> int:
                          "-cpu max, with i8mm and SVE, gives wrong INT8 results while FP32 is exact)")
     ap.add_argument("--targets", nargs="+", help="measure only these targets")
     ap.add_argument("--files", nargs="+", help="measure only these shipped INT8 files (default: all)")
-    ap.add_argument("--no-reranker", action="store_true", help="skip the reranker's cross-target check")
+    ap.add_argument("--no-reranker", action="store_true",
+                    help="skip the cross-target check of a single-file shipped reranker (the embedder role)")
     ap.add_argument("--role", choices=("embedder", "reranker"), default="embedder",
                     help="which shipped model's INT8 files to measure (default: the embedder)")
     ap.add_argument("--reranker-folder", type=Path,
@@ -249,15 +250,19 @@ def main(argv=None) -> int:
                     help="record the per-target parity in the measured folder's metadata "
                          "(runtime/models/embedder/embedder.json, or the reranker folder's reranker.json)")
     args = ap.parse_args(argv)
-    if args.role == "reranker" and args.checkpoint is None:
-        ap.error("--role reranker needs --checkpoint (the FP32 source of the reranker files)")
+    if args.role == "reranker":
+        if args.checkpoint is None:
+            ap.error("--role reranker needs --checkpoint (the FP32 source of the reranker files)")
+        from magicselector.bundle import SHIPPED_RERANKER_DIR
+
+        check_reranker_source(args.reranker_folder or SHIPPED_RERANKER_DIR, args.checkpoint)
 
     from magicselector.catalog import tool_text
     from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, shipped_reranker
     from magicselector.export.bundle import minilm_checkpoint, rerank_probe_groups
     from magicselector.export.onnx import export_encoder_onnx
     from magicselector.stages.embed import TextEmbedder, TextTokenizer
-    from magicselector.stages.rerank import pair_window
+    from magicselector.stages.rerank import pair_window, read_reranker_meta
 
     meta = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text())
     sets = probe_sets(args.mobile, args.shared, args.per_set)
@@ -297,6 +302,10 @@ def main(argv=None) -> int:
     ref_vecs = ref_model.embed(texts)
 
     rr = None if args.no_reranker else shipped_reranker()
+    if rr is not None and "targets" in read_reranker_meta(Path(rr["file"]).parent):
+        print("[parity] the shipped reranker has a file per target; measure it with --role reranker",
+              file=sys.stderr, flush=True)
+        rr = None
     from magicselector.catalog import load_phone_catalog
 
     groups = list(rerank_probe_groups(load_phone_catalog()).items()) if rr else []
@@ -367,23 +376,30 @@ def main(argv=None) -> int:
     return 0
 
 
+def check_reranker_source(folder: Path, checkpoint: Path) -> None:
+    """Stop unless ``checkpoint`` holds the weights the reranker folder records as its source (a
+    folder that records none is taken at its word)."""
+    from magicselector.files import sha256_file
+    from magicselector.stages.rerank import RERANKER_META, read_reranker_meta
+
+    source_sha = (read_reranker_meta(folder).get("source") or {}).get("weights_sha256")
+    weights = next((checkpoint / n for n in ("model.safetensors", "pytorch_model.bin")
+                    if (checkpoint / n).is_file()), None)
+    if source_sha and (weights is None or sha256_file(weights) != source_sha):
+        raise SystemExit(f"{checkpoint}: not the checkpoint {folder} was exported from "
+                         f"(its {RERANKER_META} records weights sha256 {source_sha[:12]}...)")
+
+
 def measure_reranker(args: argparse.Namespace, plan: list, texts: list[str], work: Path) -> dict:
     """The reranker role: each INT8 file of the reranker folder on each target against the FP32
     ONNX export of its checkpoint, on the (query, tool text) pairs of the embedder's probe lists."""
     from magicselector.bundle import SHIPPED_RERANKER_DIR
     from magicselector.export.onnx import export_encoder_onnx
-    from magicselector.files import sha256_file
     from magicselector.stages.rerank import RERANKER_META, CrossEncoder, PairTokenizer, pair_window, \
         read_reranker_meta
 
     folder = args.reranker_folder or SHIPPED_RERANKER_DIR
     meta = read_reranker_meta(folder)
-    source_sha = (meta.get("source") or {}).get("weights_sha256")
-    weights = next((args.checkpoint / n for n in ("model.safetensors", "pytorch_model.bin")
-                    if (args.checkpoint / n).is_file()), None)
-    if source_sha and (weights is None or sha256_file(weights) != source_sha):
-        raise SystemExit(f"{args.checkpoint}: not the checkpoint {folder} was exported from "
-                         f"(its {RERANKER_META} records weights sha256 {source_sha[:12]}...)")
     per_target = meta.get("targets")  # None: one model.onnx for every target
     names = list(meta["files"]) if per_target else ["model.onnx"]
     wanted = [n for n in names if not args.files or n in args.files]
