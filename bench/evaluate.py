@@ -63,6 +63,7 @@ class EvalConfig:
     rerank_weight: float | None = None  # None: SelectorConfig's default
     rerank_candidates: int | None = None
     rerank_scope: str = _SHIPPED.rerank_scope  # turn | list
+    rerank_min_margin: float | None = _SHIPPED.rerank_min_margin  # the rerank gate; None: none
     threads: int = 1
     lexical_fusion: str | None = None  # hybrid: rrf | zmix; None: SelectorConfig's default (so the weights)
     lexical_weight: float | None = None
@@ -169,7 +170,8 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
     cut = config.cut if config.adaptive else CutConfig(rule="fixed", fixed_k=config.k)
     candidates = max(config.k, cut.k_max if config.adaptive else config.k, 30)
-    rerank_opts: dict[str, Any] = {"rerank": config.rerank, "rerank_scope": config.rerank_scope}
+    rerank_opts: dict[str, Any] = {"rerank": config.rerank, "rerank_scope": config.rerank_scope,
+                                   "rerank_min_margin": config.rerank_min_margin}
     if config.rerank_weight is not None:
         rerank_opts["rerank_weight"] = config.rerank_weight
     if config.rerank_candidates is not None:

@@ -142,6 +142,9 @@ def add_rerank_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rerank-candidates", type=int, default=None, metavar="N",
                    help=f"tools the cross-encoder scores per turn (per list with --rerank-scope list; "
                         f"default {SHIPPED.rerank_candidates})")
+    p.add_argument("--rerank-min-margin", type=float, default=None, metavar="M", dest="rerank_min_margin",
+                   help="the rerank gate: keep the cross-encoder's order only where its best logit leads the "
+                        f"runner-up by M (default {SHIPPED.rerank_min_margin}; negative: no gate)")
     p.add_argument("--rerank-scope", choices=["turn", "list"], default=None, dest="rerank_scope",
                    help="one rerank per turn over the fused head (turn), or one per retrieval list (list; "
                         f"default {SHIPPED.rerank_scope!r})")
@@ -191,13 +194,16 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
     """``base`` (the shipped SelectorConfig) with what the flags gave; ``overrides`` win over both."""
     changes: dict[str, Any] = {"cut": cut_config(args, base.cut)}
     for field, attr in (("history", "history_mode"), ("threads", "threads"), ("rerank_weight", "rerank_weight"),
-                        ("rerank_candidates", "rerank_candidates"), ("rerank_scope", "rerank_scope"), ("fusion", "fusion"),
+                        ("rerank_candidates", "rerank_candidates"), ("rerank_scope", "rerank_scope"),
+                        ("rerank_min_margin", "rerank_min_margin"), ("fusion", "fusion"),
                         ("cut_scope", "cut_scope"), ("decompose", "decompose"),
                         ("decomposer_model", "decomposer_model"), ("decomposer_prompt", "decomposer_prompt"),
                         ("decompose_deadline_ms", "deadline_ms"), ("llm_threads", "llm_threads")):
         value = getattr(args, attr, None)
         if value is not None:
             changes[field] = value
+    if changes.get("rerank_min_margin") is not None and changes["rerank_min_margin"] < 0:
+        changes["rerank_min_margin"] = None  # a negative margin: no gate
     if getattr(args, "rerank", None) and getattr(args, "no_rerank", None):
         raise InputError("--rerank and --no-rerank contradict each other; give one")
     if getattr(args, "rerank", None):

@@ -66,6 +66,8 @@ class SelectorConfig:
     # text of the list it came from (a decomposed turn costs what a plain one does); list: each
     # retrieval list's head reranked on its own before the fusion
     rerank_scope: str = "turn"
+    # the rerank gate (Selector._confident): None reranks every list
+    rerank_min_margin: float | None = None
     threads: int = 1
     max_query_chars: int = 16_000
     # the bounds on one turn's work (see the docstring): history turns and characters considered,
@@ -104,6 +106,9 @@ class SelectorConfig:
             raise InputError(f"fusion must be 'peak' or 'rrf', got {self.fusion!r}")
         if self.rerank_candidates < 1:
             raise InputError("rerank_candidates must be >= 1")
+        if self.rerank_min_margin is not None and not (isinstance(self.rerank_min_margin, numbers.Real)
+                                                        and self.rerank_min_margin >= 0):
+            raise InputError(f"rerank_min_margin must be a number >= 0 or None, got {self.rerank_min_margin!r}")
         if self.rerank_scope not in ("turn", "list"):
             raise InputError(f"rerank_scope must be 'turn' or 'list', got {self.rerank_scope!r}")
         if not 0.0 <= self.rerank_weight <= 1.0:

@@ -56,6 +56,8 @@ class Selection:
     # selections with the same version saw the same catalog
     catalog_version: int = 0
     trace: DecomposeTrace = field(default_factory=DecomposeTrace)  # how the decomposer got the sub-tasks
+    # lists whose order the cross-encoder set this turn (0: no rerank, or the gate kept retrieval's)
+    reranked: int = 0
 
     @property
     def ids(self) -> list[str]:
@@ -73,6 +75,7 @@ class Selection:
             "candidates": self.candidates,
             "decomposer": self.decomposer,
             "decomposition": self.trace.to_dict(),
+            "reranked": self.reranked,
             "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
         }
 
@@ -248,8 +251,11 @@ class Selector:
                 lists = fuse_lexical(lists, texts, vectors, index, self.lexical, self.config)
                 t = timer.lap("lexical", t)
             rerank = self.reranker is not None and self.config.rerank
+            reranked = 0  # lists whose order the cross-encoder set (the gate may keep the retrieval order)
             if rerank and self.config.rerank_scope == "list":
-                lists = [self._rerank(text, lst, catalog) for text, lst in zip(texts, lists)]
+                out = [self._rerank(text, lst, catalog) for text, lst in zip(texts, lists)]
+                reranked = sum(lst is not None for lst in out)
+                lists = [lst if new is None else new for lst, new in zip(lists, out)]
                 t = timer.lap("rerank", t)
             if len(lists) == 1:
                 ids, scores, source = list(lists[0].ids), np.asarray(lists[0].scores), [0] * len(lists[0].ids)
@@ -259,7 +265,11 @@ class Selector:
             t = timer.lap("fuse", t)
             turn_rerank = rerank and self.config.rerank_scope == "turn"
             if turn_rerank:
-                ids, scores, source = self._rerank_head(texts, ids, scores, source, catalog)
+                head = self._rerank_head(texts, ids, scores, source, catalog)
+                turn_rerank = head is not None  # None: the gate kept the retrieval order
+                if turn_rerank:
+                    ids, scores, source = head
+                    reranked = 1
                 t = timer.lap("rerank", t)
             # The cut may read the tools' vectors: it runs under the lock, on the index the lists
             # came from, so a concurrent remove_tool cannot take a listed tool away mid-turn.
@@ -277,15 +287,16 @@ class Selector:
                          timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
                          ranked_scores=[float(x) for x in scores], catalog_version=version,
                          lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)],
-                         trace=trace)
+                         trace=trace, reranked=reranked)
 
     def _rerank_head(self, texts: list[str], ids: list[str], scores: np.ndarray, source: list[int],
-                     catalog: Catalog) -> tuple[list[str], np.ndarray, list[int]]:
+                     catalog: Catalog) -> tuple[list[str], np.ndarray, list[int]] | None:
         """One cross-encoder call for the turn: the fused list's head, each tool paired with the text
-        of the list it came from; the rest of the list is dropped."""
+        of the list it came from, the rest of the list dropped; None where the gate keeps the
+        retrieval order."""
         n = min(self.config.rerank_candidates, len(ids))
         if n == 0:
-            return ids, scores, source
+            return None
         pairs = [(texts[source[i]], tool_text(catalog.get(ids[i]))) for i in range(n)]
         if hasattr(self.reranker, "score_pairs"):
             ce = np.asarray(self.reranker.score_pairs(pairs), dtype=np.float32)
@@ -294,17 +305,32 @@ class Selector:
             for text in dict.fromkeys(q for q, _ in pairs):
                 at = [i for i, (q, _) in enumerate(pairs) if q == text]
                 ce[at] = self.reranker.score(text, [pairs[i][1] for i in at])
+        if not self._confident(ce):
+            return None
         final = mix_scores(ce, np.asarray(scores[:n], dtype=np.float32), self.config.rerank_weight)
         order = np.argsort(-final, kind="stable")
         return [ids[i] for i in order], final[order], [source[i] for i in order]
 
-    def _rerank(self, text: str, lst: RankedList, catalog: Catalog) -> RankedList:
-        """Cross-encoder scores for the list's head; the rest of the list is dropped."""
+    def _confident(self, ce: np.ndarray) -> bool:
+        """The rerank gate: the cross-encoder's reordering counts only where its best logit leads the
+        runner-up by ``rerank_min_margin`` (docs/bench/defaults.md: out of its depth, it spreads its
+        logits flat and loses to the retrieval order)."""
+        margin = self.config.rerank_min_margin
+        if margin is None or len(ce) < 2:
+            return True
+        top2 = np.partition(np.asarray(ce, dtype=np.float64), len(ce) - 2)[-2:]
+        return float(top2[1] - top2[0]) >= margin
+
+    def _rerank(self, text: str, lst: RankedList, catalog: Catalog) -> RankedList | None:
+        """Cross-encoder scores for the list's head, the rest of the list dropped; None where the
+        gate keeps the retrieval order."""
         ids = list(lst.ids)[: self.config.rerank_candidates]
         if not ids:
-            return lst
+            return None
         # The same tool text as training; the pair tokenizer cuts it to the model's window.
         ce = self.reranker.score(text, [tool_text(catalog.get(i)) for i in ids])
+        if not self._confident(ce):
+            return None
         final = mix_scores(ce, np.asarray(lst.scores[: len(ids)]), self.config.rerank_weight)
         order = np.argsort(-final, kind="stable")
         return RankedList([ids[i] for i in order], final[order])

@@ -153,3 +153,25 @@ def test_eval_no_rerank_switches_the_cross_encoder_off(bundle_dir, tiny_benchmar
     assert evaluate(tiny_benchmark, EvalConfig(), bundle=bundle_dir, progress=False)["reranker"] is None  # shipped: off
     assert on["reranker"] == "bundle" and off["reranker"] is None
     assert on["overall"]["ndcg@10"] >= 0.5 and off["overall"]["ndcg@10"] >= 0.5
+
+
+@pytest.mark.parametrize("scope", ["turn", "list"])
+def test_rerank_gate_keeps_the_retrieval_order_where_the_cross_encoder_is_unsure(selector, scope):
+    utterance = "turn on bluetooth, then play some jazz and also set an alarm for 7 am"
+    on = selector.with_config(rerank=True, rerank_scope=scope)
+    off = selector.with_config(rerank=False).select(utterance)
+    ungated = on.select(utterance)
+    assert ungated.reranked >= 1 and ungated.to_dict()["reranked"] == ungated.reranked
+    assert on.with_config(rerank_min_margin=0.0).select(utterance).ids == ungated.ids  # every margin is >= 0
+    shut = on.with_config(rerank_min_margin=1e6).select(utterance)  # no list is that sure
+    assert shut.reranked == 0 and "rerank" in shut.timings_ms  # scored, then kept out
+    assert shut.ids == off.ids and shut.ranked_ids == off.ranked_ids
+
+
+def test_rerank_gate_bad_margin_is_an_input_error():
+    from magicselector.config import SelectorConfig
+
+    with pytest.raises(InputError, match="rerank_min_margin"):
+        SelectorConfig(rerank_min_margin=-1.0)
+    with pytest.raises(InputError, match="rerank_min_margin"):
+        SelectorConfig(rerank_min_margin="wide")
