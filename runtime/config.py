@@ -22,9 +22,10 @@ class SelectorConfig:
 
     The shipped defaults (history ``all``, rules decomposition, the lexical channel fused by
     z-score mix at weight 0.35, no rerank) were chosen on the mean NDCG@10 over every development
-    set's evaluation part (generated test and test_ood, bfcl and metatool tool-disjoint); the
-    shipped cross-encoder is not on by default because with it one of those sets loses more than
-    0.005 NDCG@10 (the table and the commands: docs/bench/defaults.md). ``rerank=True`` turns it on.
+    set's evaluation part (generated test and test_ood, bfcl and metatool tool-disjoint). The
+    cross-encoder, reranking once per turn behind its gate, gains on that mean without losing on
+    any set, but costs tens of times the rest of the turn on a CPU without VNNI, so it is off by
+    default (the tables and the commands: docs/bench/defaults.md). ``rerank=True`` turns it on.
 
     history: what of the dialogue the retrieval query carries: ``none`` (the utterance only),
       ``user`` (plus earlier user turns) or ``all`` (plus the whole dialogue).
@@ -32,6 +33,8 @@ class SelectorConfig:
     rerank: run the bundle's cross-encoder (when it has one) over the top ``rerank_candidates``
       tools, once per turn over the fused list (``rerank_scope="turn"``) or over each retrieval
       list (``"list"``); with the turn scope the adaptive cut then runs on the reranked fused list.
+      ``rerank_min_margin`` is the gate: the cross-encoder's order counts only where its best
+      logit leads the runner-up by that much, else the retrieval order stands (None: no gate).
       ``rerank_weight`` mixes its z-scored logits with the z-scored
       retrieval similarity (1.0 = cross-encoder alone). The default 0.5 weighs the two equally:
       the shipped cross-encoder alone loses to retrieval on tools unlike its training data
@@ -66,8 +69,9 @@ class SelectorConfig:
     # text of the list it came from (a decomposed turn costs what a plain one does); list: each
     # retrieval list's head reranked on its own before the fusion
     rerank_scope: str = "turn"
-    # the rerank gate (Selector._confident): None reranks every list
-    rerank_min_margin: float | None = None
+    # the rerank gate (Selector._confident), chosen on the development sets (docs/bench/defaults.md);
+    # None reranks every list
+    rerank_min_margin: float | None = 0.4
     threads: int = 1
     max_query_chars: int = 16_000
     # the bounds on one turn's work (see the docstring): history turns and characters considered,

@@ -107,7 +107,7 @@ def test_default_bundle_carries_the_shipped_reranker(selector, shipped):
     assert rr and rr["truncation"] == "query_capped"
     assert rr["parity"]["against"] == "pytorch-fp32" and "top1_agreement" in rr["parity"]
     assert selector.reranker is not None  # carried, off by default (docs/bench/defaults.md)
-    on = selector.with_config(rerank=True, decompose="none")
+    on = selector.with_config(rerank=True, decompose="none", rerank_min_margin=None)
     out = on.select("turn on bluetooth and play some jazz")
     assert "rerank" in out.timings_ms and out.candidates >= 1
     assert len(out.lists) == 1 and len(out.ranked_ids) == on.config.rerank_candidates
@@ -134,7 +134,8 @@ class _CountingReranker:
 
 def test_a_decomposed_turn_reranks_once_over_the_fused_head(selector):
     counting = _CountingReranker(selector.reranker)
-    on = selector.with_config(rerank=True, decompose="rules", rerank_candidates=12).with_reranker(counting)
+    on = selector.with_config(rerank=True, decompose="rules", rerank_candidates=12,
+                              rerank_min_margin=None).with_reranker(counting)
     out = on.select("turn on bluetooth, then play some jazz and also set an alarm for 7 am")
     assert len(out.lists) >= 3  # the utterance and its sub-tasks
     assert counting.calls == [12] and len(out.ranked_ids) == 12
@@ -158,7 +159,7 @@ def test_eval_no_rerank_switches_the_cross_encoder_off(bundle_dir, tiny_benchmar
 @pytest.mark.parametrize("scope", ["turn", "list"])
 def test_rerank_gate_keeps_the_retrieval_order_where_the_cross_encoder_is_unsure(selector, scope):
     utterance = "turn on bluetooth, then play some jazz and also set an alarm for 7 am"
-    on = selector.with_config(rerank=True, rerank_scope=scope)
+    on = selector.with_config(rerank=True, rerank_scope=scope, rerank_min_margin=None)
     off = selector.with_config(rerank=False).select(utterance)
     ungated = on.select(utterance)
     assert ungated.reranked >= 1 and ungated.to_dict()["reranked"] == ungated.reranked
