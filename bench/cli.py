@@ -75,6 +75,8 @@ def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
                "--out", str(out), "--cool-down-s", str(args.cool_down_s)]
         if args.decompose is not None:  # else the runner measures the shipped configuration
             cmd += ["--decompose", args.decompose]
+        if args.rerank is not None:
+            cmd += ["--rerank" if args.rerank else "--no-rerank"]
         proc = subprocess.run(cmd)  # progress lines stream straight to our stderr
         if proc.returncode != 0 or not out.is_file():
             raise RuntimeError(f"the latency runner failed (exit {proc.returncode}): {' '.join(cmd)}")
@@ -88,7 +90,7 @@ def _run_adb(bundle: str, serial: str | None, out_dir: Path, args: argparse.Name
         raise LookupError(f"the ADB harness is not installed (magicselector.bench.adb could not be imported: {e})")
     return run_latency_on_device(bundle, serial=serial, runs=args.runs, warmup=args.warmup, threads=args.threads,
                                  out_dir=out_dir, cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores,
-                                 decompose=args.decompose)
+                                 decompose=args.decompose, rerank=args.rerank)
 
 
 def write_stage_csv(results: Mapping[str, Any], path: Path) -> None:
@@ -554,6 +556,9 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
     sp.add_argument("--pin-big-cores", action="store_true", help="pin the runner to the big cores (phones)")
     add_decompose_options(sp, mode_only=True)  # llm/auto: the GGUF model's memory is in the peak RSS
+    sp.add_argument("--rerank", action="store_true", default=None,
+                    help="the bundle's cross-encoder on (default: the shipped configuration's, off)")
+    sp.add_argument("--no-rerank", action="store_false", dest="rerank", help="the cross-encoder off")
     sp.set_defaults(func=cmd_latency)
 
     sp = bsub.add_parser("scaling", help="search latency / memory / recall vs n, and adaptive Top-K time vs n")

@@ -289,14 +289,14 @@ def turn_texts(selector: Any, turn: Mapping[str, Any]) -> list[str]:
 def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, threads: int = 1,
                     workload: Sequence[Mapping[str, Any]] = WORKLOAD, *, cool_down_s: float = 0.0,
                     history_mode: str | None = None, verify: bool = True, decompose: str | None = None,
-                    progress: Callable[[str], None] | None = None,
+                    rerank: bool | None = None, progress: Callable[[str], None] | None = None,
                     import_ms: float | None = None, fresh_process: bool = False) -> dict[str, Any]:
     """Measure the runtime on ``workload`` (``runs`` timed passes after ``warmup`` untimed ones).
 
     Returns the ``magicselector-latency/1`` dict described in the module docstring. ``progress``
     gets one line per pass. ``cool_down_s`` sleeps between passes (thermal headroom on phones).
     ``import_ms`` and ``fresh_process`` are filled in by the runner, which owns the process.
-    ``history_mode`` / ``decompose`` default to the shipped ``SelectorConfig``.
+    ``history_mode`` / ``decompose`` / ``rerank`` default to the shipped ``SelectorConfig``.
     """
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("need runs >= 1, warmup >= 0, threads >= 1")
@@ -314,7 +314,8 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     shipped = SelectorConfig()
     history_mode = shipped.history if history_mode is None else history_mode
     decompose = shipped.decompose if decompose is None else decompose
-    config = SelectorConfig(history=history_mode, threads=threads, decompose=decompose)
+    rerank = shipped.rerank if rerank is None else rerank
+    config = SelectorConfig(history=history_mode, threads=threads, decompose=decompose, rerank=rerank)
     first = workload[0]
     t0 = time.perf_counter()
     selector = Selector.from_bundle(bundle_dir, config=config, verify=verify)
@@ -373,6 +374,8 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
             "cool_down_s": cool_down_s, "history_mode": history_mode,
             "candidates": selector.config.candidates, "cut": selector.config.cut.rule,
             "decomposer": selector.decomposer.name, "verify": verify, "turns": len(workload),
+            "rerank": bool(selector.config.rerank and selector.reranker is not None),
+            "rerank_scope": selector.config.rerank_scope, "rerank_min_margin": selector.config.rerank_min_margin,
             "texts_per_turn": (sum(texts_per_turn) / len(texts_per_turn)) if texts_per_turn else None,
             "tokens": ({"mean": sum(tokens) / len(tokens), "max": max(tokens)} if tokens else None),
             "fresh_process": fresh_process, "started": started,

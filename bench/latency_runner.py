@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: the shipped SelectorConfig's")
     p.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default=None,
                    help="the decomposer to run (llm/auto load the GGUF model: its memory counts in the peak RSS)")
+    p.add_argument("--rerank", action="store_true", default=None, help="the bundle's cross-encoder on (default: shipped)")
+    p.add_argument("--no-rerank", action="store_false", dest="rerank", help="the cross-encoder off")
     p.add_argument("--no-verify", action="store_true", help="skip hashing the bundle files on load")
     return p
 
@@ -65,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         results = measure_latency(args.bundle, runs=args.runs, warmup=args.warmup, threads=args.threads,
                                   cool_down_s=args.cool_down_s, history_mode=args.history_mode, decompose=args.decompose,
-                                  verify=not args.no_verify, progress=progress, import_ms=import_ms,
+                                  rerank=args.rerank, verify=not args.no_verify, progress=progress, import_ms=import_ms,
                                   fresh_process=True)
     except MagicSelectorError as e:
         print(f"latency_runner: error: {e}", file=sys.stderr)

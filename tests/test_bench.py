@@ -43,6 +43,10 @@ def test_measure_latency_schema(bundle_dir):
     assert ("rerank" in res["stages"]) == shipped.rerank and ("lexical" in res["stages"]) == shipped.lexical
     assert list(res["stages"]) == [s for s in STAGE_ORDER if s in res["stages"]]  # every stage known, total last
     assert res["cold_start_ms"] > 0 and res["peak_rss_mb"] > 0
+    assert res["config"]["rerank"] == shipped.rerank
+    on = measure_latency(bundle_dir, runs=1, warmup=0, workload=work[:2], rerank=True)
+    assert on["config"]["rerank"] and on["config"]["rerank_min_margin"] == shipped.rerank_min_margin
+    _check_stats(on["stages"]["rerank"], n=2)
     assert res["cold_start_ms"] == pytest.approx(res["cold_start_breakdown"]["load_ms"]
                                                  + res["cold_start_breakdown"]["first_select_ms"])
     a = res["artifacts"]
