@@ -1,11 +1,13 @@
 """``magicselector bench serve``: throughput and latency of ``magicselector serve`` under concurrent callers.
 
 The real server is spawned over stdio and driven through the mcp package's own client, as an MCP
-host would: one server per configuration (variant), then for each caller count N, N callers send
-their requests concurrently over the one session, each waiting for its answer before sending the
-next. A request is a ``search_tools`` call for one turn of the phone workload
-(``magicselector.bench.latency.WORKLOAD``, with its dialogue history), callers starting at different
-turns. Latency is the client's round trip; throughput is all callers' selects over the wall time.
+host would: one server per configuration (variant), all started first; then for each caller count
+N, N callers send their requests concurrently over a server's one session, each waiting for its
+answer before sending the next. The variants take turns in rounds (a quarter of the requests each
+by default), so that a change in the machine's load reaches every variant alike. A request is a
+``search_tools`` call for one turn of the phone workload (``magicselector.bench.latency.WORKLOAD``,
+with its dialogue history), callers starting at different turns. Latency is the client's round
+trip; throughput is all callers' selects over the wall time.
 
 Every answer of a configuration is checked against the same turn's answer with one caller: the
 tool names must be the same unless the variant batches an INT8 reranker (whose scores then depend on
@@ -14,7 +16,8 @@ the other callers, ``magicselector.stages.rerank_batch``); the share that agreed
 Results schema ``magicselector-serve-bench/1``::
 
     {"schema": ..., "started": ISO time, "device": machine_description(),
-     "config": {callers, requests, warmup, threads, variants: {name: server args}, bundle},
+     "loadavg_after": [1, 5, 15 min], "config": {callers, requests_per_caller, rounds, warmup, threads,
+                                                 variants: {name: server args}, bundle, ...},
      "results": [{"variant", "callers", "requests", "wall_s", "selects_per_s", "p50_ms", "p90_ms",
                   "p99_ms", "mean_ms", "select_p50_ms", "errors", "same_tools"}]}
 """
@@ -39,7 +42,8 @@ class ServeBenchConfig:
     count. warmup: untimed requests per server before the first count. threads: the server's
     ``--threads`` (None: the shipped default). rerank_batch_ms: adds the variant ``rerank+batch``
     (``--rerank --rerank-batch-ms MS``; ``batch_inexact`` adds ``--rerank-batch-inexact``).
-    variants: which of ``shipped`` (no flags) and ``rerank`` (``--rerank``) to run."""
+    variants: which of ``shipped`` (no flags) and ``rerank`` (``--rerank``) to run. rounds: each
+    count's requests are sent in this many rounds, the variants taking turns round by round."""
 
     callers: tuple[int, ...] = (1, 2, 4)
     requests: int = 48
@@ -48,6 +52,7 @@ class ServeBenchConfig:
     variants: tuple[str, ...] = ("shipped", "rerank")
     rerank_batch_ms: float | None = None
     batch_inexact: bool = False
+    rounds: int = 4
     server_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
@@ -55,8 +60,8 @@ class ServeBenchConfig:
 
         if not self.callers or any(not isinstance(n, int) or n < 1 for n in self.callers):
             raise InputError(f"ServeBenchConfig.callers must be integers >= 1, got {self.callers!r}")
-        if self.requests < 1 or self.warmup < 0:
-            raise InputError("ServeBenchConfig: requests must be >= 1 and warmup >= 0")
+        if self.requests < 1 or self.warmup < 0 or self.rounds < 1:
+            raise InputError("ServeBenchConfig: requests and rounds must be >= 1 and warmup >= 0")
         if self.threads is not None and self.threads < 1:
             raise InputError("ServeBenchConfig.threads must be >= 1")
         unknown = sorted(set(self.variants) - set(BASE_VARIANTS))
@@ -97,95 +102,114 @@ def _percentile(sorted_ms: Sequence[float], q: float) -> float:
 
 
 async def _drive(session: Any, requests: list[dict[str, Any]], callers: int, per_caller: int,
-                 reference: dict[int, list[str]] | None) -> dict[str, Any]:
-    """``callers`` concurrent loops of ``per_caller`` requests each over one session."""
+                 offset: int = 0) -> dict[str, Any]:
+    """``callers`` concurrent loops of ``per_caller`` requests each over one session: the raw samples."""
     import anyio
 
-    latencies: list[float] = []
-    selects: list[float] = []
-    errors: list[str] = []
-    names: list[tuple[int, list[str]]] = []
+    got: dict[str, Any] = {"latencies": [], "selects": [], "errors": [], "names": []}
 
     async def caller(k: int) -> None:
         for i in range(per_caller):
-            which = (k * len(requests) // callers + i) % len(requests)
+            which = (k * len(requests) // callers + offset + i) % len(requests)
             t = time.perf_counter()
             result = await session.call_tool("search_tools", requests[which])
-            latencies.append((time.perf_counter() - t) * 1e3)
+            got["latencies"].append((time.perf_counter() - t) * 1e3)
             if result.is_error:
-                errors.append(result.content[0].text if result.content else "error")
+                got["errors"].append(result.content[0].text if result.content else "error")
                 continue
             payload = result.structured_content or {}
-            selects.append(float((payload.get("timings_ms") or {}).get("total", float("nan"))))
-            names.append((which, [tool["name"] for tool in payload.get("tools", [])]))
+            got["selects"].append(float((payload.get("timings_ms") or {}).get("total", float("nan"))))
+            got["names"].append((which, [tool["name"] for tool in payload.get("tools", [])]))
 
     t0 = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for k in range(callers):
             tg.start_soon(caller, k)
-    wall = time.perf_counter() - t0
-    lat = sorted(latencies)
+    got["wall_s"] = time.perf_counter() - t0
+    return got
+
+
+def _row(parts: list[dict[str, Any]], callers: int, reference: dict[int, list[str]] | None) -> dict[str, Any]:
+    """One (variant, caller count) row from its rounds' samples."""
+    lat = sorted(x for p in parts for x in p["latencies"])
+    selects = sorted(x for p in parts for x in p["selects"])
+    errors = [e for p in parts for e in p["errors"]]
+    names = [n for p in parts for n in p["names"]]
+    wall = sum(p["wall_s"] for p in parts)
     compared = [reference[which] == got for which, got in names if reference is not None and which in reference]
-    same = sum(compared) / len(compared) if compared else None
-    return {"callers": callers, "requests": callers * per_caller, "wall_s": round(wall, 4),
-            "selects_per_s": round(callers * per_caller / wall, 3) if wall > 0 else None,
+    return {"callers": callers, "requests": len(lat), "wall_s": round(wall, 4),
+            "selects_per_s": round(len(lat) / wall, 3) if wall > 0 else None,
             "p50_ms": round(_percentile(lat, 50), 3), "p90_ms": round(_percentile(lat, 90), 3),
             "p99_ms": round(_percentile(lat, 99), 3), "mean_ms": round(sum(lat) / len(lat), 3) if lat else None,
-            "select_p50_ms": round(_percentile(sorted(selects), 50), 3) if selects else None,
+            "select_p50_ms": round(_percentile(selects, 50), 3) if selects else None,
             "errors": len(errors), "first_error": errors[0] if errors else None,
-            "same_tools": None if same is None else round(same, 4), "_names": names}
+            "same_tools": round(sum(compared) / len(compared), 4) if compared else None}
 
 
-async def _bench_variant(name: str, command: list[str], config: ServeBenchConfig, requests: list[dict[str, Any]],
-                         progress: Callable[[str], None]) -> tuple[list[dict[str, Any]], str | None]:
-    """Spawn one server and run every caller count against it; the rows and the server's stderr tail."""
-    from mcp.client.stdio import StdioServerParameters
+def _round_sizes(requests: int, rounds: int) -> list[int]:
+    return [n for n in (requests // rounds + (1 if r < requests % rounds else 0) for r in range(rounds)) if n]
+
+
+async def _bench_all(commands: Mapping[str, list[str]], config: ServeBenchConfig, requests: list[dict[str, Any]],
+                     progress: Callable[[str], None]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Spawn one server per variant, then per caller count run the variants in turn, round after
+    round, so that a change in the machine's load reaches every variant alike. The rows, and the
+    stderr tail of each server that answered an error."""
+    from contextlib import AsyncExitStack
+
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
 
     from magicselector.errors import InputError
 
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as errlog:
-        params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-        try:
-            rows = await _run_counts(name, params, errlog, config, requests, progress)
-        except Exception as e:
-            errlog.seek(0)
-            raise InputError(f"bench serve: the {name} server failed ({type(e).__name__}: {e}); its stderr:\n"
-                               f"{errlog.read()[-2000:]}") from e
-        errlog.seek(0)
-        return rows, errlog.read()[-2000:] or None
-
-
-async def _run_counts(name: str, params: Any, errlog: Any, config: ServeBenchConfig, requests: list[dict[str, Any]],
-                      progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    import anyio
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import stdio_client
-
-    rows: list[dict[str, Any]] = []
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        async with ClientSession(read, write) as session:
-            with anyio.fail_after(config.server_timeout_s):
-                await session.initialize()
-                for i in range(config.warmup):
-                    await session.call_tool("search_tools", requests[i % len(requests)])
-            reference: dict[int, list[str]] | None = None
-            for n in config.callers:
-                row = await _drive(session, requests, n, config.requests, reference)
-                if reference is None:  # the first count's answers are what later counts must match
-                    reference = {}
-                    for which, got in row["_names"]:
-                        reference.setdefault(which, got)
-                    row = {**row, "same_tools": None}
-                row.pop("_names")
+    async with AsyncExitStack() as stack:
+        sessions: dict[str, tuple[Any, Any]] = {}
+        for name, command in commands.items():
+            errlog = stack.enter_context(tempfile.TemporaryFile(mode="w+", encoding="utf-8"))
+            params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+            try:
+                read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+                session = await stack.enter_async_context(ClientSession(read, write))
+                with anyio.fail_after(config.server_timeout_s):
+                    await session.initialize()
+                    for i in range(config.warmup):
+                        await session.call_tool("search_tools", requests[i % len(requests)])
+            except Exception as e:
+                errlog.seek(0)
+                raise InputError(f"bench serve: the {name} server failed ({type(e).__name__}: {e}); its stderr:\n"
+                                 f"{errlog.read()[-2000:]}") from e
+            sessions[name] = (session, errlog)
+            progress(f"[serve] {name}: server up ({' '.join(command[4:]) or 'no flags'})")
+        rows: list[dict[str, Any]] = []
+        references: dict[str, dict[int, list[str]] | None] = {name: None for name in sessions}
+        for n in config.callers:
+            parts: dict[str, list[dict[str, Any]]] = {name: [] for name in sessions}
+            offset = 0
+            for size in _round_sizes(config.requests, config.rounds):
+                for name, (session, _) in sessions.items():
+                    parts[name].append(await _drive(session, requests, n, size, offset))
+                offset += size
+            for name in sessions:
+                row = {"variant": name, **_row(parts[name], n, references[name])}
+                if references[name] is None:  # the first count's answers are what later counts must match
+                    references[name] = {}
+                    for which, got in (x for p in parts[name] for x in p["names"]):
+                        references[name].setdefault(which, got)
                 rows.append(row)
                 progress(f"[serve] {name}: {n} caller(s): {row['selects_per_s']} selects/s, "
                          f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, errors {row['errors']}")
-    return rows
+        tails = {}
+        for name, (_, errlog) in sessions.items():
+            if any(r["errors"] for r in rows if r["variant"] == name):
+                errlog.seek(0)
+                tails[name] = errlog.read()[-2000:]
+    return rows, tails
 
 
 def bench_serve(bundle: str | None = None, config: ServeBenchConfig = ServeBenchConfig(),
                 progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-    """Run every variant of ``config`` against a freshly spawned server; the ``SCHEMA`` dict."""
+    """Run every variant of ``config`` against freshly spawned servers; the ``SCHEMA`` dict."""
     import anyio
 
     from magicselector.config import SelectorConfig
@@ -200,21 +224,21 @@ def bench_serve(bundle: str | None = None, config: ServeBenchConfig = ServeBench
         base += ["--bundle", str(bundle)]
     if config.threads is not None:
         base += ["--threads", str(config.threads)]
-    results = []
-    stderr_tails = {}
-    for name, extra in config.server_variants().items():
-        rows, tail = anyio.run(_bench_variant, name, base + extra, config, requests, progress)
-        results += [{"variant": name, **row} for row in rows]
-        if any(r["errors"] for r in rows):
-            stderr_tails[name] = tail
-    return {"schema": SCHEMA, "started": started, "device": device,
+    variants = config.server_variants()
+    results, tails = anyio.run(_bench_all, {name: base + extra for name, extra in variants.items()}, config,
+                               requests, progress)
+    results.sort(key=lambda r: list(variants).index(r["variant"]))  # stable: callers stay in order
+    try:
+        load_after = [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        load_after = None
+    return {"schema": SCHEMA, "started": started, "device": device, "loadavg_after": load_after,
             "config": {"callers": list(config.callers), "requests_per_caller": config.requests,
-                       "warmup": config.warmup,
+                       "rounds": config.rounds, "warmup": config.warmup,
                        "threads": config.threads if config.threads is not None else SelectorConfig().threads,
-                       "variants": {name: extra for name, extra in config.server_variants().items()},
-                       "bundle": str(bundle) if bundle is not None else "default",
-                       "workload_turns": len(requests), "transport": "stdio, one session"},
-            "results": results, **({"server_stderr": stderr_tails} if stderr_tails else {})}
+                       "variants": variants, "bundle": str(bundle) if bundle is not None else "default",
+                       "workload_turns": len(requests), "transport": "stdio, one session per server"},
+            "results": results, **({"server_stderr": tails} if tails else {})}
 
 
 def format_markdown(report: Mapping[str, Any], command: str | None = None) -> str:
@@ -228,10 +252,12 @@ def format_markdown(report: Mapping[str, Any], command: str | None = None) -> st
         sel = "–" if r["select_p50_ms"] is None else f"{r['select_p50_ms']:.1f}"
         lines.append(f"| {r['variant']} | {r['callers']} | {r['selects_per_s']:.1f} | {r['p50_ms']:.1f} | "
                      f"{r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {sel} | {r['errors']} | {same} |")
-    head = [f"Machine: {isa_summary(dev)}; load avg {dev.get('loadavg')} at the start; onnxruntime "
+    head = [f"Machine: {isa_summary(dev)}; load avg {dev.get('loadavg')} at the start, "
+            f"{report.get('loadavg_after')} at the end; onnxruntime "
             f"{dev.get('onnxruntime')} ({dev.get('onnxruntime_build')}); python {dev.get('python')}.",
             f"Server: `magicselector serve` over stdio, {cfg['threads']} inference thread(s); "
-            f"{cfg['requests_per_caller']} requests per caller after {cfg['warmup']} warm-up requests, "
+            f"{cfg['requests_per_caller']} requests per caller after {cfg['warmup']} warm-up requests, the "
+            f"variants taking turns in {cfg.get('rounds', 1)} rounds, "
             f"{cfg['workload_turns']} phone turns; variants: "
             + ", ".join(f"{k} = `{' '.join(v) or '(no flags)'}`" for k, v in cfg["variants"].items()) + "."]
     if command:
@@ -262,6 +288,8 @@ def add_arguments(sp: Any) -> None:
                     help="concurrent caller counts, in order (default 1 2 4)")
     sp.add_argument("--requests", type=int, default=48, metavar="N", help="requests per caller per count (default 48)")
     sp.add_argument("--warmup", type=int, default=8, metavar="N", help="untimed requests per server (default 8)")
+    sp.add_argument("--rounds", type=int, default=4, metavar="N",
+                    help="the variants take turns in N rounds per caller count (default 4)")
     sp.add_argument("--threads", type=int, metavar="N", help="the server's inference threads (default: the shipped 1)")
     sp.add_argument("--variants", nargs="*", default=["shipped", "rerank"], choices=sorted(BASE_VARIANTS),
                     help="server configurations: shipped (no flags), rerank (--rerank); default both")
@@ -282,10 +310,12 @@ def cmd_bench_serve(args: Any) -> int:
         raise InputError("`magicselector bench serve` needs the mcp package: "
                          "pip install 'magicselector[serve]'") from None
     config = ServeBenchConfig(callers=tuple(args.callers), requests=args.requests, warmup=args.warmup,
-                              threads=args.threads, variants=tuple(args.variants),
+                              threads=args.threads, variants=tuple(args.variants), rounds=args.rounds,
                               rerank_batch_ms=args.rerank_batch_ms, batch_inexact=args.rerank_batch_inexact)
     command = "magicselector bench serve" + "".join(
-        f" {flag} {value}" for flag, value in (("--bundle", args.bundle), ("--requests", args.requests),
+        f" {flag} {value}" for flag, value in (("--bundle", args.bundle),
+                                               ("--callers", " ".join(map(str, args.callers))),
+                                               ("--requests", args.requests), ("--rounds", args.rounds),
                                                ("--threads", args.threads), ("--rerank-batch-ms", args.rerank_batch_ms))
         if value is not None) + (" --rerank-batch-inexact" if args.rerank_batch_inexact else "")
     report = bench_serve(args.bundle, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
