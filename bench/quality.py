@@ -48,7 +48,6 @@ from magicselector.data.metrics import completeness_at_k, mean, ndcg_at_k
 from .evaluate import EvalConfig, evaluate, screen_queries
 
 SCHEMA = "magicselector-quality/1"
-PUBLIC_SETS = ("bfcl", "metatool")
 FP32 = "fp32 reference"
 # the runtime configurations, in table order: (name, retriever, rerank, decompose); None = shipped
 RUNTIME_ROWS: tuple[tuple[str, str | None, bool | None, str | None], ...] = (
@@ -80,23 +79,18 @@ class QualityConfig:
             raise InputError(f"threads must be >= 1, got {self.threads!r}")
 
 
-def default_shared_data() -> Path:
-    """``shared/data`` beside the repository checkout (a source checkout's ``../shared/data``)."""
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"  # bench/ -> checkout -> beside it
-
-
 def development_sets(work: str | Path, shared_data: str | Path | None = None,
                      note: Callable[[str], None] = print) -> list[tuple[str, Path]]:
     """(name, benchmark folder) of every development set's evaluation part, written under ``work``:
     the generated mobile test and test_ood splits, then each public set's tool-disjoint eval part."""
     from magicselector.data.mobile import GeneratorConfig, generate_benchmark
-    from magicselector.data.splits import ToolSplitConfig, write_tool_disjoint_split
+    from magicselector.data.splits import SHARED_SETS, ToolSplitConfig, default_shared_data, write_tool_disjoint_split
 
     work = Path(work)
     generate_benchmark(work / "mobile", GeneratorConfig())
     sets = [("mobile test", work / "mobile" / "test"), ("mobile test_ood", work / "mobile" / "test_ood")]
     shared = Path(shared_data) if shared_data is not None else default_shared_data()
-    for name in PUBLIC_SETS:
+    for name in SHARED_SETS:
         source = shared / name
         if not (source / "tools.jsonl").is_file() or not (source / "queries.jsonl").is_file():
             note(f"note: {source} has no tools.jsonl and queries.jsonl; the {name} set is skipped")
