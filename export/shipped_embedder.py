@@ -56,38 +56,23 @@ def export_shipped_embedder(out: str | Path = SHIPPED_EMBEDDER_DIR, targets: Seq
         work = Path(work)
         log(f"exporting {checkpoint.name} to ONNX (FP32)")
         fp32 = export_encoder_onnx(checkpoint, work / "model.fp32.onnx", kind="embedder")
-        files: dict[str, dict[str, Any]] = {}
-        for target in targets:
-            spec = TARGETS[target]
-            name = int8_file_name(spec.reduce_range)
-            if name in files:
-                files[name]["targets"].append(target)
-                continue
-            log(f"quantizing to INT8 for {target} ({spec.preset})")
-            q = quantize_onnx_int8(fp32.output, work / name, spec.preset)
+        def check(name: str, target: str) -> dict[str, Any]:
             log(f"parity of {name} against the PyTorch model on {len(probes)} probes")
             parity = embedder_parity(checkpoint, work / name, probes, max_length=MAX_LENGTH)
             if parity["min_cosine"] < MIN_EMBEDDER_COSINE:
                 raise ExportError(f"{name}: INT8 parity too low for {target}: worst cosine "
                                   f"{parity['min_cosine']:.4f} < {MIN_EMBEDDER_COSINE}")
-            files[name] = {"targets": [target], "quantization": {"type": "dynamic-int8", **q.extra},
-                           "parity": {"against": "pytorch-fp32", **parity},
-                           "size_bytes": q.size_bytes, "sha256": sha256_file(work / name)}
-        out.mkdir(parents=True, exist_ok=True)
-        for stale in out.glob("model*.onnx"):
-            if stale.name not in files:
-                stale.unlink()
-        for name in files:
-            shutil.copy2(work / name, out / name)
-        shutil.copy2(checkpoint / "tokenizer.json", out / "tokenizer.json")
+            return {"against": "pytorch-fp32", **parity}
+
+        files = quantize_per_target(fp32.output, work, targets, check, log)
+        install_files(work, out, files, checkpoint / "tokenizer.json")
         meta = {
             "dim": int(config["hidden_size"]), "max_length": MAX_LENGTH, "pooling": "mean", "normalize": True,
             "architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
             "format": "onnx",
             "source": {**SOURCE, "weights_file": weights.name, "weights_sha256": sha256_file(weights),
                        "fp32_onnx_size_bytes": fp32.size_bytes},
-            "targets": {t: {"file": name, "preset": TARGETS[t].preset, "reduce_range": TARGETS[t].reduce_range}
-                        for name, entry in files.items() for t in entry["targets"]},
+            "targets": target_map(files),
             "files": files,
             "tokenizer": "tokenizer.json",
             "command": "python3 -m magicselector.export.shipped_embedder --out runtime/models/embedder",
@@ -102,9 +87,46 @@ def export_shipped_embedder(out: str | Path = SHIPPED_EMBEDDER_DIR, targets: Seq
     return meta
 
 
-def _read_meta(out: Path) -> dict[str, Any]:
+def quantize_per_target(fp32: Path, work: Path, targets: Sequence[str],
+                        check: Callable[[str, str], dict[str, Any]], log: Callable[[str], None]
+                        ) -> dict[str, dict[str, Any]]:
+    """One INT8 file in ``work`` per distinct quantization ``targets`` need (targets that quantize
+    alike share a file), each checked by ``check(file name, target) -> parity record``; returns the
+    ``files`` record of the folder's metadata."""
+    files: dict[str, dict[str, Any]] = {}
+    for target in targets:
+        spec = TARGETS[target]
+        name = int8_file_name(spec.reduce_range)
+        if name in files:
+            files[name]["targets"].append(target)
+            continue
+        log(f"quantizing to INT8 for {target} ({spec.preset})")
+        q = quantize_onnx_int8(fp32, work / name, spec.preset)
+        files[name] = {"targets": [target], "quantization": {"type": "dynamic-int8", **q.extra},
+                       "parity": check(name, target), "size_bytes": q.size_bytes, "sha256": sha256_file(work / name)}
+    return files
+
+
+def install_files(work: Path, out: Path, files: dict[str, Any], tokenizer: Path) -> None:
+    """Copy the INT8 files and the tokenizer into ``out``, removing model files no target uses now."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("model*.onnx"):
+        if stale.name not in files:
+            stale.unlink()
+    for name in files:
+        shutil.copy2(work / name, out / name)
+    shutil.copy2(tokenizer, out / "tokenizer.json")
+
+
+def target_map(files: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``targets`` record: each target's file, preset and reduce_range."""
+    return {t: {"file": name, "preset": TARGETS[t].preset, "reduce_range": TARGETS[t].reduce_range}
+            for name, entry in files.items() for t in entry["targets"]}
+
+
+def _read_meta(out: Path, name: str = EMBEDDER_META) -> dict[str, Any]:
     try:
-        return json.loads((out / EMBEDDER_META).read_text(encoding="utf-8"))
+        return json.loads((out / name).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return {}
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
 import sys
 import tempfile
 import time
@@ -20,14 +19,13 @@ from typing import Any, Callable, Sequence
 
 from magicselector.bundle import SHIPPED_RERANKER_DIR
 from magicselector.catalog import load_phone_catalog
-from magicselector.default_bundle import int8_file_name
 from magicselector.files import sha256_file
 from magicselector.stages.rerank import RERANKER_META
 from magicselector.targets import TARGETS
 
 from .bundle import MIN_RERANKER_SPEARMAN, checked_reranker_parity, rerank_probe_groups
-from .onnx import ExportError, checkpoint_pair_window, export_encoder_onnx, quantize_onnx_int8
-from .shipped_embedder import _kept_parity, _weights_file
+from .onnx import ExportError, checkpoint_pair_window, export_encoder_onnx
+from .shipped_embedder import _kept_parity, _read_meta, _weights_file, install_files, quantize_per_target, target_map
 
 COMMAND = "python3 -m magicselector.export.shipped_reranker"
 
@@ -67,7 +65,7 @@ def export_shipped_reranker(checkpoint: str | Path, out: str | Path = SHIPPED_RE
         raise ExportError(f"{checkpoint}: no such reranker checkpoint folder")
     window = checkpoint_pair_window(checkpoint)
     pairs = [(q, t) for q, texts in rerank_probe_groups(load_phone_catalog()).items() for t in texts]
-    previous = _read_meta(out)
+    previous = _read_meta(out, RERANKER_META)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="magicselector-reranker-") as work:
         work = Path(work)
@@ -75,34 +73,19 @@ def export_shipped_reranker(checkpoint: str | Path, out: str | Path = SHIPPED_RE
         fp32 = export_encoder_onnx(checkpoint, work / "model.fp32.onnx", kind="reranker")
         config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
         weights = _weights_file(checkpoint)
-        files: dict[str, dict[str, Any]] = {}
-        for target in targets:
-            spec = TARGETS[target]
-            name = int8_file_name(spec.reduce_range)
-            if name in files:
-                files[name]["targets"].append(target)
-                continue
-            log(f"quantizing to INT8 for {target} ({spec.preset})")
-            q = quantize_onnx_int8(fp32.output, work / name, spec.preset)
-            parity = checked_reranker_parity(checkpoint, work / name, pairs, window["max_length"], min_spearman,
-                                             f"{name} ({target})", log)
-            files[name] = {"targets": [target], "quantization": {"type": "dynamic-int8", **q.extra},
-                           "parity": parity, "size_bytes": q.size_bytes, "sha256": sha256_file(work / name)}
-        out.mkdir(parents=True, exist_ok=True)
-        for stale in out.glob("model*.onnx"):
-            if stale.name not in files:
-                stale.unlink()
-        for name in files:
-            shutil.copy2(work / name, out / name)
-        shutil.copy2(checkpoint / "tokenizer.json", out / "tokenizer.json")
+        def check(name: str, target: str) -> dict[str, Any]:
+            return checked_reranker_parity(checkpoint, work / name, pairs, window["max_length"], min_spearman,
+                                           f"{name} ({target})", log)
+
+        files = quantize_per_target(fp32.output, work, targets, check, log)
+        install_files(work, out, files, checkpoint / "tokenizer.json")
         meta = {
             "architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
             "format": "onnx", "shapes": "dynamic", **window,
             "source": {"checkpoint": checkpoint.name, "weights_file": weights.name,
                        "weights_sha256": sha256_file(weights), "fp32_onnx_size_bytes": fp32.size_bytes,
                        **training_summary(checkpoint)},
-            "targets": {t: {"file": name, "preset": TARGETS[t].preset, "reduce_range": TARGETS[t].reduce_range}
-                        for name, entry in files.items() for t in entry["targets"]},
+            "targets": target_map(files),
             "files": files,
             "tokenizer": "tokenizer.json",
             "command": command or f"{COMMAND} --checkpoint {shlex.quote(str(checkpoint))} "
@@ -117,13 +100,6 @@ def export_shipped_reranker(checkpoint: str | Path, out: str | Path = SHIPPED_RE
     sizes = ", ".join(f"{name} ({entry['size_bytes'] / 1e6:.1f} MB)" for name, entry in files.items())
     log(f"wrote {out}: {sizes}")
     return meta
-
-
-def _read_meta(out: Path) -> dict[str, Any]:
-    try:
-        return json.loads((out / RERANKER_META).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
