@@ -3,6 +3,7 @@ the `magicselector split` command writes what the Python API writes."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,23 @@ def test_trainers_refuse_a_split_eval_part(tiny_benchmark, tmp_path):
     benches, queries, _, _ = prepare_training_data([tmp_path / "split" / "train"], tmp_path / "out2",
                                                    RerankerTrainConfig(), False, "t")
     assert queries and len(benches) == 1
+
+
+def test_per_folder_cap_balances_a_mix(tiny_benchmark, tmp_path):
+    from magicselector.train.queries import prepare_training_data
+    from magicselector.train.reranker import RerankerTrainConfig
+
+    config = RerankerTrainConfig(include_tasks=False, max_queries=None)
+    _, full, available, _ = prepare_training_data([tiny_benchmark, tiny_benchmark], tmp_path / "a", config, False, "t")
+    per_folder = len(full) // 2
+    assert per_folder >= 3 and available == len(full)
+    capped = replace(config, max_queries_per_folder=2)
+    _, queries, available, _ = prepare_training_data([tiny_benchmark, tiny_benchmark], tmp_path / "b", capped, False, "t")
+    assert available == len(full)  # counted before the sample
+    assert [sum(q.bench == b for q in queries) for b in (0, 1)] == [2, 2]
+    again = prepare_training_data([tiny_benchmark, tiny_benchmark], tmp_path / "c", capped, False, "t")[1]
+    assert [q.id for q in again] == [q.id for q in queries]  # seeded
+    both = replace(capped, max_queries=3)
+    assert len(prepare_training_data([tiny_benchmark, tiny_benchmark], tmp_path / "d", both, False, "t")[1]) == 3
+    with pytest.raises(InputError, match="max_queries_per_folder"):
+        RerankerTrainConfig(max_queries_per_folder=0)

@@ -8,6 +8,7 @@ cross-encoder's top-1 margin over the runner-up. A gate at margin m keeps the re
 the margin is >= m. Prints, per m, the NDCG@10 change per set and its mean; writes the rows as JSON.
 
     python3 tools/rerank_gate.py --out /tmp/rerank_gate.json [--reranker DIR] [--work /tmp/devsets]
+        [--rerank-candidates N] [--rerank-weight W]
 """
 from __future__ import annotations
 
@@ -59,12 +60,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reranker", help="a reranker folder (default: the bundle's)")
     ap.add_argument("--work", default="/tmp/magicselector-devsets")
+    ap.add_argument("--rerank-candidates", type=int, help="tools the cross-encoder scores per turn (default: shipped)")
+    ap.add_argument("--rerank-weight", type=float, help="cross-encoder share of the mixed score (default: shipped)")
     args = ap.parse_args(argv)
     sets = development_sets(args.work, note=lambda m: print(m, file=sys.stderr))
     base = Selector.from_bundle(ensure_default_bundle(progress=False), config=SelectorConfig(threads=1))
     rec = RecordingReranker(CrossEncoder.from_dir(args.reranker, threads=1) if args.reranker else base.reranker)
     base = base.with_reranker(rec)
     shipped = SelectorConfig()
+    shipped = replace(shipped, **{k: v for k, v in (("rerank_candidates", args.rerank_candidates),
+                                                   ("rerank_weight", args.rerank_weight)) if v is not None})
     off_config = replace(shipped, rerank=False, candidates=max(10, shipped.cut.k_max, 30))
     rows: dict[str, list[dict]] = {}
     for name, folder in sets:

@@ -24,6 +24,7 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
         "rounds": args.rounds, "negatives": args.negatives, "list_size": args.list_size, "pool": args.pool,
         "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length, "layers": args.layers,
         "history": args.history_mode, "max_queries": args.max_queries, "threads": args.threads,
+        "max_queries_per_folder": args.max_queries_per_folder,
         "base_model": args.base_model, "include_tasks": not args.no_tasks, "truncation": args.truncation,
         "catalog_scope": args.catalog_scope, "mining_epochs_listwise": args.mining_epochs_listwise,
         "save_stages": args.save_stages or None, "device": args.device,
@@ -44,7 +45,8 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
         "seed": args.seed, "epochs": args.epochs, "rounds": args.rounds, "negatives": args.negatives,
         "pool": args.pool, "batch_size": args.batch_size, "lr": args.lr, "temperature": args.temperature,
         "in_batch": args.in_batch or None, "max_length": args.max_length, "layers": args.layers,
-        "max_queries": args.max_queries, "threads": args.threads, "history": args.history_mode,
+        "max_queries": args.max_queries, "threads": args.threads,
+        "max_queries_per_folder": args.max_queries_per_folder, "history": args.history_mode,
         "catalog_scope": args.catalog_scope, "base_model": args.base_model,
         "include_tasks": False if args.no_tasks else None, "device": args.device,
         "freeze_embeddings": args.freeze_embeddings or None,
@@ -92,6 +94,8 @@ def register(subparsers) -> None:
     sp.add_argument("--layers", type=int, help="keep only the first N encoder layers")
     sp.add_argument("--max-length", type=int, help="tokens per (query, tool) pair (default 96)")
     sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
+    sp.add_argument("--max-queries-per-folder", type=int, metavar="N",
+                    help="first sample at most N queries from each --data folder (seeded; keeps a mix balanced)")
     sp.add_argument("--threads", type=int, help="torch threads")
     add_history_mode_option(sp, old_spelling="--history", default_help="'user' (the training default)")
     sp.add_argument("--truncation", choices=["query_capped", "longest_first"])
@@ -120,6 +124,8 @@ def register(subparsers) -> None:
     sp.add_argument("--layers", type=int, help="keep only the first N encoder layers")
     sp.add_argument("--max-length", type=int, help="tokens per text (default 128, the runtime's window)")
     sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
+    sp.add_argument("--max-queries-per-folder", type=int, metavar="N",
+                    help="first sample at most N queries from each --data folder (seeded; keeps a mix balanced)")
     sp.add_argument("--threads", type=int, help="torch threads")
     add_history_mode_option(sp, old_spelling="--history", default_help="'user' (the training default)")
     sp.add_argument("--catalog-scope", choices=["gold", "all"],

@@ -100,6 +100,8 @@ class EmbedderTrainConfig:
       lists the held-out domains' tools too, and a tool that is only ever a negative is pushed
       away from every query).
     max_queries: a seeded sample of at most this many training queries (turns and tasks together).
+    max_queries_per_folder: first, a seeded sample of at most this many per data folder (a mix
+      of sets of very different sizes stays balanced).
     threads: ``torch.set_num_threads`` for the run (None: leave torch's default).
     base_model: a BERT-style checkpoint folder (None: the packaged all-MiniLM-L6-v2).
     encode_batch_size: texts per forward pass when embedding for mining and the probe.
@@ -129,6 +131,7 @@ class EmbedderTrainConfig:
     include_tasks: bool = True
     catalog_scope: str = "gold"
     max_queries: int | None = None
+    max_queries_per_folder: int | None = None
     threads: int | None = None
     base_model: str | None = None
     encode_batch_size: int = 64
@@ -155,6 +158,8 @@ class EmbedderTrainConfig:
         need(self.layers is None or self.layers >= 1, "layers must be >= 1")
         need(self.history_turns >= 0, "history_turns must be >= 0")
         need(self.max_queries is None or self.max_queries >= 1, "max_queries must be >= 1")
+        need(self.max_queries_per_folder is None or self.max_queries_per_folder >= 1,
+             "max_queries_per_folder must be >= 1")
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
         need(self.encode_batch_size >= 1, "encode_batch_size must be >= 1")
         need(self.probe_items >= 0, "probe_items must be >= 0")

@@ -140,8 +140,8 @@ def prepare_training_data(data_dirs: str | Path | Sequence[str | Path], out_dir:
                           who: str) -> tuple[list[Benchmark], list[TrainQuery], int, np.random.Generator]:
     """The shared start of a training run: check the data folders and the output folder, load the
     benchmarks, build the training queries (``config``: history, history_turns, include_tasks,
-    catalog_scope, max_queries, seed), cut each catalog to its gold tools when asked, and draw the
-    seeded ``max_queries`` sample. Returns (benchmarks, queries, queries available before the
+    catalog_scope, max_queries, max_queries_per_folder, seed), cut each catalog to its gold tools when asked, and draw the
+    seeded ``max_queries_per_folder`` sample of each folder, then the ``max_queries`` sample. Returns (benchmarks, queries, queries available before the
     sample, the run's generator, already used for the sample)."""
     check_out_dir(out_dir, overwrite)
     benches = load_benchmarks(data_dirs, who)
@@ -156,6 +156,18 @@ def prepare_training_data(data_dirs: str | Path | Sequence[str | Path], out_dir:
         benches = [gold_scoped(bench, {t for q in queries if q.bench == b for t in q.gold})
                    for b, bench in enumerate(benches)]
     rng = np.random.default_rng(config.seed)
+    per_folder = getattr(config, "max_queries_per_folder", None)
+    if per_folder is not None:
+        # Caps each folder first, so that one large public set (metatool's 14k one-liners) does not
+        # outweigh the others in the mix; the draw order is fixed by folder order and the seed.
+        kept: list[TrainQuery] = []
+        for b in range(len(benches)):
+            mine = [q for q in queries if q.bench == b]
+            if len(mine) > per_folder:
+                pick = sorted(rng.choice(len(mine), per_folder, replace=False))
+                mine = [mine[int(i)] for i in pick]
+            kept += mine
+        queries = kept
     if config.max_queries is not None and config.max_queries < len(queries):
         keep = sorted(rng.choice(len(queries), config.max_queries, replace=False))
         queries = [queries[int(i)] for i in keep]

@@ -113,6 +113,8 @@ class RerankerTrainConfig:
       held-out domains' tools too, and with ``all`` the cross-encoder buried them on the
       out-of-domain split (NDCG@10 .587 -> .284 after the point-wise stage).
     max_queries: a seeded sample of at most this many training queries (turns and tasks together).
+    max_queries_per_folder: first, a seeded sample of at most this many per data folder (a mix
+      of sets of very different sizes stays balanced).
     threads: ``torch.set_num_threads`` for the run (None: leave torch's default).
     device: ``cpu``, ``cuda`` or ``auto`` (cuda when torch sees one; under a launcher, this
       process's GPU).
@@ -141,6 +143,7 @@ class RerankerTrainConfig:
     include_tasks: bool = True
     catalog_scope: str = "gold"
     max_queries: int | None = None
+    max_queries_per_folder: int | None = None
     threads: int | None = None
     base_model: str | None = None
     score_batch_size: int = 64
@@ -171,6 +174,8 @@ class RerankerTrainConfig:
         need(self.layers is None or self.layers >= 1, "layers must be >= 1")
         need(self.history_turns >= 0, "history_turns must be >= 0")
         need(self.max_queries is None or self.max_queries >= 1, "max_queries must be >= 1")
+        need(self.max_queries_per_folder is None or self.max_queries_per_folder >= 1,
+             "max_queries_per_folder must be >= 1")
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
         need(self.score_batch_size >= 1, "score_batch_size must be >= 1")
         need(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
