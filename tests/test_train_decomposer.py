@@ -362,6 +362,25 @@ def test_the_default_base_model_is_the_packaged_smollm2_gguf():
         assert f.read(4) == b"GGUF"
 
 
+def test_the_packaged_gguf_converts_to_a_plain_fp32_checkpoint(tmp_path):
+    """The SFT base: the GGUF's weights saved as an ordinary Hugging Face checkpoint that loads
+    back unquantized and gives the same logits as the model it was saved from."""
+    from transformers import AutoModelForCausalLM
+
+    from magicselector.train.decomposer import _causal_lm_from_gguf, hf_checkpoint_from_gguf
+
+    gguf = default_base_gguf()
+    out = hf_checkpoint_from_gguf(gguf, tmp_path / "base")
+    config = json.loads((out / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert json.loads((out / "source.json").read_text())["gguf"] == str(gguf.resolve())
+    saved = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    assert getattr(saved, "hf_quantizer", None) is None
+    ids = torch.tensor([[1, 504, 3458, 282, 1078]])
+    with torch.no_grad():
+        assert torch.equal(saved(ids).logits, _causal_lm_from_gguf(gguf)(ids).logits)
+
+
 # -- LoRA and run options -----------------------------------------------------------------------
 def test_lora_starts_as_the_identity_and_merges_exactly():
     from magicselector.train.lora import add_lora, merge_lora, trainable_parameters

@@ -448,6 +448,10 @@ def hf_checkpoint_from_gguf(gguf_path: str | Path, out_dir: str | Path, progress
             if "accelerate" not in str(e):
                 raise
             model = _causal_lm_from_gguf(gguf_path)  # the same conversion without accelerate
+        if getattr(model, "hf_quantizer", None) is not None:
+            # transformers 5's GGUF loader marks even a dequantized model as quantized, and
+            # save_pretrained refuses it: build the plain FP32 model from the same tensors
+            model = _causal_lm_from_gguf(gguf_path)
         tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     with staged_dir(out_dir) as tmp:
         save_checkpoint(model, tok, tmp, progress)
