@@ -67,6 +67,13 @@ DEFAULT_QUERIES = (
 _STOP = frozenset("a an and the to of in on at for my me i i'm is it that this so with from by or be".split())
 
 
+
+def _quantization_of(meta: dict[str, Any], model_path: Path) -> str | None:
+    """The quantization type of the file this run timed: a per-target folder records it per file
+    (``files``), a single-file folder at the top."""
+    entry = (meta.get("files") or {}).get(Path(model_path).name) or meta
+    return (entry.get("quantization") or {}).get("type")
+
 def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _STOP}
 
@@ -279,7 +286,7 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
                   "padded_width_mean": float(np.mean(widths)),
                   "model_mb": _mb(probe.model_path),
                   "checkpoint_mb": _mb(ckpt / "model.safetensors") if ckpt is not None else None,
-                  "quantization": (meta.get("quantization") or {}).get("type")},
+                  "quantization": _quantization_of(meta, probe.model_path)},
         "int8": {k: _stats(samples["int8"][k], per_pair["int8"][k]) for k in samples["int8"]},
         "input_sha256": {"int8": digest8, "fp32": digest32},
     }

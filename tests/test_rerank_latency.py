@@ -92,6 +92,19 @@ def test_int8_only(tiny):
     assert m["model_mb"] == round((folder / "model.onnx").stat().st_size / 2**20, 2)
     assert res["host"]["cores"] >= 1 and res["host"]["platform"]
     assert res["config"]["pairs_per_list"] == 5
+    assert m["quantization"] == "dynamic-int8"
+
+
+def test_quantization_is_read_per_file_in_a_per_target_folder():
+    from magicselector.bench.rerank_latency import _quantization_of
+
+    per_target = {"targets": {"x86-avx2": {"file": "model-int8-reduce-range.onnx"}},
+                  "files": {"model-int8-reduce-range.onnx": {"quantization": {"type": "dynamic-int8"}},
+                            "model-int8.onnx": {"quantization": {"type": "static-int8"}}}}
+    assert _quantization_of(per_target, Path("/b/model-int8-reduce-range.onnx")) == "dynamic-int8"
+    assert _quantization_of(per_target, Path("/b/model-int8.onnx")) == "static-int8"
+    assert _quantization_of({"quantization": {"type": "dynamic-int8"}}, Path("/b/model.onnx")) == "dynamic-int8"
+    assert _quantization_of({}, Path("/b/model.onnx")) is None
 
 
 def test_fp32_rows_and_identical_inputs(tiny):
