@@ -16,7 +16,8 @@ from magicselector.bundle import shipped_reranker_dir
 from magicselector.errors import InputError
 from magicselector.ranks import rankdata, spearman
 from magicselector.sections import EmbedderSection, RerankerSection, open_reranker
-from magicselector.stages.rerank import CrossEncoder, PairTokenizer, pair_window, read_reranker_meta
+from magicselector.stages.rerank import (CrossEncoder, PairTokenizer, pair_window, read_reranker_meta,
+                                         reranker_model_file)
 
 SHIPPED = shipped_reranker_dir()
 needs_shipped = pytest.mark.skipif(SHIPPED is None, reason="this checkout has no shipped reranker")
@@ -28,7 +29,7 @@ PAIRS = ("turn on bluetooth", ["bluetooth toggle: Turn Bluetooth on or off.", "s
 
 @needs_shipped
 def test_factory_opens_onnx_with_onnxruntime():
-    model = open_model(SHIPPED / "model.onnx", threads=2)
+    model = open_model(reranker_model_file(SHIPPED, read_reranker_meta(SHIPPED)), threads=2)
     assert isinstance(model, OnnxModel) and model.kind == "onnx" and model.threads == 2
     assert model.max_batch is None and model.max_seq_len is None
 
@@ -151,8 +152,9 @@ def test_a_section_that_is_not_an_object_is_named(raw):
 
 @needs_shipped
 def test_reranker_from_its_section_scores_as_the_folder_does():
-    window = pair_window(read_reranker_meta(SHIPPED))
-    section = RerankerSection.parse({"file": "model.onnx", "tokenizer": "tokenizer.json", **window})
+    meta = read_reranker_meta(SHIPPED)
+    section = RerankerSection.parse({"file": reranker_model_file(SHIPPED, meta).name, "tokenizer": "tokenizer.json",
+                                     **pair_window(meta)})
     from_section = open_reranker(section, SHIPPED, threads=1)
     from_dir = CrossEncoder.from_dir(SHIPPED, threads=1)
     assert isinstance(from_section.tokenizer, PairTokenizer) and from_section.tokenizer.describe() == \

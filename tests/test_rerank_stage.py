@@ -11,6 +11,7 @@ from magicselector.bundle import shipped_reranker_dir
 from magicselector.catalog import Tool, tool_text
 from magicselector.errors import BundleError, InputError
 from magicselector.stages.rerank import CrossEncoder, PairTokenizer, read_reranker_meta
+from magicselector.targets import TARGETS
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +28,12 @@ def reranker(shipped):
 
 def test_shipped_artifact_is_small_and_documented(shipped):
     meta = read_reranker_meta(shipped)
-    assert (shipped / "model.onnx").stat().st_size <= 25 * 2 ** 20
-    assert meta["quantization"]["type"] == "dynamic-int8" and meta["quantization"]["per_channel"]
+    assert sorted(meta["targets"]) == sorted(TARGETS)  # one INT8 file per quantization of the CPU targets
+    for name, entry in meta["files"].items():
+        assert (shipped / name).stat().st_size <= 25 * 2 ** 20
+        assert entry["quantization"]["type"] == "dynamic-int8" and entry["quantization"]["per_channel"]
+        assert entry["parity"]["spearman"] >= 0.9  # INT8 against the FP32 checkpoint it came from
     assert meta["truncation"] == "query_capped" and meta["max_length"] >= 32
-    assert meta["parity"]["spearman"] >= 0.9  # INT8 against the FP32 checkpoint it came from
     card = (shipped / "MODEL_CARD.md").read_text()
     for needed in ("magicselector train reranker", "sha256", "seed", "NDCG@10"):
         assert needed in card
@@ -97,7 +100,8 @@ def test_reranker_folder_errors(shipped, tmp_path):
     (broken / "reranker.json").write_text("{not json")
     with pytest.raises(BundleError, match="unreadable"):
         CrossEncoder.from_dir(broken)
-    (broken / "reranker.json").write_text(json.dumps({"max_length": 64, "truncation": "sideways"}))
+    meta = read_reranker_meta(shipped)
+    (broken / "reranker.json").write_text(json.dumps({**meta, "max_length": 64, "truncation": "sideways"}))
     with pytest.raises(InputError, match="truncation"):
         CrossEncoder.from_dir(broken)
 
@@ -106,12 +110,14 @@ def test_default_bundle_carries_the_shipped_reranker(selector, shipped):
     rr = selector.bundle.section("reranker")
     assert rr and rr["truncation"] == "query_capped"
     assert rr["parity"]["against"] == "pytorch-fp32" and "top1_agreement" in rr["parity"]
-    assert selector.reranker is not None  # carried, off by default (docs/bench/defaults.md)
+    assert selector.reranker is not None and not selector.config.rerank  # carried, off by default (docs/bench/defaults.md)
     on = selector.with_config(rerank=True, decompose="none", rerank_min_margin=None)
     out = on.select("turn on bluetooth and play some jazz")
-    assert "rerank" in out.timings_ms and out.candidates >= 1
+    assert "rerank" in out.timings_ms and out.candidates >= 1 and out.reranked == 1
     assert len(out.lists) == 1 and len(out.ranked_ids) == on.config.rerank_candidates
     assert "rerank" not in selector.select("turn on bluetooth and play some jazz").timings_ms
+    assert on.with_config(rerank_min_margin=None, decompose="rules").select(
+        "turn on bluetooth and play some jazz").reranked == 1  # no gate: every turn reranked
     per_list = on.with_config(rerank_scope="list").select("turn on bluetooth and play some jazz")
     assert len(per_list.lists[0][1]) == on.config.rerank_candidates  # one list: the same head, the same order
     assert per_list.ranked_ids == out.ranked_ids
