@@ -144,7 +144,8 @@ def add_rerank_options(p: argparse.ArgumentParser) -> None:
                         f"default {SHIPPED.rerank_candidates})")
     p.add_argument("--rerank-min-margin", type=float, default=None, metavar="M", dest="rerank_min_margin",
                    help="the rerank gate: keep the cross-encoder's order only where its best logit leads the "
-                        f"runner-up by M (default {SHIPPED.rerank_min_margin}; negative: no gate)")
+                        "runner-up by M (default: " + ("no gate" if SHIPPED.rerank_min_margin is None
+                                                       else str(SHIPPED.rerank_min_margin)) + "; negative: no gate)")
     p.add_argument("--rerank-scope", choices=["turn", "list"], default=None, dest="rerank_scope",
                    help="one rerank per turn over the fused head (turn), or one per retrieval list (list; "
                         f"default {SHIPPED.rerank_scope!r})")

@@ -7,7 +7,7 @@ reranker off and on (once per turn, no gate) and records per query NDCG@10 both 
 cross-encoder's top-1 margin over the runner-up. A gate at margin m keeps the reranked list where
 the margin is >= m. Prints, per m, the NDCG@10 change per set and its mean; writes the rows as JSON.
 
-    python3 tools/rerank_gate.py --out /tmp/rerank_gate.json [--reranker DIR] [--work /tmp/devsets]
+    python3 tools/rerank_gate.py --out /tmp/rerank_gate.json [--reranker DIR] [--bundle DIR] [--work /tmp/devsets]
         [--rerank-candidates N] [--rerank-weight W]
 """
 from __future__ import annotations
@@ -60,11 +60,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reranker", help="a reranker folder (default: the bundle's)")
     ap.add_argument("--work", default="/tmp/magicselector-devsets")
+    ap.add_argument("--bundle", help="a bundle folder (default: the default bundle)")
     ap.add_argument("--rerank-candidates", type=int, help="tools the cross-encoder scores per turn (default: shipped)")
     ap.add_argument("--rerank-weight", type=float, help="cross-encoder share of the mixed score (default: shipped)")
     args = ap.parse_args(argv)
     sets = development_sets(args.work, note=lambda m: print(m, file=sys.stderr))
-    base = Selector.from_bundle(ensure_default_bundle(progress=False), config=SelectorConfig(threads=1))
+    base = Selector.from_bundle(args.bundle or ensure_default_bundle(progress=False), config=SelectorConfig(threads=1))
     rec = RecordingReranker(CrossEncoder.from_dir(args.reranker, threads=1) if args.reranker else base.reranker)
     base = base.with_reranker(rec)
     shipped = SelectorConfig()
