@@ -262,6 +262,8 @@ def _bundle_description(base: Any, path: Path) -> dict[str, Any]:
     src, quant = emb.get("source") or {}, emb.get("quantization") or {}
     embedder = (f"{src.get('model')} ({src.get('package')} {src.get('version')})" if isinstance(src, dict) and src
                 else str(emb.get("file")))
+    if isinstance(src, dict) and src.get("checkpoint"):  # trained here: name the checkpoint and its start
+        embedder = f"checkpoint {src['checkpoint']} fine-tuned from {embedder}, {src.get('steps')} steps"
     if quant:
         embedder += f", {quant.get('type')} {quant.get('preset')}"
     rr = manifest.get("reranker") or {}
