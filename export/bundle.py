@@ -88,7 +88,7 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
     from magicselector.bundle import shipped_reranker_dir
 
     t0 = time.perf_counter()
-    steps = ["export embedder", "index catalog", "write manifest"]
+    steps = ["add embedder", "index catalog", "write manifest"]
     if reranker is not None:
         steps.insert(1, "add reranker")
 

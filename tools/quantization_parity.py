@@ -259,7 +259,10 @@ def main(argv=None) -> int:
             ap.error("--role reranker needs --checkpoint (the FP32 source of the reranker files)")
         from magicselector.bundle import SHIPPED_RERANKER_DIR
 
-        check_reranker_source(args.reranker_folder or SHIPPED_RERANKER_DIR, args.checkpoint)
+        from magicselector.stages.rerank import read_reranker_meta
+
+        folder = args.reranker_folder or SHIPPED_RERANKER_DIR
+        check_source(read_reranker_meta(folder).get("source"), args.checkpoint, str(folder))
 
     from magicselector.catalog import tool_text
     from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, shipped_reranker
@@ -274,12 +277,7 @@ def main(argv=None) -> int:
         ap.error(f"the shipped embedder was exported from a checkpoint trained here ({trained}); give it as "
                  "--embedder-checkpoint (its FP32 reference)")
     if args.embedder_checkpoint is not None:
-        from magicselector.files import sha256_file
-
-        weights = args.embedder_checkpoint / "model.safetensors"
-        if not weights.is_file() or sha256_file(weights) != (meta.get("source") or {}).get("weights_sha256"):
-            ap.error(f"{args.embedder_checkpoint}: not the checkpoint the shipped embedder files were exported "
-                     "from (its model.safetensors sha256 differs from embedder.json's source)")
+        check_source(meta.get("source"), args.embedder_checkpoint, str(SHIPPED_EMBEDDER_DIR))
     sets = probe_sets(args.mobile, args.shared, args.per_set)
     work = Path(tempfile.mkdtemp(prefix="quant-parity-"))
     print(f"[parity] exporting the FP32 reference to {work}", file=sys.stderr, flush=True)
@@ -392,18 +390,17 @@ def main(argv=None) -> int:
     return 0
 
 
-def check_reranker_source(folder: Path, checkpoint: Path) -> None:
-    """Stop unless ``checkpoint`` holds the weights the reranker folder records as its source (a
-    folder that records none is taken at its word)."""
+def check_source(source: dict, checkpoint: Path, what: str) -> None:
+    """Stop unless ``checkpoint`` holds the weights that ``source`` (a model folder's metadata
+    ``source``) records; a source that records none is taken at its word."""
     from magicselector.files import sha256_file
-    from magicselector.stages.rerank import RERANKER_META, read_reranker_meta
 
-    source_sha = (read_reranker_meta(folder).get("source") or {}).get("weights_sha256")
+    source_sha = (source or {}).get("weights_sha256")
     weights = next((checkpoint / n for n in ("model.safetensors", "pytorch_model.bin")
                     if (checkpoint / n).is_file()), None)
     if source_sha and (weights is None or sha256_file(weights) != source_sha):
-        raise SystemExit(f"{checkpoint}: not the checkpoint {folder} was exported from "
-                         f"(its {RERANKER_META} records weights sha256 {source_sha[:12]}...)")
+        raise SystemExit(f"{checkpoint}: not the checkpoint {what} was exported from "
+                         f"(its metadata records weights sha256 {source_sha[:12]}...)")
 
 
 def measure_reranker(args: argparse.Namespace, plan: list, texts: list[str], work: Path) -> dict:
