@@ -317,3 +317,47 @@ def test_bundle_build_retrain_reranker_path(tiny_benchmark, tmp_path, monkeypatc
     assert rr_section["parity"]["against"] == "pytorch-fp32"
     sel = Selector.from_bundle(tmp_path / "b")
     assert sel.reranker is not None and "rerank" in sel.with_config(rerank=True).select("turn on bluetooth").timings_ms
+
+
+# -- distillation ------------------------------------------------------------------------------
+def test_distilled_targets_mix_labels_with_the_teacher():
+    from magicselector.train.reranker import distilled_labels, distilled_list_targets
+
+    soft = distilled_labels(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 2.0]), 0.25)
+    assert torch.allclose(soft, torch.tensor([0.75 + 0.25 * 0.5, 0.25 * float(torch.sigmoid(torch.tensor(2.0)))]))
+    assert torch.equal(distilled_labels(torch.tensor([1.0, 0.0]), torch.tensor([-9.0, 9.0]), 0.0),
+                       torch.tensor([1.0, 0.0]))
+    targets = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    t = torch.tensor([[0.0, math.log(3.0), 50.0], [0.0, 0.0, 0.0]])
+    got = distilled_list_targets(targets, mask, t, 0.5)
+    # row 0: gold 1 on item 0; teacher softmax over the two real items is (1/4, 3/4); item 2 is padding
+    assert torch.allclose(got[0], torch.tensor([0.5 + 0.125, 0.375, 0.0]))
+    assert torch.allclose(got[1], torch.tensor([0.25 + 1 / 6, 0.25 + 1 / 6, 1 / 6]))
+    assert torch.allclose(got.sum(dim=1), torch.ones(2))
+    with pytest.raises(InputError, match="no gold"):
+        distilled_list_targets(torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, 2), 0.5)
+    with pytest.raises(InputError, match="distill_weight"):
+        RerankerTrainConfig(distill_weight=1.5)
+
+
+def test_student_distils_from_a_teacher(tiny_benchmark, tmp_path):
+    """A 1-layer student trained on a teacher's soft targets: the teacher scores in its own window
+    (48 tokens here, the student 32) and the run records where its targets came from."""
+    teacher_dir = tmp_path / "teacher"
+    train_reranker(tiny_benchmark, teacher_dir, RerankerTrainConfig(**{**TINY, "max_length": 48, "rounds": 0}),
+                   retrieve=toy_retriever, progress=False)
+    cfg = RerankerTrainConfig(**{**TINY, "rounds": 0, "teacher": str(teacher_dir), "distill_weight": 0.7,
+                                 "base_model": str(teacher_dir)})
+    summary = train_reranker(tiny_benchmark, tmp_path / "student", cfg, retrieve=toy_retriever, progress=False)
+    d = summary["distillation"]
+    assert d["weight"] == 0.7 and d["path"] == str(teacher_dir) and d["layers"] == 1
+    assert d["tokenization"]["max_length"] == 48 and summary["tokenization"]["max_length"] == 32
+    assert summary["probe_loss_after"] < summary["probe_loss_before"]
+    plain = train_reranker(tiny_benchmark, tmp_path / "plain", RerankerTrainConfig(
+        **{**TINY, "rounds": 0, "base_model": str(teacher_dir)}), retrieve=toy_retriever, progress=False)
+    assert plain["distillation"] is None and plain["final_loss"] != summary["final_loss"]
+    with pytest.raises(InputError, match="teacher"):
+        train_reranker(tiny_benchmark, tmp_path / "bad", RerankerTrainConfig(**{**TINY, "teacher": str(tmp_path)}),
+                       retrieve=toy_retriever, progress=False)
+    assert not (tmp_path / "bad").exists()

@@ -28,6 +28,7 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
         "base_model": args.base_model, "include_tasks": not args.no_tasks, "truncation": args.truncation,
         "catalog_scope": args.catalog_scope, "mining_epochs_listwise": args.mining_epochs_listwise,
         "save_stages": args.save_stages or None, "device": args.device,
+        "teacher": args.teacher, "distill_weight": args.distill_weight,
     }
     config = RerankerTrainConfig(**{k: v for k, v in fields.items() if v is not None})
     summary = train_reranker(args.data, args.out, config, bundle=args.bundle, progress=not args.quiet,
@@ -78,6 +79,11 @@ def register(subparsers) -> None:
     sp.add_argument("--out", required=True, metavar="DIR", help="output checkpoint folder")
     sp.add_argument("--bundle", help="bundle whose dense retriever gives the candidate pools (default bundle)")
     sp.add_argument("--base-model", help="BERT-style checkpoint to start from (default: the packaged MiniLM)")
+    sp.add_argument("--teacher", metavar="DIR",
+                    help="a trained cross-encoder checkpoint to distil from: its scores of the training pairs "
+                         "become soft targets (default: none, 0/1 labels only)")
+    sp.add_argument("--distill-weight", type=float, metavar="W",
+                    help="share of the teacher's soft targets in each loss, in [0, 1] (default 0.5; with --teacher)")
     sp.add_argument("--seed", type=int)
     sp.add_argument("--epochs-pointwise", type=int)
     sp.add_argument("--epochs-listwise", type=int)

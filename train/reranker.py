@@ -118,6 +118,13 @@ class RerankerTrainConfig:
     threads: ``torch.set_num_threads`` for the run (None: leave torch's default).
     device: ``cpu``, ``cuda`` or ``auto`` (cuda when torch sees one; under a launcher, this
       process's GPU).
+    teacher: a trained cross-encoder checkpoint to distil from (None: hard labels only). It scores
+      every pair the student trains on, in its own pair window (its ``train_config.json``'s
+      tokenization, else this run's), and its scores become soft targets: point-wise
+      ``(1 - w) y + w sigmoid(t)``, list-wise ``(1 - w) P* + w softmax(t)`` over the list's items.
+      A smaller, shorter-window student keeps more of a deeper teacher's ranking this way than
+      from the 0/1 labels alone (the teacher also orders the negatives among themselves).
+    distill_weight: w above, in [0, 1]; used only with ``teacher``.
     """
 
     seed: int = 0
@@ -149,6 +156,8 @@ class RerankerTrainConfig:
     score_batch_size: int = 64
     probe_pairs: int = 256
     device: str = "cpu"
+    teacher: str | None = None
+    distill_weight: float = 0.5
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -179,6 +188,7 @@ class RerankerTrainConfig:
         need(self.threads is None or self.threads >= 1, "threads must be >= 1")
         need(self.score_batch_size >= 1, "score_batch_size must be >= 1")
         need(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
+        need(0.0 <= self.distill_weight <= 1.0, f"distill_weight must be in [0, 1], got {self.distill_weight}")
 
 
 # The recipe of the reranker that ships in the package (see its MODEL_CARD.md): the generated
@@ -242,6 +252,31 @@ def listwise_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor 
     return -(p_star * log_p).sum(dim=1).mean()
 
 
+def distilled_labels(labels: torch.Tensor, teacher_logits: torch.Tensor, weight: float) -> torch.Tensor:
+    """Point-wise soft targets for eq. 16: ``(1 - weight) y + weight sigmoid(t)``."""
+    labels = labels.reshape(-1).float()
+    t = teacher_logits.reshape(-1).float().to(labels.device)
+    if t.numel() != labels.numel():
+        raise InputError(f"distilled_labels: {labels.numel()} labels but {t.numel()} teacher logits")
+    return (1.0 - weight) * labels + weight * torch.sigmoid(t)
+
+
+def distilled_list_targets(targets: torch.Tensor, mask: torch.Tensor, teacher_logits: torch.Tensor,
+                           weight: float) -> torch.Tensor:
+    """List-wise soft targets for eq. 18-19: ``(1 - weight) P* + weight softmax(t)`` over each
+    list's real items (``mask``), P* the gold indicator normalised to 1 as in :func:`listwise_ce`."""
+    if not (targets.shape == mask.shape == teacher_logits.shape) or targets.dim() != 2:
+        raise InputError(f"distilled_list_targets: targets, mask and teacher logits must all be [B, L], got "
+                         f"{tuple(targets.shape)}, {tuple(mask.shape)}, {tuple(teacher_logits.shape)}")
+    mask = mask.to(torch.bool)
+    gold = torch.where(mask, targets.float(), torch.zeros_like(targets, dtype=torch.float32))
+    mass = gold.sum(dim=1, keepdim=True)
+    if (mass <= 0).any():
+        raise InputError("distilled_list_targets: a list has no gold item")
+    soft = torch.softmax(teacher_logits.float().masked_fill(~mask, float("-inf")), dim=1)
+    return (1.0 - weight) * gold / mass + weight * torch.where(mask, soft, torch.zeros_like(soft))
+
+
 # ---------------------------------------------------------------------------------------------
 # tokenization
 # ---------------------------------------------------------------------------------------------
@@ -286,6 +321,47 @@ def score_pairs(model, encoder: PairEncoder, queries: Sequence[str], texts: Sequ
     finally:
         model.train(was_training)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """A trained cross-encoder that scores the student's pairs, in its own pair window."""
+
+    model: Any
+    encoder: PairEncoder
+    path: str
+
+    def score(self, queries: Sequence[str], texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
+        return torch.from_numpy(score_pairs(self.model, self.encoder, queries, texts, batch_size))
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": self.path, "layers": int(self.model.config.num_hidden_layers),
+                "tokenization": self.encoder.describe()}
+
+
+def check_teacher(path: str | Path) -> Path:
+    path = Path(path)
+    if not (path / "config.json").is_file() or not (path / "tokenizer.json").is_file():
+        raise InputError(f"teacher: {path} is not a cross-encoder checkpoint (config.json and tokenizer.json)")
+    return path
+
+
+def load_teacher(path: str | Path, config: RerankerTrainConfig, device: torch.device) -> Teacher:
+    """The checkpoint at ``path`` as a teacher; its pair window is the one it was trained with
+    (``train_config.json``), else ``config``'s."""
+    from transformers import AutoModelForSequenceClassification
+
+    path = check_teacher(path)
+    tok = {}
+    if (path / "train_config.json").is_file():
+        tok = json.loads((path / "train_config.json").read_text(encoding="utf-8")).get("tokenization", {})
+    encoder = PairEncoder(path / "tokenizer.json", int(tok.get("max_length", config.max_length)),
+                          int(tok.get("min_tool_tokens", config.min_tool_tokens)),
+                          tok.get("truncation", config.truncation))
+    model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1).to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return Teacher(model, encoder, str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,9 +421,11 @@ class _Trainer:
 
     def __init__(self, config: RerankerTrainConfig, model, encoder: PairEncoder, benches: list[Benchmark],
                  queries: list[TrainQuery], pools: dict[str, list[str]], log_path: Path, progress: bool,
-                 procs: Processes = Processes(), device: torch.device = torch.device("cpu")) -> None:
+                 procs: Processes = Processes(), device: torch.device = torch.device("cpu"),
+                 teacher: Teacher | None = None) -> None:
         check_negatives_exist(queries, benches)
         self.c = config
+        self.teacher = teacher
         self.model = model  # scored and saved as it is
         self.net = procs.wrap(model, device)  # trained through (DDP with several processes)
         self.device = device
@@ -478,9 +556,13 @@ class _Trainer:
             order = self.rng.permutation(len(p_items))
             for start in range(0, len(order), c.batch_size):
                 chunk, share = self.procs.shard([p_items[int(i)] for i in order[start:start + c.batch_size]])
-                logits = self._forward([self.queries[qi].text for qi, _, _ in chunk],
-                                       [self.texts[self.queries[qi].bench][t] for qi, t, _ in chunk])
-                loss = pointwise_bce(logits, torch.tensor([y for _, _, y in chunk], device=logits.device))
+                qs = [self.queries[qi].text for qi, _, _ in chunk]
+                ts = [self.texts[self.queries[qi].bench][t] for qi, t, _ in chunk]
+                logits = self._forward(qs, ts)
+                labels = torch.tensor([y for _, _, y in chunk], device=logits.device)
+                if self.teacher is not None:
+                    labels = distilled_labels(labels, self.teacher.score(qs, ts, c.score_batch_size), c.distill_weight)
+                loss = pointwise_bce(logits, labels)
                 lr, value = self._update(loss, share, opt, sched)
                 self._record("pointwise", r, value, lr)
                 bar.update(1, loss=f"{value:.4f}")
@@ -505,6 +587,9 @@ class _Trainer:
                     mask[b, :len(tools)] = True
                     targets[b, :len(tools)] = torch.tensor([float(t in q.gold) for t in tools])
                 logits = self._forward(qs, ts).reshape(len(chunk), width)
+                if self.teacher is not None:
+                    t_logits = self.teacher.score(qs, ts, c.score_batch_size).reshape(len(chunk), width)
+                    targets = distilled_list_targets(targets, mask, t_logits, c.distill_weight)
                 loss = listwise_ce(logits, targets.to(logits.device), mask.to(logits.device))
                 lr, value = self._update(loss, share, opt, sched)
                 self._record("listwise", r, value, lr)
@@ -539,6 +624,8 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
     """
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
+    if config.teacher:  # before anything is written
+        check_teacher(config.teacher)
     benches, queries, available, rng = prepare_training_data(data_dirs, out_dir, config, overwrite, "train_reranker")
     device = torch_device(config.device)
     with torch_threads(config.threads), processes(device) as procs:
@@ -561,8 +648,9 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
             tokenizer, tok_file = fast_tokenizer(base, out_dir, write=procs.main)
             procs.barrier()
             encoder = PairEncoder(tok_file, config.max_length, config.min_tool_tokens, config.truncation)
+            teacher = load_teacher(config.teacher, config, device) if config.teacher else None
             trainer = _Trainer(config, model, encoder, benches, queries, pools, out_dir / "training_log.csv",
-                               progress, procs, device)
+                               progress, procs, device, teacher)
 
             negatives = trainer.random_negatives(max(config.negatives, config.list_size - 1))
             probe = trainer.pointwise_items(negatives)
@@ -601,6 +689,7 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
                 "tokenization": {**encoder.describe(), "query_text": f"retrieval_text(history={config.history!r}, "
                                  f"turns={config.history_turns})", "tool_text": "magicselector.catalog.tool_text"},
                 "counts": counts,
+                "distillation": None if teacher is None else {**teacher.describe(), "weight": config.distill_weight},
                 "rounds": rounds,
                 "loss_summary": loss_summary(trainer.losses),
                 "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
