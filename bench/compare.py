@@ -130,24 +130,32 @@ def _encode(tokenizer: Any, pairs: Pairs, batch_size: int) -> list[dict[str, Any
 
 class _TorchCrossEncoder:
     """The reference checkpoint in FP32 PyTorch behind the rerank stage's interface, fed the same
-    batches as ``CrossEncoder`` (same pair tokenizer, same batch size)."""
+    calls as ``CrossEncoder`` (same pair tokenizer, batch size and length groups)."""
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int) -> None:
-        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int, max_padding: float = 0.25) -> None:
+        self.model, self.tokenizer, self.batch_size, self.max_padding = model, tokenizer, batch_size, max_padding
         self.name = "pytorch-fp32-cross-encoder"
 
     def score(self, query: str, texts):
         return self.score_pairs([(query, t) for t in texts])
 
-    def score_pairs(self, pairs):
-        import numpy as np
+    def run(self, feeds):
         import torch
 
-        out = []
         with torch.inference_mode():
-            for b in _encode(self.tokenizer, list(pairs), self.batch_size):
-                out.append(self.model(**{k: torch.from_numpy(v) for k, v in b.items()}).logits[:, 0].float().numpy())
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+            return self.model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits[:, 0].float().numpy()
+
+    def score_pairs(self, pairs):
+        import numpy as np
+
+        from magicselector.stages.embed import grouped_runs
+
+        out, start = np.zeros(len(pairs), dtype=np.float32), 0
+        for b in _encode(self.tokenizer, list(pairs), self.batch_size):
+            for rows, _, logits in grouped_runs(self, b, self.max_padding):
+                out[start + rows] = logits
+            start += len(b["input_ids"])
+        return out
 
 
 def _torch_one_thread():

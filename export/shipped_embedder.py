@@ -31,8 +31,8 @@ MAX_LENGTH = 128
 
 def training_summary(checkpoint: Path) -> dict[str, Any]:
     """What the checkpoint's ``train_config.json`` says of how it was made: base model, depth, the
-    training configuration (its recipe), the data (paths and sha256), and for a stage checkpoint
-    the stage; the steps and seconds it took. Empty where the checkpoint records nothing."""
+    training configuration (its recipe), the data (paths and sha256), the teacher it was distilled
+    from, and for a stage checkpoint the stage; the steps and seconds it took. Empty where the checkpoint records nothing."""
     path = checkpoint / "train_config.json"
     if not path.is_file():
         return {}
@@ -41,7 +41,7 @@ def training_summary(checkpoint: Path) -> dict[str, Any]:
     except ValueError as e:
         raise ExportError(f"{path}: unreadable training record ({e})") from None
     summary = {"base_model": info.get("base_model"), "layers": info.get("layers"), "recipe": info.get("config"),
-               "data": info.get("data"), "stage": info.get("stage"),
+               "data": info.get("data"), "distillation": info.get("distillation"), "stage": info.get("stage"),
                "steps": (info.get("counts") or {}).get("steps", info.get("step")),
                "training_seconds": info.get("wall_seconds", info.get("seconds"))}
     return {k: v for k, v in summary.items() if v is not None}

@@ -13,7 +13,8 @@ class EncoderModel(Protocol):
     """An encoder file ready to run: int64 input arrays by name in, output 0 out.
 
     ``max_batch`` / ``max_seq_len`` are the rows / tokens one call takes (None: no limit); reading
-    them may load the model."""
+    them may load the model. A backend whose every call runs at those fixed shapes says so with a
+    true ``fixed_shapes`` (absent: the shapes follow the inputs)."""
 
     path: Path
     kind: str

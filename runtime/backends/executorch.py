@@ -106,5 +106,10 @@ class ExecuTorchModel:
     def max_seq_len(self) -> int:
         return self.program.max_seq_len
 
+    @property
+    def fixed_shapes(self) -> bool:
+        """Every call runs at ``max_batch`` x ``max_seq_len`` (the program was exported so)."""
+        return self.program.fixed
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
         return self.program.run(feeds)

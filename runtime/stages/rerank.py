@@ -22,7 +22,7 @@ import numpy as np
 from ..backends import EncoderModel, open_model
 from ..errors import BundleError, InputError
 from ..targets import resolve_target
-from .embed import batch_step, pad_encodings
+from .embed import batch_step, grouped_runs, pad_encodings
 
 TRUNCATIONS = ("query_capped", "longest_first")
 RERANKER_META = "reranker.json"  # the metadata file of a reranker folder (model + tokenizer + this)
@@ -120,10 +120,11 @@ class CrossEncoder:
     """A cross-encoder whose output 0 is one relevance logit per pair (any backend)."""
 
     def __init__(self, model: EncoderModel | str | Path, tokenizer: PairTokenizer, threads: int = 1,
-                 batch_size: int = 32) -> None:
+                 batch_size: int = 32, max_padding: float = 0.25) -> None:
         self.model = open_model(model, threads=threads) if isinstance(model, (str, Path)) else model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.max_padding = float(max_padding)  # see embed.length_groups
         self.name = f"{self.model.kind}-cross-encoder"
 
     @classmethod
@@ -159,11 +160,12 @@ class CrossEncoder:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
         step = batch_step(self.model, self.tokenizer.max_length, self.batch_size)
-        out = []
+        out = np.zeros(len(pairs), dtype=np.float32)
         for start in range(0, len(pairs), step):
             batch = self.tokenizer.encode_pairs([(q, t or " ") for q, t in pairs[start:start + step]])
-            out.append(np.asarray(self.model.run(batch), dtype=np.float32).reshape(-1))
-        return np.concatenate(out)
+            for rows, _, logits in grouped_runs(self.model, batch, self.max_padding):
+                out[start + rows] = np.asarray(logits, dtype=np.float32).reshape(-1)
+        return out
 
 
 def read_reranker_meta(folder: str | Path) -> dict[str, Any]:
