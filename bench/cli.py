@@ -147,7 +147,9 @@ def latency_summary(results: Mapping[str, Any]) -> str:
                  f"passes, {cfg.get('threads')} thread(s), history={cfg.get('history_mode')}, "
                  f"candidates={cfg.get('candidates')}, cut={cfg.get('cut')}, decomposer={cfg.get('decomposer')}, "
                  f"tokens per text mean {((cfg.get('tokens') or {}).get('mean') or 0):.1f} "
-                 f"(max {(cfg.get('tokens') or {}).get('max')}), fresh process: {cfg.get('fresh_process')}.")
+                 f"(max {(cfg.get('tokens') or {}).get('max')}), fresh process: {cfg.get('fresh_process')}"
+                 + (f", rerank on {cfg['reranked_share']:.0%} of turns (skip margin {cfg.get('rerank_skip_margin')})"
+                    if cfg.get("rerank") and cfg.get("reranked_share") is not None else "") + ".")
     lines += ["", "| stage | p50 ms | p90 ms | p99 ms | mean ms | n |", "|---|---:|---:|---:|---:|---:|"]
     for stage, st in results["stages"].items():
         lines.append(f"| {stage} | {st['p50']:.3f} | {st['p90']:.3f} | {st['p99']:.3f} | {st['mean']:.3f} | {st['n']} |")

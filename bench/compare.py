@@ -103,9 +103,10 @@ class _RecordingReranker:
 
 def rerank_calls(selector: Any, workload: Sequence[Mapping[str, Any]]) -> list[list[Call]]:
     """Per workload turn, the calls the selector's rerank stage makes with the rerank on (its other
-    settings unchanged): what every rerank variant then replays."""
+    settings unchanged, except that no turn skips it: every turn's head is a call to time): what
+    every rerank variant then replays."""
     recorder = _RecordingReranker(selector.reranker)
-    sel = selector.with_config(rerank=True).with_reranker(recorder)
+    sel = selector.with_config(rerank=True, rerank_skip_margin=None).with_reranker(recorder)
     out = []
     for turn in workload:
         recorder.calls = []

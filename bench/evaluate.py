@@ -64,6 +64,7 @@ class EvalConfig:
     rerank_candidates: int | None = None
     rerank_scope: str = _SHIPPED.rerank_scope  # turn | list
     rerank_min_margin: float | None = _SHIPPED.rerank_min_margin  # the rerank gate; None: none
+    rerank_skip_margin: float | None = _SHIPPED.rerank_skip_margin  # no rerank where retrieval is sure; None: never
     threads: int = 1
     lexical_fusion: str | None = None  # hybrid: rrf | zmix; None: SelectorConfig's default (so the weights)
     lexical_weight: float | None = None
@@ -171,7 +172,8 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     cut = config.cut if config.adaptive else CutConfig(rule="fixed", fixed_k=config.k)
     candidates = max(config.k, cut.k_max if config.adaptive else config.k, 30)
     rerank_opts: dict[str, Any] = {"rerank": config.rerank, "rerank_scope": config.rerank_scope,
-                                   "rerank_min_margin": config.rerank_min_margin}
+                                   "rerank_min_margin": config.rerank_min_margin,
+                                   "rerank_skip_margin": config.rerank_skip_margin}
     if config.rerank_weight is not None:
         rerank_opts["rerank_weight"] = config.rerank_weight
     if config.rerank_candidates is not None:

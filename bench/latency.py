@@ -27,6 +27,7 @@ runner writes as JSON; the ADB harness pulls the same dict back from a phone)::
         "history_mode": str, "candidates": int, "cut": str, "decomposer": str, "verify": bool,
         "turns": int,                  # workload size; every stage has n = runs * turns samples
         "texts_per_turn": float, "tokens": {"mean": .., "max": ..},   # what the embedder saw
+        "reranked_share": float | None,  # timed turns whose order the cross-encoder set
         "fresh_process": bool,         # True when run by the runner (cold start is process-level)
         "started": ISO-8601 UTC
       },
@@ -330,6 +331,7 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
         selector.embedder.tokenizer = timed
     samples: dict[str, list[float]] = {}
     texts_per_turn: list[int] = []
+    reranked: list[int] = []  # per timed turn: did the cross-encoder set its order (skip and gate decide)
     try:
         for r in range(warmup + runs):
             timing = r >= warmup
@@ -343,6 +345,7 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
                 if not timing:
                     continue
                 ms = dict(sel.timings_ms)
+                reranked.append(int(sel.reranked > 0))
                 if timed is not None and "embed" in ms:
                     ms["tokenize"] = timed.ms
                     ms["embed"] = max(0.0, ms["embed"] - timed.ms)
@@ -376,6 +379,8 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
             "decomposer": selector.decomposer.name, "verify": verify, "turns": len(workload),
             "rerank": bool(selector.config.rerank and selector.reranker is not None),
             "rerank_scope": selector.config.rerank_scope, "rerank_min_margin": selector.config.rerank_min_margin,
+            "rerank_skip_margin": selector.config.rerank_skip_margin,
+            "reranked_share": (sum(reranked) / len(reranked)) if reranked else None,
             "texts_per_turn": (sum(texts_per_turn) / len(texts_per_turn)) if texts_per_turn else None,
             "tokens": ({"mean": sum(tokens) / len(tokens), "max": max(tokens)} if tokens else None),
             "fresh_process": fresh_process, "started": started,

@@ -114,7 +114,8 @@ def eval_configs(shipped: SelectorConfig, config: QualityConfig) -> dict[str, Ev
             cut_scope=shipped.cut_scope, decompose_deadline_ms=shipped.decompose_deadline_ms,
             llm_threads=shipped.llm_threads, rerank=rerank, rerank_weight=shipped.rerank_weight,
             rerank_candidates=shipped.rerank_candidates, rerank_scope=shipped.rerank_scope,
-            rerank_min_margin=shipped.rerank_min_margin, threads=config.threads,
+            rerank_min_margin=shipped.rerank_min_margin, rerank_skip_margin=shipped.rerank_skip_margin,
+            threads=config.threads,
             lexical_fusion=shipped.lexical_fusion, lexical_weight=shipped.lexical_weight,
             lexical_candidates=shipped.lexical_candidates)
     return out

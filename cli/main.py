@@ -225,7 +225,8 @@ def eval_config(args: argparse.Namespace):
                       decomposer_model=args.decomposer_model, decomposer_prompt=args.decomposer_prompt,
                       rerank=config.rerank, reranker=args.reranker, rerank_weight=config.rerank_weight,
                       rerank_candidates=config.rerank_candidates, rerank_scope=config.rerank_scope,
-                      rerank_min_margin=config.rerank_min_margin, threads=config.threads,
+                      rerank_min_margin=config.rerank_min_margin, rerank_skip_margin=config.rerank_skip_margin,
+                      threads=config.threads,
                       lexical_fusion=args.lexical_fusion, lexical_weight=args.lexical_weight,
                       lexical_candidates=args.lexical_candidates, on_bad_query=args.on_bad_query)
 

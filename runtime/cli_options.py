@@ -146,6 +146,10 @@ def add_rerank_options(p: argparse.ArgumentParser) -> None:
                    help="the rerank gate: keep the cross-encoder's order only where its best logit leads the "
                         "runner-up by M (default: " + ("no gate" if SHIPPED.rerank_min_margin is None
                                                        else str(SHIPPED.rerank_min_margin)) + "; negative: no gate)")
+    p.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S", dest="rerank_skip_margin",
+                   help="skip the cross-encoder on turns where the fused list's top tool leads the runner-up by S "
+                        "or more (default: " + ("never" if SHIPPED.rerank_skip_margin is None
+                                                else str(SHIPPED.rerank_skip_margin)) + "; negative: never skip)")
     p.add_argument("--rerank-scope", choices=["turn", "list"], default=None, dest="rerank_scope",
                    help="one rerank per turn over the fused head (turn), or one per retrieval list (list; "
                         f"default {SHIPPED.rerank_scope!r})")
@@ -196,7 +200,8 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
     changes: dict[str, Any] = {"cut": cut_config(args, base.cut)}
     for field, attr in (("history", "history_mode"), ("threads", "threads"), ("rerank_weight", "rerank_weight"),
                         ("rerank_candidates", "rerank_candidates"), ("rerank_scope", "rerank_scope"),
-                        ("rerank_min_margin", "rerank_min_margin"), ("fusion", "fusion"),
+                        ("rerank_min_margin", "rerank_min_margin"), ("rerank_skip_margin", "rerank_skip_margin"),
+                        ("fusion", "fusion"),
                         ("cut_scope", "cut_scope"), ("decompose", "decompose"),
                         ("decomposer_model", "decomposer_model"), ("decomposer_prompt", "decomposer_prompt"),
                         ("decompose_deadline_ms", "deadline_ms"), ("llm_threads", "llm_threads")):
@@ -205,6 +210,8 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
             changes[field] = value
     if changes.get("rerank_min_margin") is not None and changes["rerank_min_margin"] < 0:
         changes["rerank_min_margin"] = None  # a negative margin: no gate
+    if changes.get("rerank_skip_margin") is not None and changes["rerank_skip_margin"] < 0:
+        changes["rerank_skip_margin"] = None  # a negative margin: never skip
     if getattr(args, "rerank", None) and getattr(args, "no_rerank", None):
         raise InputError("--rerank and --no-rerank contradict each other; give one")
     if getattr(args, "rerank", None):

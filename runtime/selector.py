@@ -292,10 +292,10 @@ class Selector:
     def _rerank_head(self, texts: list[str], ids: list[str], scores: np.ndarray, source: list[int],
                      catalog: Catalog) -> tuple[list[str], np.ndarray, list[int]] | None:
         """One cross-encoder call for the turn: the fused list's head, each tool paired with the text
-        of the list it came from, the rest of the list dropped; None where the gate keeps the
-        retrieval order."""
+        of the list it came from, the rest of the list dropped; None where retrieval is sure (no
+        call) or the gate keeps the retrieval order."""
         n = min(self.config.rerank_candidates, len(ids))
-        if n == 0:
+        if n == 0 or self._retrieval_sure(scores):
             return None
         pairs = [(texts[source[i]], tool_text(catalog.get(ids[i]))) for i in range(n)]
         if hasattr(self.reranker, "score_pairs"):
@@ -310,6 +310,15 @@ class Selector:
         final = mix_scores(ce, np.asarray(scores[:n], dtype=np.float32), self.config.rerank_weight)
         order = np.argsort(-final, kind="stable")
         return [ids[i] for i in order], final[order], [source[i] for i in order]
+
+    def _retrieval_sure(self, scores: np.ndarray) -> bool:
+        """The rerank skip: the fused list's top tool leads the runner-up by ``rerank_skip_margin``
+        or more, so the cross-encoder is not run (docs/bench/defaults.md: its gain sits in the
+        turns retrieval is unsure of)."""
+        margin = self.config.rerank_skip_margin
+        if margin is None or len(scores) < 2:
+            return False
+        return float(scores[0]) - float(scores[1]) >= margin
 
     def _confident(self, ce: np.ndarray) -> bool:
         """The rerank gate: the cross-encoder's reordering counts only where its best logit leads the

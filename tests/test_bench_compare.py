@@ -102,7 +102,7 @@ def test_recorded_calls_are_the_selectors_rerank(tiny_reranker_bundle):
     bundle, _ = tiny_reranker_bundle
     selector = Selector.from_bundle(bundle, config=SelectorConfig(history="all", threads=1))
     calls = rerank_calls(selector, TURNS)
-    reranking = selector.with_config(rerank=True)
+    reranking = selector.with_config(rerank=True, rerank_skip_margin=None)
     texts = {tool_text(t): t.id for t in selector.catalog}
     for turn, turn_calls in zip(TURNS, calls):
         sel = reranking.select(turn["utterance"], turn["history"])

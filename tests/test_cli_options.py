@@ -31,6 +31,8 @@ def test_eval_defaults_to_what_from_bundle_ships(capsys):
     assert (config.history, config.rerank, config.decomposition, config.fusion, config.cut_scope, config.threads) == (
         shipped.history, shipped.rerank, shipped.decompose, shipped.fusion, shipped.cut_scope, shipped.threads)
     assert (config.rerank_weight, config.rerank_candidates) == (shipped.rerank_weight, shipped.rerank_candidates)
+    assert (config.rerank_min_margin, config.rerank_skip_margin) == (shipped.rerank_min_margin,
+                                                                     shipped.rerank_skip_margin)
     # no decomposer named: the bundle's (with its prompt), as Selector.from_bundle does
     assert config.decomposer_model is None and config.decomposer_prompt is None
     assert config.decompose_deadline_ms == shipped.decompose_deadline_ms and config.llm_threads == shipped.llm_threads
@@ -57,6 +59,12 @@ def test_new_spellings(capsys):
     config = eval_config(parse("eval", "DIR", "--history-mode", "user", "--cut", "paper"))
     assert config.history == "user" and config.cut == replace(DEFAULT_CUT, rule="paper") and config.k == 10
     assert "deprecated" not in capsys.readouterr().err
+
+
+def test_rerank_skip_margin_flag():
+    assert selector_config(parse("select", "hi", "--rerank-skip-margin", "0.7")).rerank_skip_margin == 0.7
+    assert selector_config(parse("select", "hi", "--rerank-skip-margin", "-1")).rerank_skip_margin is None  # never
+    assert eval_config(parse("eval", "DIR", "--rerank-skip-margin", "-1")).rerank_skip_margin is None
 
 
 def test_k_with_an_adaptive_rule_says_it_is_not_read(capsys):

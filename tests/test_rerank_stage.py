@@ -111,7 +111,7 @@ def test_default_bundle_carries_the_shipped_reranker(selector, shipped):
     assert rr and rr["truncation"] == "query_capped"
     assert rr["parity"]["against"] == "pytorch-fp32" and "top1_agreement" in rr["parity"]
     assert selector.reranker is not None and not selector.config.rerank  # carried, off by default (docs/bench/defaults.md)
-    on = selector.with_config(rerank=True, decompose="none", rerank_min_margin=None)
+    on = selector.with_config(rerank=True, decompose="none", rerank_min_margin=None, rerank_skip_margin=None)
     out = on.select("turn on bluetooth and play some jazz")
     assert "rerank" in out.timings_ms and out.candidates >= 1 and out.reranked == 1
     assert len(out.lists) == 1 and len(out.ranked_ids) == on.config.rerank_candidates
@@ -141,7 +141,7 @@ class _CountingReranker:
 def test_a_decomposed_turn_reranks_once_over_the_fused_head(selector):
     counting = _CountingReranker(selector.reranker)
     on = selector.with_config(rerank=True, decompose="rules", rerank_candidates=12,
-                              rerank_min_margin=None).with_reranker(counting)
+                              rerank_min_margin=None, rerank_skip_margin=None).with_reranker(counting)
     out = on.select("turn on bluetooth, then play some jazz and also set an alarm for 7 am")
     assert len(out.lists) >= 3  # the utterance and its sub-tasks
     assert counting.calls == [12] and len(out.ranked_ids) == 12
@@ -165,7 +165,7 @@ def test_eval_no_rerank_switches_the_cross_encoder_off(bundle_dir, tiny_benchmar
 @pytest.mark.parametrize("scope", ["turn", "list"])
 def test_rerank_gate_keeps_the_retrieval_order_where_the_cross_encoder_is_unsure(selector, scope):
     utterance = "turn on bluetooth, then play some jazz and also set an alarm for 7 am"
-    on = selector.with_config(rerank=True, rerank_scope=scope, rerank_min_margin=None)
+    on = selector.with_config(rerank=True, rerank_scope=scope, rerank_min_margin=None, rerank_skip_margin=None)
     off = selector.with_config(rerank=False).select(utterance)
     ungated = on.select(utterance)
     assert ungated.reranked >= 1 and ungated.to_dict()["reranked"] == ungated.reranked
@@ -173,6 +173,29 @@ def test_rerank_gate_keeps_the_retrieval_order_where_the_cross_encoder_is_unsure
     shut = on.with_config(rerank_min_margin=1e6).select(utterance)  # no list is that sure
     assert shut.reranked == 0 and "rerank" in shut.timings_ms  # scored, then kept out
     assert shut.ids == off.ids and shut.ranked_ids == off.ranked_ids
+
+
+def test_rerank_skip_runs_no_cross_encoder_where_retrieval_is_sure(selector):
+    utterance = "turn on bluetooth"
+    off = selector.with_config(rerank=False).select(utterance)
+    lead = off.ranked_scores[0] - off.ranked_scores[1]  # the fused head's top-1 lead, as the skip reads it
+    assert lead > 0
+    counting = _CountingReranker(selector.reranker)
+    on = selector.with_config(rerank=True, rerank_min_margin=None).with_reranker(counting)
+    sure = on.with_config(rerank_skip_margin=lead / 2).select(utterance)
+    assert counting.calls == [] and sure.reranked == 0
+    assert sure.ids == off.ids and sure.ranked_ids == off.ranked_ids
+    unsure = on.with_config(rerank_skip_margin=2 * lead).select(utterance)
+    assert counting.calls == [on.config.rerank_candidates] and unsure.reranked == 1
+    assert on.with_config(rerank_skip_margin=None).select(utterance).ids == unsure.ids  # None: every turn
+    counting.calls.clear()
+    on.with_config(rerank_skip_margin=0.0).select("play some jazz and set an alarm for 7")  # every lead is >= 0
+    assert counting.calls == []
+    from magicselector.config import SelectorConfig
+
+    for bad in (-0.1, "wide"):
+        with pytest.raises(InputError, match="rerank_skip_margin"):
+            SelectorConfig(rerank_skip_margin=bad)
 
 
 def test_rerank_gate_bad_margin_is_an_input_error():

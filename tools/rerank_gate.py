@@ -4,8 +4,11 @@ For every set (generated mobile test and test_ood, bfcl and metatool tool-disjoi
 ``magicselector bench quality`` builds them) it takes the 200 queries ``bench quality --limit 200``
 scores plus 300 more drawn with seed 1 from the rest, runs the shipped configuration with the
 reranker off and on (once per turn, no gate) and records per query NDCG@10 both ways and the
-cross-encoder's top-1 margin over the runner-up. A gate at margin m keeps the reranked list where
-the margin is >= m. Prints, per m, the NDCG@10 change per set and its mean; writes the rows as JSON.
+cross-encoder's top-1 margin over the runner-up, and retrieval's (the fused score of its top tool
+over the runner-up's, before any rerank). A gate at margin m keeps the reranked list where the
+cross-encoder's margin is >= m; a skip at retrieval margin s does not run the cross-encoder where
+retrieval's margin is >= s (``SelectorConfig.rerank_skip_margin``). Prints, per m and per s, the
+NDCG@10 change per set, its mean and the share of turns reranked; writes the rows as JSON.
 
     python3 tools/rerank_gate.py --out /tmp/rerank_gate.json [--reranker DIR] [--bundle DIR] [--work /tmp/devsets]
         [--rerank-candidates N] [--rerank-weight W]
@@ -30,6 +33,7 @@ from magicselector.selector import Selector
 from magicselector.stages.rerank import CrossEncoder
 
 MARGINS = (0.0, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0)
+SKIP_QUANTILES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 class RecordingReranker:
@@ -77,13 +81,19 @@ def main(argv=None) -> int:
         bench = load_benchmark(folder)
         queries, _ = screen_queries(sample(bench.queries), off_config)
         off = selector_for_catalog(base, bench.catalog, off_config)
-        on = off.with_config(rerank=True, rerank_min_margin=None)
+        on = off.with_config(rerank=True, rerank_min_margin=None, rerank_skip_margin=None)  # every turn
+        head_scores: list[np.ndarray] = []  # the fused scores the turn's rerank head sees
+        rerank_head = on._rerank_head
+        on._rerank_head = lambda texts, ids, scores, *rest: (head_scores.append(np.asarray(scores, dtype=float)),
+                                                             rerank_head(texts, ids, scores, *rest))[1]
         rows[name] = []
         for q in queries:
             a, b = off.select(q.query, q.history), on.select(q.query, q.history)
             top = np.sort(np.asarray(rec.last, dtype=float))
+            fused = head_scores[-1]
             rows[name].append({"off": ndcg_at_k(a.ranked_ids, q.gold, 10), "on": ndcg_at_k(b.ranked_ids, q.gold, 10),
-                               "margin": float(top[-1] - top[-2]) if len(top) > 1 else float("inf")})
+                               "margin": float(top[-1] - top[-2]) if len(top) > 1 else float("inf"),
+                               "retrieval_margin": float(fused[0] - fused[1]) if len(fused) > 1 else float("inf")})
         print(f"{name}: {len(rows[name])} queries", file=sys.stderr, flush=True)
     Path(args.out).write_text(json.dumps({"config": {"rerank_weight": shipped.rerank_weight,
                                                      "rerank_candidates": shipped.rerank_candidates},
@@ -94,6 +104,16 @@ def main(argv=None) -> int:
         deltas = [np.mean([(r["on"] if r["margin"] >= m else r["off"]) - r["off"] for r in rs]) for rs in rows.values()]
         share = np.mean([r["margin"] >= m for rs in rows.values() for r in rs])
         print(f"| {m} | " + " | ".join(f"{d:+.4f}" for d in deltas) + f" | {np.mean(deltas):+.4f} | {share:.2f} |")
+    print()
+    print("| skip at retrieval margin | " + " | ".join(rows) + " | mean | reranked share |")
+    print("|---:|" + "---:|" * (len(rows) + 2))
+    every = sorted(r["retrieval_margin"] for rs in rows.values() for r in rs)
+    for q in SKIP_QUANTILES:  # thresholds at quantiles of the pooled margins: the shares read directly
+        s = float(np.quantile(every, q))
+        deltas = [np.mean([(r["on"] if r["retrieval_margin"] < s else r["off"]) - r["off"] for r in rs])
+                  for rs in rows.values()]
+        share = np.mean([r["retrieval_margin"] < s for rs in rows.values() for r in rs])
+        print(f"| {s:.4g} | " + " | ".join(f"{d:+.4f}" for d in deltas) + f" | {np.mean(deltas):+.4f} | {share:.2f} |")
     return 0
 
 

@@ -93,11 +93,14 @@ class TextEmbedder:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         step = batch_step(self.model, self.tokenizer.max_length, self.batch_size)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        out = None  # sized by the model's output (a probe may not know the dimension yet)
         for start in range(0, len(texts), step):
             batch = self.tokenizer.encode(texts[start:start + step])
             for rows, feeds, hidden in grouped_runs(self.model, batch, self.max_padding):
-                out[start + rows] = mean_pool_normalize(hidden, feeds["attention_mask"])
+                vectors = mean_pool_normalize(hidden, feeds["attention_mask"])
+                if out is None:
+                    out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+                out[start + rows] = vectors
         return out
 
 
