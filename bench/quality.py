@@ -282,7 +282,7 @@ def _shipped_line(s: dict[str, Any]) -> str:
     return (f"lexical {s['lexical']} ({s['lexical_fusion']}, weight {s['lexical_weight']}, "
             f"{s['lexical_candidates']} candidates), rerank {s['rerank']} (weight {s['rerank_weight']}, "
             f"{s['rerank_candidates']} candidates, once per {s.get('rerank_scope', 'list')}, gate margin "
-            f"{s.get('rerank_min_margin')}), decompose {s['decompose']!r}, history {s['history']!r}, "
+            f"{s.get('rerank_min_margin')}, skip margin {s.get('rerank_skip_margin')}), decompose {s['decompose']!r}, history {s['history']!r}, "
             f"fusion {s['fusion']!r}, cut {cut['rule']!r} ({params + '; ' if params else ''}"
             f"K in [{cut['k_min']}, {cut['k_max']}]), cut scope {s['cut_scope']!r}")
 
