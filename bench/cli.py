@@ -77,6 +77,8 @@ def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
             cmd += ["--decompose", args.decompose]
         if args.rerank is not None:
             cmd += ["--rerank" if args.rerank else "--no-rerank"]
+        if args.rerank_skip_margin is not None:
+            cmd += ["--rerank-skip-margin", str(args.rerank_skip_margin)]
         proc = subprocess.run(cmd)  # progress lines stream straight to our stderr
         if proc.returncode != 0 or not out.is_file():
             raise RuntimeError(f"the latency runner failed (exit {proc.returncode}): {' '.join(cmd)}")
@@ -90,7 +92,8 @@ def _run_adb(bundle: str, serial: str | None, out_dir: Path, args: argparse.Name
         raise LookupError(f"the ADB harness is not installed (magicselector.bench.adb could not be imported: {e})")
     return run_latency_on_device(bundle, serial=serial, runs=args.runs, warmup=args.warmup, threads=args.threads,
                                  out_dir=out_dir, cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores,
-                                 decompose=args.decompose, rerank=args.rerank)
+                                 decompose=args.decompose, rerank=args.rerank,
+                                 rerank_skip_margin=args.rerank_skip_margin)
 
 
 def write_stage_csv(results: Mapping[str, Any], path: Path) -> None:
@@ -561,6 +564,9 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--rerank", action="store_true", default=None,
                     help="the bundle's cross-encoder on (default: the shipped configuration's, off)")
     sp.add_argument("--no-rerank", action="store_false", dest="rerank", help="the cross-encoder off")
+    sp.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S",
+                    help="with --rerank: skip the cross-encoder where retrieval's top tool leads the runner-up by S "
+                         "or more (default: the shipped 0.3; negative: rerank every turn, to time a reranked turn)")
     sp.set_defaults(func=cmd_latency)
 
     sp = bsub.add_parser("scaling", help="search latency / memory / recall vs n, and adaptive Top-K time vs n")

@@ -290,14 +290,16 @@ def turn_texts(selector: Any, turn: Mapping[str, Any]) -> list[str]:
 def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, threads: int = 1,
                     workload: Sequence[Mapping[str, Any]] = WORKLOAD, *, cool_down_s: float = 0.0,
                     history_mode: str | None = None, verify: bool = True, decompose: str | None = None,
-                    rerank: bool | None = None, progress: Callable[[str], None] | None = None,
+                    rerank: bool | None = None, rerank_skip_margin: float | None = None,
+                    progress: Callable[[str], None] | None = None,
                     import_ms: float | None = None, fresh_process: bool = False) -> dict[str, Any]:
     """Measure the runtime on ``workload`` (``runs`` timed passes after ``warmup`` untimed ones).
 
     Returns the ``magicselector-latency/1`` dict described in the module docstring. ``progress``
     gets one line per pass. ``cool_down_s`` sleeps between passes (thermal headroom on phones).
     ``import_ms`` and ``fresh_process`` are filled in by the runner, which owns the process.
-    ``history_mode`` / ``decompose`` / ``rerank`` default to the shipped ``SelectorConfig``.
+    ``history_mode`` / ``decompose`` / ``rerank`` / ``rerank_skip_margin`` default to the shipped
+    ``SelectorConfig`` (a negative skip margin: every turn reranks).
     """
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("need runs >= 1, warmup >= 0, threads >= 1")
@@ -316,7 +318,10 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     history_mode = shipped.history if history_mode is None else history_mode
     decompose = shipped.decompose if decompose is None else decompose
     rerank = shipped.rerank if rerank is None else rerank
-    config = SelectorConfig(history=history_mode, threads=threads, decompose=decompose, rerank=rerank)
+    skip = shipped.rerank_skip_margin if rerank_skip_margin is None else (
+        None if rerank_skip_margin < 0 else rerank_skip_margin)
+    config = SelectorConfig(history=history_mode, threads=threads, decompose=decompose, rerank=rerank,
+                            rerank_skip_margin=skip)
     first = workload[0]
     t0 = time.perf_counter()
     selector = Selector.from_bundle(bundle_dir, config=config, verify=verify)

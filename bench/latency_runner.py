@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the decomposer to run (llm/auto load the GGUF model: its memory counts in the peak RSS)")
     p.add_argument("--rerank", action="store_true", default=None, help="the bundle's cross-encoder on (default: shipped)")
     p.add_argument("--no-rerank", action="store_false", dest="rerank", help="the cross-encoder off")
+    p.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S",
+                   help="with the cross-encoder on: skip it where retrieval's top tool leads by S or more "
+                        "(default: shipped; negative: rerank every turn)")
     p.add_argument("--no-verify", action="store_true", help="skip hashing the bundle files on load")
     return p
 
@@ -67,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         results = measure_latency(args.bundle, runs=args.runs, warmup=args.warmup, threads=args.threads,
                                   cool_down_s=args.cool_down_s, history_mode=args.history_mode, decompose=args.decompose,
-                                  rerank=args.rerank, verify=not args.no_verify, progress=progress, import_ms=import_ms,
+                                  rerank=args.rerank, rerank_skip_margin=args.rerank_skip_margin,
+                                  verify=not args.no_verify, progress=progress, import_ms=import_ms,
                                   fresh_process=True)
     except MagicSelectorError as e:
         print(f"latency_runner: error: {e}", file=sys.stderr)

@@ -46,7 +46,12 @@ def test_measure_latency_schema(bundle_dir):
     assert res["config"]["rerank"] == shipped.rerank
     on = measure_latency(bundle_dir, runs=1, warmup=0, workload=work[:2], rerank=True)
     assert on["config"]["rerank"] and on["config"]["rerank_min_margin"] == shipped.rerank_min_margin
+    assert on["config"]["rerank_skip_margin"] == shipped.rerank_skip_margin
     _check_stats(on["stages"]["rerank"], n=2)
+    every = measure_latency(bundle_dir, runs=1, warmup=0, workload=work[:2], rerank=True, rerank_skip_margin=-1)
+    assert every["config"]["rerank_skip_margin"] is None and every["config"]["reranked_share"] == 1.0
+    never = measure_latency(bundle_dir, runs=1, warmup=0, workload=work[:2], rerank=True, rerank_skip_margin=0)
+    assert never["config"]["reranked_share"] == 0.0  # every lead is >= 0: no turn reranks
     assert res["cold_start_ms"] == pytest.approx(res["cold_start_breakdown"]["load_ms"]
                                                  + res["cold_start_breakdown"]["first_select_ms"])
     a = res["artifacts"]
