@@ -22,10 +22,12 @@ def test_length_groups_cover_every_row_once_within_the_padding_bound(lengths, ma
     groups = length_groups(lengths, max_padding)
     rows = np.concatenate(groups)
     assert sorted(rows.tolist()) == list(range(len(lengths)))
-    for g in groups:
-        width = lengths[g].max()
+    widths = [int(lengths[g].max()) for g in groups]
+    for g, width in zip(groups, widths):
         assert (lengths[g] >= (1.0 - max_padding) * width).all()
-    assert len(groups) == 1 or max_padding < 1.0
+        if max_padding == 0.0:
+            assert (lengths[g] == width).all()
+    assert widths == sorted(set(widths), reverse=True)  # longest first, one group per width at most
 
 
 class RecordingModel:
