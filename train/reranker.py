@@ -122,8 +122,8 @@ class RerankerTrainConfig:
       every pair the student trains on, in its own pair window (its ``train_config.json``'s
       tokenization, else this run's), and its scores become soft targets: point-wise
       ``(1 - w) y + w sigmoid(t)``, list-wise ``(1 - w) P* + w softmax(t)`` over the list's items.
-      A smaller, shorter-window student keeps more of a deeper teacher's ranking this way than
-      from the 0/1 labels alone (the teacher also orders the negatives among themselves).
+      The teacher also orders the negatives among themselves, which the 0/1 labels do not (a
+      2-layer student of the shipped model trained so is measured in docs/bench/defaults.md).
     distill_weight: w above, in [0, 1]; used only with ``teacher``.
     """
 
