@@ -180,7 +180,10 @@ def search_scaling(ns: Sequence[int] = DEFAULT_NS, dtypes: Sequence[str] = ("f16
                    expansion_search: Sequence[int] = (64, 128, 256), threads: int = 2, seed: int = 0,
                    build_budget_s: float | None = None, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     import numpy as np
-    from usearch.index import Index
+
+    from magicselector.stages.index import usearch_index_class
+
+    Index = usearch_index_class()
 
     def say(msg: str) -> None:
         if progress:

@@ -8,6 +8,11 @@ Search is exact (a scan of every tool vector) up to ``EXACT_SEARCH_MAX`` tools, 
 above it. A phone catalog of hundreds to a few thousand tools scans quickly, and the HNSW graph,
 built on several threads, is neither exact nor the same from one build to the next: it missed part
 of the true top 10 on the dev catalogs (docs/bench/decomposition.md, "What changed").
+
+The graph's settings (``GRAPH``) were measured at 1,000,000 clustered tools
+(docs/bench/scaling-1M-expansion-add-160.md). usearch's default ``expansion_add`` of 128 builds too
+few links between clusters: with 64 it reached recall@50 0.94 at any search width, while 160 reaches
+0.999 at ``expansion_search`` 128 in 1.9 ms per query (1 thread).
 """
 from __future__ import annotations
 
@@ -21,6 +26,20 @@ from ..errors import BundleError, InputError, UnknownToolError
 
 DTYPES = ("f32", "f16", "i8")
 EXACT_SEARCH_MAX = 50_000
+GRAPH = {"connectivity": 16, "expansion_add": 160, "expansion_search": 128}  # see the module docstring
+
+
+def usearch_index_class():
+    """usearch's ``Index``, imported after onnxruntime: onnxruntime 1.32 crashes (SIGSEGV) when it is
+    first imported after usearch 2.26 has loaded its SIMD library, and a process that searches may
+    embed later."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:  # a process without onnxruntime has nothing to crash
+        pass
+    from usearch.index import Index
+
+    return Index
 
 
 def tool_key(tool_id: str) -> int:
@@ -33,13 +52,14 @@ class ToolIndex:
     """Cosine nearest-neighbour search over tool vectors, addressed by tool id."""
 
     def __init__(self, ndim: int, dtype: str = "f16", *, _index=None, _path: Path | None = None) -> None:
-        from usearch.index import Index
+        Index = usearch_index_class()
 
         if dtype not in DTYPES:
             raise InputError(f"index dtype must be one of {DTYPES}, got {dtype!r}")
         self.ndim = int(ndim)
         self.dtype = dtype
-        self._index = _index if _index is not None else Index(ndim=self.ndim, metric="cos", dtype=dtype)
+        self._index = _index if _index is not None else Index(ndim=self.ndim, metric="cos", dtype=dtype, **GRAPH)
+        self._index.expansion_search = GRAPH["expansion_search"]  # a restored file keeps the build's, not this
         self._path = _path
         self._viewed = _index is not None and _path is not None
         self._id_by_key: dict[int, str] = {}
@@ -57,7 +77,7 @@ class ToolIndex:
 
     @classmethod
     def _open(cls, path: str | Path, ids: Sequence[str], view: bool) -> "ToolIndex":
-        from usearch.index import Index
+        Index = usearch_index_class()
 
         path = Path(path)
         if not path.is_file():
@@ -93,9 +113,9 @@ class ToolIndex:
     # -- mutation ------------------------------------------------------------------------------
     def _writable(self):
         if self._viewed:  # copy-on-write: a memory-mapped index cannot change in place
-            from usearch.index import Index
+            Index = usearch_index_class()
 
-            copy = Index(ndim=self.ndim, metric="cos", dtype=self.dtype)
+            copy = Index(ndim=self.ndim, metric="cos", dtype=self.dtype, **GRAPH)
             keys = np.array(list(self._id_by_key), dtype=np.uint64)
             if len(keys):
                 copy.add(keys, self._get_raw(keys))
