@@ -569,6 +569,8 @@ def register(subparsers: Any) -> None:
                          "or more (default: the shipped 0.3; negative: rerank every turn, to time a reranked turn)")
     sp.set_defaults(func=cmd_latency)
 
+    from magicselector.stages.index import GRAPH  # the runtime's graph settings: what the bench measures
+
     sp = bsub.add_parser("scaling", help="search latency / memory / recall vs n, and adaptive Top-K time vs n")
     sp.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}/)")
     sp.add_argument("--max-n", type=int, help="skip index sizes above this (e.g. 100000 to skip 1M)")
@@ -578,8 +580,10 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--data", choices=["clustered", "uniform"], default="clustered")
     sp.add_argument("--queries", type=int, default=100)
     sp.add_argument("--expansion-search", default="64,128,256", help="comma-separated values to try")
-    sp.add_argument("--connectivity", type=int, default=16)
-    sp.add_argument("--expansion-add", type=int, default=64)
+    sp.add_argument("--connectivity", type=int, default=GRAPH["connectivity"],
+                    help=f"graph degree (default: the runtime's, {GRAPH['connectivity']})")
+    sp.add_argument("--expansion-add", type=int, default=GRAPH["expansion_add"],
+                    help=f"build-time search width (default: the runtime's, {GRAPH['expansion_add']})")
     sp.add_argument("--build-threads", type=int, default=2)
     sp.add_argument("--build-budget-s", type=float,
                     help="stop building an index (>200k vectors, checked every 100k) once it took this long")
