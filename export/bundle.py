@@ -247,7 +247,7 @@ def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", 
         log(f"quantizing the reranker to INT8 ({preset})")
         q = quantize_onnx_int8(fp32.output, workdir / "reranker.int8.onnx", preset)
         model, quant = q.output, {"type": "dynamic-int8", **q.extra}
-        sizes = {"fp32_size_bytes": fp32.size_bytes, "size_bytes": q.size_bytes}
+        sizes = {"fp32_size_bytes": fp32.size_bytes, "size_bytes": q.size_bytes, **fp32.extra}
         seconds, shapes = fp32.seconds + q.seconds, {"shapes": "dynamic"}
     else:
         from .executorch import export_encoder_pte

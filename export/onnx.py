@@ -90,12 +90,15 @@ def _check_checkpoint(checkpoint: Path) -> dict[str, Any]:
 
 
 def export_encoder_onnx(checkpoint: str | Path, output: str | Path, kind: str = "embedder",
-                        opset: int = 17) -> OnnxExportReport:
+                        opset: int = 17, cost_passes: bool = True) -> OnnxExportReport:
     """Export an encoder checkpoint to FP32 ONNX.
 
     kind="embedder": output 0 is the last hidden state [batch, seq, hidden] (pooling is done by the
     runtime, so a port sees the same numbers). kind="reranker": output 0 is one logit per pair
-    [batch] from a sequence-classification head.
+    [batch] from a sequence-classification head, and the graph's last layer computes the first
+    token only (``graph_passes.first_token_last_layer``; ``cost_passes=False`` keeps the full graph,
+    for comparisons); the report's ``extra["graph_passes"]`` lists the passes applied,
+    ``extra["graph_passes_skipped"]`` why one was not.
     """
     import torch
 
@@ -137,8 +140,30 @@ def export_encoder_onnx(checkpoint: str | Path, output: str | Path, kind: str = 
         torch.onnx.export(Wrapped(model), inputs, str(output), input_names=names, output_names=[out_name],
                           dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in names}, out_name: out_axes},
                           opset_version=opset, dynamo=False)
+    extra: dict[str, Any] = {}
+    if kind == "reranker" and cost_passes:
+        extra = apply_reranker_passes(output)
     return OnnxExportReport(str(checkpoint), str(output), kind, opset, time.perf_counter() - t0,
-                            output.stat().st_size)
+                            output.stat().st_size, extra=extra)
+
+
+def apply_reranker_passes(path: str | Path) -> dict[str, Any]:
+    """Rewrite a cross-encoder ONNX file (FP32 or dynamic INT8) in place with the cost passes of
+    ``graph_passes``; returns ``{"graph_passes": [applied...], "graph_passes_skipped": {name: why}}``."""
+    import onnx
+
+    from .graph_passes import FIRST_TOKEN_LAST_LAYER, first_token_last_layer, is_first_token_last_layer
+
+    path = Path(path)
+    model = onnx.load(str(path))
+    if is_first_token_last_layer(model):
+        return {"graph_passes": [FIRST_TOKEN_LAST_LAYER]}
+    why = first_token_last_layer(model)
+    if why is not None:
+        return {"graph_passes": [], "graph_passes_skipped": {FIRST_TOKEN_LAST_LAYER: why}}
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return {"graph_passes": [FIRST_TOKEN_LAST_LAYER]}
 
 
 def quantize_onnx_int8(fp32: str | Path, output: str | Path, preset: str | None = None) -> OnnxExportReport:

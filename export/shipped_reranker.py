@@ -4,13 +4,15 @@ one INT8 ONNX per distinct quantization of the CPU targets, its tokenizer and ``
 Regenerate it from a ``magicselector train reranker`` checkpoint with
 ``python3 -m magicselector.export.shipped_reranker --checkpoint CKPT --out runtime/models/reranker``
 (needs the export extra); ``tools/quantization_parity.py --role reranker`` then adds the per-target
-parity.
+parity. ``--apply-graph-passes`` rewrites the INT8 files of an existing folder with the cost passes
+of ``graph_passes`` (a folder exported before them) and records each file's agreement with its source.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from magicselector.bundle import SHIPPED_RERANKER_DIR
+from magicselector.bundle_writer import PROBE_QUERIES
 from magicselector.catalog import load_phone_catalog
 from magicselector.files import sha256_file
 from magicselector.stages.rerank import RERANKER_META
@@ -64,7 +67,7 @@ def export_shipped_reranker(checkpoint: str | Path, out: str | Path = SHIPPED_RE
         install_files(work, out, files, checkpoint / "tokenizer.json")
         meta = {
             "architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
-            "format": "onnx", "shapes": "dynamic", **window,
+            "format": "onnx", "shapes": "dynamic", **window, **fp32.extra,
             "source": {"checkpoint": checkpoint.name, "weights_file": weights.name,
                        "weights_sha256": sha256_file(weights), "fp32_onnx_size_bytes": fp32.size_bytes,
                        **training_summary(checkpoint)},
@@ -85,11 +88,59 @@ def export_shipped_reranker(checkpoint: str | Path, out: str | Path = SHIPPED_RE
     return meta
 
 
+def apply_graph_passes_to_folder(folder: str | Path = SHIPPED_RERANKER_DIR,
+                                 log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Rewrite every INT8 file of a reranker folder with ``onnx.apply_reranker_passes`` (no
+    checkpoint needed) and update ``reranker.json``: each rewritten file's sha256 and size, the
+    passes, the source file's sha256 (its ``parity`` and ``parity_by_target`` were measured on that
+    source) and the rewritten file's agreement with the source on every probe query of the phone
+    catalog (24 lists of 20 tools). A folder whose files already carry the passes is left as it is."""
+    from magicselector.stages.rerank import CrossEncoder, PairTokenizer, pair_window
+
+    from .onnx import apply_reranker_passes, compare_rerank_scores
+
+    folder = Path(folder)
+    meta = _read_meta(folder, RERANKER_META)
+    if not meta or not isinstance(meta.get("files"), dict):
+        raise ExportError(f"{folder}: not a per-target reranker folder (no 'files' in {RERANKER_META})")
+    groups = rerank_probe_groups(load_phone_catalog(), PROBE_QUERIES, per_query=20)
+    tokenizer = PairTokenizer(folder / "tokenizer.json", **pair_window(meta))
+    with tempfile.TemporaryDirectory(prefix="magicselector-passes-") as work:
+        for name, entry in meta["files"].items():
+            path = folder / name
+            source = Path(work) / name
+            shutil.copy2(path, source)
+            applied = apply_reranker_passes(path)
+            if sha256_file(path) == sha256_file(source):
+                log(f"{name}: already carries {applied.get('graph_passes')}")
+                continue
+            before = CrossEncoder(source, tokenizer, threads=1)
+            after = CrossEncoder(path, tokenizer, threads=1)
+            agreement = compare_rerank_scores({q: before.score(q, t) for q, t in groups.items()},
+                                              {q: after.score(q, t) for q, t in groups.items()})
+            entry["derived"] = {"from_sha256": entry["sha256"], "graph_passes": applied["graph_passes"],
+                                "agreement_with_source": {**agreement, "lists": len(groups)},
+                                "parity_measured_on": "the source file (from_sha256)"}
+            for target, report in (meta.get("parity_by_target") or {}).items():
+                if (meta.get("targets") or {}).get(target, {}).get("file") == name:
+                    report.setdefault("measured_on_sha256", entry["sha256"])
+            entry["sha256"], entry["size_bytes"] = sha256_file(path), path.stat().st_size
+            log(f"{name}: {applied['graph_passes']}, agreement with the source: per-list Spearman "
+                f"{agreement['spearman_per_list_mean']:.4f} (min {agreement['spearman_per_list_min']:.4f}), "
+                f"top-1 {agreement['top1_agreement']:.3f}")
+    meta["graph_passes"] = sorted({p for e in meta["files"].values()
+                                   for p in e.get("derived", {}).get("graph_passes", [])} | set(meta.get("graph_passes", [])))
+    (folder / RERANKER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return meta
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description="write the INT8 reranker folder the package ships, "
                                                                "one file per quantization of the CPU targets")
-    parser.add_argument("--checkpoint", required=True,
-                        help="the cross-encoder checkpoint folder (`magicselector train reranker --out`)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="the cross-encoder checkpoint folder (`magicselector train reranker --out`)")
+    source.add_argument("--apply-graph-passes", action="store_true",
+                        help="rewrite the INT8 files already in --out with the export's graph passes (no checkpoint)")
     parser.add_argument("--out", default=str(SHIPPED_RERANKER_DIR), help="folder to write (default: the package's)")
     parser.add_argument("--target", nargs="+", default=list(TARGETS), choices=list(TARGETS),
                         help="CPU targets to quantize for (default: all; targets that quantize alike share a file)")
@@ -102,6 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[reranker {time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
 
     command = " ".join([COMMAND, *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    if args.apply_graph_passes:
+        try:
+            meta = apply_graph_passes_to_folder(args.out, log=log)
+        except ExportError as e:
+            print(f"magicselector: error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps({"out": args.out, "graph_passes": meta["graph_passes"],
+                          "files": {n: f.get("derived") for n, f in meta["files"].items()}}, indent=2))
+        return 0
     try:
         meta = export_shipped_reranker(args.checkpoint, args.out, args.target, min_spearman=args.min_spearman,
                                        command=command, log=log)

@@ -1,0 +1,140 @@
+"""export.graph_passes.first_token_last_layer: a cross-encoder's last layer cut to the first token
+keeps its scores (FP32 to float rounding, dynamic INT8 to quantization noise), really computes one
+position, leaves graphs it does not know alone, and the shipped reranker files carry it."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import onnxruntime as ort  # noqa: E402
+
+from magicselector.bundle import SHIPPED_RERANKER_DIR  # noqa: E402
+from magicselector.export.graph_passes import (FIRST_TOKEN_LAST_LAYER, first_token_last_layer,  # noqa: E402
+                                               is_first_token_last_layer)
+from magicselector.export.onnx import apply_reranker_passes, export_encoder_onnx, quantize_onnx_int8  # noqa: E402
+from magicselector.files import sha256_file  # noqa: E402
+
+pytestmark = pytest.mark.slow
+LAYERS = 2
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A small random BERT cross-encoder (2 layers, 4 heads) with the shipped reranker's tokenizer."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=LAYERS,
+                                     num_attention_heads=4, intermediate_size=128, num_labels=1)
+    out = tmp_path_factory.mktemp("tiny_ce")
+    transformers.BertForSequenceClassification(config).eval().save_pretrained(out)
+    shutil.copy2(SHIPPED_RERANKER_DIR / "tokenizer.json", out / "tokenizer.json")
+    return out
+
+
+@pytest.fixture(scope="module")
+def batch() -> dict[str, np.ndarray]:
+    """Pairs of different lengths: padded rows, a row of one real token past [CLS] and [SEP]."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 8000, (5, 23))
+    ids[:, 0] = 101
+    mask = np.ones_like(ids)
+    for row, length in enumerate((23, 17, 9, 3, 20)):
+        mask[row, length:] = 0
+        ids[row, length - 1] = 102
+        ids[row, length:] = 0
+    types = np.zeros_like(ids)
+    types[:, 8:] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
+
+
+def _run(path: Path, feed: dict[str, np.ndarray], extra_outputs: tuple[str, ...] = ()) -> list[np.ndarray]:
+    model = onnx.load(str(path))
+    for name in extra_outputs:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feed)
+
+
+def _torch_logits(checkpoint: Path, feed: dict[str, np.ndarray]) -> np.ndarray:
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(str(checkpoint)).eval()
+    with torch.inference_mode():
+        out = model(**{k: torch.from_numpy(v) for k, v in feed.items()})
+    return out.logits[:, 0].numpy()
+
+
+def _last_norm(path: Path) -> str:
+    return next(n.output[0] for n in onnx.load(str(path)).graph.node
+                if n.op_type == "LayerNormalization" and f"/encoder/layer.{LAYERS - 1}/output/LayerNorm/" in n.name)
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoint, tmp_path_factory) -> dict[str, Path]:
+    """The checkpoint exported as a reranker (pass applied by the exporter) and the full graph (the
+    pass undone by exporting as usual and restoring the graph from before the rewrite)."""
+    work = tmp_path_factory.mktemp("ce_onnx")
+    report = export_encoder_onnx(checkpoint, work / "cut.onnx", kind="reranker")
+    assert report.extra == {"graph_passes": [FIRST_TOKEN_LAST_LAYER]}
+    full = export_encoder_onnx(checkpoint, work / "full.onnx", kind="reranker", cost_passes=False)
+    assert full.extra == {}
+    return {"cut": work / "cut.onnx", "full": work / "full.onnx"}
+
+
+def test_fp32_scores_unchanged_and_the_last_layer_computes_one_position(exported, checkpoint, batch):
+    ref = _torch_logits(checkpoint, batch)
+    norm = _last_norm(exported["cut"])
+    cut_logits, cut_hidden = _run(exported["cut"], batch, (norm,))
+    full_logits, full_hidden = _run(exported["full"], batch, (_last_norm(exported["full"]),))
+    np.testing.assert_allclose(cut_logits, ref, atol=1e-4)
+    np.testing.assert_allclose(full_logits, ref, atol=1e-4)
+    assert full_hidden.shape == (5, 23, 64) and cut_hidden.shape == (5, 1, 64)
+    np.testing.assert_allclose(cut_hidden[:, 0], full_hidden[:, 0], atol=1e-4)
+    assert is_first_token_last_layer(onnx.load(str(exported["cut"])))
+    assert not is_first_token_last_layer(onnx.load(str(exported["full"])))
+
+
+def test_int8_rewrite_keeps_the_order(exported, batch, tmp_path):
+    """The pass on an already quantized graph (how the shipped files got it): noise no larger than
+    the quantization's own (the trained reranker's ranking agreement is checked on the shipped files)."""
+    full = quantize_onnx_int8(exported["full"], tmp_path / "full-int8.onnx", "qint8_avx512_vnni").output
+    cut = tmp_path / "cut-int8.onnx"
+    shutil.copy2(full, cut)
+    assert apply_reranker_passes(cut) == {"graph_passes": [FIRST_TOKEN_LAST_LAYER]}
+    (a,), (b,) = _run(Path(full), batch), _run(cut, batch)
+    (ref,) = _run(exported["full"], batch)
+    # a random model's logits are nearly equal, so bound the rewrite's noise by quantization's own
+    assert np.abs(b - a).max() <= 1.5 * np.abs(a - ref).max() + 1e-5
+    # idempotent: a second run changes no byte
+    digest = sha256_file(cut)
+    assert apply_reranker_passes(cut) == {"graph_passes": [FIRST_TOKEN_LAST_LAYER]}
+    assert sha256_file(cut) == digest
+
+
+def test_graphs_that_read_every_token_are_left_alone(checkpoint, tmp_path):
+    embedder = export_encoder_onnx(checkpoint, tmp_path / "emb.onnx", kind="embedder").output
+    model = onnx.load(embedder)
+    before = model.SerializeToString()
+    why = first_token_last_layer(model)
+    assert why == "the last hidden state is a graph output (every token is read)"
+    assert model.SerializeToString() == before
+    assert "no /encoder/layer.N/" in first_token_last_layer(onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [])))
+
+
+def test_the_shipped_reranker_files_carry_the_pass():
+    meta = json.loads((SHIPPED_RERANKER_DIR / "reranker.json").read_text())
+    assert meta["graph_passes"] == [FIRST_TOKEN_LAST_LAYER]
+    for name, entry in meta["files"].items():
+        assert is_first_token_last_layer(onnx.load(str(SHIPPED_RERANKER_DIR / name)))
+        derived = entry["derived"]
+        assert derived["graph_passes"] == [FIRST_TOKEN_LAST_LAYER] and derived["from_sha256"] != entry["sha256"]
+        agreement = derived["agreement_with_source"]
+        assert agreement["lists"] == 24 and agreement["top1_agreement"] >= 0.95
+        assert agreement["spearman_per_list_min"] >= 0.95
