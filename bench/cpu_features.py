@@ -14,6 +14,13 @@ from typing import Callable
 
 # the profile tools/run_as_cpu.sh exports for tools/cpuid_mask
 PROFILE_ENV = "MAGICSELECTOR_CPUID_PROFILE"
+# set by tools/run_as_cpu.sh where the CPU has no CPUID faulting: only a patched copy of
+# onnxruntime sees the profile, so this process's own CPUID reads still see the real CPU
+PATCHED_ENV = "MAGICSELECTOR_CPUID_PATCHED"
+# the flags a profile hides (as tools/cpuid_mask/cpuid_mask.c clears them)
+PROFILE_HIDES: dict[str, Callable[[str], bool]] = {
+    "avx2": lambda f: f.startswith("avx512") or f in {"avx_vnni", "amx_tile", "amx_int8", "amx_bf16"},
+}
 
 # x86-64 System V: cpuid(leaf=edi, subleaf=esi, out=rdx) stores EAX, EBX, ECX, EDX to out[0..3]
 _CPUID_CODE = bytes([
@@ -134,11 +141,29 @@ def seen_flags(proc_flags: frozenset[str]) -> tuple[frozenset[str], frozenset[st
     return proc_flags - hidden, hidden
 
 
-def mask_note(hidden: frozenset[str]) -> str | None:
+def patched_onnxruntime_hides(flags: frozenset[str]) -> frozenset[str]:
+    """The flags that the patched onnxruntime of ``tools/run_as_cpu.sh``'s fallback (no CPUID
+    faulting) does not see, when this process runs under it and imports that copy; else empty."""
+    profile = os.environ.get(PROFILE_ENV, "")
+    if os.environ.get(PATCHED_ENV) != "1" or profile not in PROFILE_HIDES:
+        return frozenset()
+    try:
+        import onnxruntime
+    except ImportError:
+        return frozenset()
+    if "cpuid-patched" not in (getattr(onnxruntime, "__file__", "") or ""):
+        return frozenset()
+    return frozenset(f for f in flags if PROFILE_HIDES[profile](f))
+
+
+def mask_note(hidden: frozenset[str], onnxruntime_only: bool = False) -> str | None:
     """The line a report carries when CPUID hides flags from this process, naming who masked it."""
     if not hidden:
         return None
     profile = os.environ.get(PROFILE_ENV, "")
+    if onnxruntime_only:
+        return (f"onnxruntime's CPUID masked to {profile} by tools/run_as_cpu.sh (a patched copy; no CPUID "
+                f"faulting here): the INT8 kernels are {profile}'s, numpy and usearch see the real CPU")
     if profile and profile != "none":
         return f"CPUID masked to {profile} by tools/run_as_cpu.sh"
     return f"CPUID hides {', '.join(sorted(hidden))} that /proc/cpuinfo lists"

@@ -186,10 +186,13 @@ def machine_description() -> dict[str, Any]:
         load = None
     from magicselector.targets import cpu_flags, host_target
 
-    from .cpu_features import mask_note, seen_flags
+    from .cpu_features import mask_note, patched_onnxruntime_hides, seen_flags
 
     # the flags this process's CPUID reports: under tools/run_as_cpu.sh fewer than /proc/cpuinfo lists
     flags, hidden = seen_flags(cpu_flags())
+    # without CPUID faulting only onnxruntime is masked: the kernels that matter dispatch on its view
+    ort_hidden = patched_onnxruntime_hides(flags) if not hidden else frozenset()
+    flags = flags - ort_hidden
     return {
         "platform": platform.platform(),
         "system": platform.system(),
@@ -202,7 +205,7 @@ def machine_description() -> dict[str, Any]:
         # the instruction sets INT8 kernels dispatch on; a latency figure is only comparable between
         # machines with the same ones
         "isa": sorted(flags & ISA_FLAGS),
-        "cpuid_mask": mask_note(hidden),
+        "cpuid_mask": mask_note(ort_hidden, onnxruntime_only=True) if ort_hidden else mask_note(hidden),
         "int8_target": host_target(flags=flags),
         "python": platform.python_version(),
         "numpy": _version("numpy"),

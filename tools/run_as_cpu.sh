@@ -9,6 +9,16 @@
 # glibc picks its own string functions and library subdirectories in ld.so, before the
 # library loads, so GLIBC_TUNABLES switches its AVX-512 choices off too.
 # The library is built once per source version into ${XDG_CACHE_HOME:-~/.cache}/magicselector.
+#
+# Without CPUID faulting ('cpuid_fault' missing from /proc/cpuinfo: common on AMD and in VMs) the
+# mask covers onnxruntime only, and the wrapper says so on stderr: tools/cpuid_mask/
+# patch_onnxruntime.py (needs objdump) copies the onnxruntime package that python3 imports
+# (MAGICSELECTOR_PYTHON to name another) into ${XDG_CACHE_HOME:-~/.cache}/magicselector/
+# cpuid-patched with each CPUID of its binding turned into UD2; that copy goes first on
+# PYTHONPATH and the library (MAGICSELECTOR_CPUID_PATCHED=1) answers its UD2s with the masked
+# CPUID. numpy, usearch, torch and the bench's own CPUID reads see the real CPU (glibc's
+# string functions still follow GLIBC_TUNABLES). MAGICSELECTOR_CPUID_FALLBACK=1 takes this way
+# even where CPUID faulting exists (tests).
 set -euo pipefail
 
 usage() {
@@ -29,12 +39,6 @@ if [[ "$(uname -m)" != "x86_64" ]]; then
     echo "$0: CPUID masking needs an x86-64 CPU, this is $(uname -m)" >&2
     exit 3
 fi
-if ! grep -qw cpuid_fault /proc/cpuinfo; then
-    echo "$0: this CPU/kernel has no CPUID faulting ('cpuid_fault' is missing from /proc/cpuinfo" \
-         "flags; common on AMD and in VMs that do not pass it through), so CPUID cannot be masked" >&2
-    exit 3
-fi
-
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source_file="$here/cpuid_mask/cpuid_mask.c"
 cache_dir="${XDG_CACHE_HOME:-$HOME/.cache}/magicselector/cpuid_mask"
@@ -52,7 +56,37 @@ if [[ ! -f "$library" ]]; then
     mv -f "$tmp" "$library"
 fi
 
+patched_mode=0
+if [[ "${MAGICSELECTOR_CPUID_FALLBACK:-}" == 1 ]] || ! grep -qw cpuid_fault /proc/cpuinfo; then
+    # no CPUID faulting: a copy of onnxruntime with its CPUIDs patched to UD2 (see the header)
+    if ! command -v objdump >/dev/null; then
+        echo "$0: this CPU/kernel has no CPUID faulting ('cpuid_fault' is missing from /proc/cpuinfo" \
+             "flags), and the fallback (a patched copy of onnxruntime) needs objdump from binutils" >&2
+        exit 3
+    fi
+    python="${MAGICSELECTOR_PYTHON:-python3}"
+    if ! patched_path="$("$python" "$here/cpuid_mask/patch_onnxruntime.py")" || [[ -z "$patched_path" ]]; then
+        echo "$0: this CPU/kernel has no CPUID faulting, and patching a copy of onnxruntime for" \
+             "$python failed (above), so CPUID cannot be masked" >&2
+        exit 3
+    fi
+    patched_mode=1
+fi
+
 export MAGICSELECTOR_CPUID_PROFILE="$profile"
-export LD_PRELOAD="$library${LD_PRELOAD:+:$LD_PRELOAD}"
+if [[ $patched_mode == 1 ]]; then
+    export MAGICSELECTOR_CPUID_PATCHED=1
+    export MAGICSELECTOR_CPUID_SITES="$patched_path/cpuid-sites.txt"
+    case ":${PYTHONPATH:-}:" in
+        *":$patched_path:"*) ;;
+        *) export PYTHONPATH="$patched_path${PYTHONPATH:+:$PYTHONPATH}" ;;
+    esac
+    echo "run_as_cpu: no CPUID faulting here; onnxruntime (patched copy) sees an $profile CPU, other" \
+         "libraries (numpy, usearch, glibc string functions via tunables) see the real CPU" >&2
+fi
+case ":${LD_PRELOAD:-}:" in
+    *":$library:"*) ;;
+    *) export LD_PRELOAD="$library${LD_PRELOAD:+:$LD_PRELOAD}" ;;
+esac
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.cpu.hwcaps=$glibc_off"
 exec "$@"
