@@ -627,7 +627,8 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                           workdir: str | None = None, remote_env: Mapping[str, str] | None = None,
                           remote_dir: str = DEFAULT_REMOTE_DIR, adb_path: str | os.PathLike | None = None,
                           runner_module: str = RUNNER_MODULE, history_mode: str | None = None, decompose: str | None = None,
-                          rerank: bool | None = None, rerank_skip_margin: float | None = None, cool_down_below_c: float = 40.0, mem_probe: str = "runner", mem_poll_s: float = 0.5,
+                          rerank: bool | None = None, rerank_skip_margin: float | None = None,
+                          turns: str | os.PathLike | None = None, turns_limit: int | None = None, cool_down_below_c: float = 40.0, mem_probe: str = "runner", mem_poll_s: float = 0.5,
                           run_timeout_s: float = 900.0, resume: bool = True,
                           progress: Callable[[str], None] | None = _print_stderr) -> dict[str, Any]:
     """Measure latency on an Android device: ``runs`` fresh runner processes, merged.
@@ -671,6 +672,10 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
     pushed = push_bundle(adb, bundle_dir, remote_bundle, progress=say)
     say(f"[adb] bundle at {remote_bundle}: pushed {len(pushed['pushed'])} file(s), "
         f"{len(pushed['skipped'])} unchanged")
+    remote_turns = None
+    if turns is not None:  # the runner reads the turns file on the device
+        remote_turns = posixpath.join(remote_dir, "turns.jsonl")
+        adb.push(turns, remote_turns)
     python = RemotePython(python_cmd, workdir, remote_env)
     remote_py = remote_preflight(adb, python, remote_dir, runner_module)
     mask = device.get("big_cores_mask") if pin_big_cores else None
@@ -686,7 +691,8 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                               "bundle_manifest_sha256": sha256_file(Path(bundle_dir) / "manifest.json"),
                               "runner_module": runner_module, "python_cmd": python_cmd, "warmup": warmup,
                               "threads": threads, "passes_per_run": passes_per_run, "decompose": decompose, "rerank": rerank,
-                              "rerank_skip_margin": rerank_skip_margin, "history_mode": history_mode, "taskset_mask": mask, "mem_probe": mem_probe},
+                              "rerank_skip_margin": rerank_skip_margin, "history_mode": history_mode, "taskset_mask": mask, "mem_probe": mem_probe,
+                              "turns_sha256": sha256_file(turns) if turns is not None else None, "turns_limit": turns_limit},
                "merge": "one runner process per run; cold_start_ms is the median over runs; stage p50/p90/p99 "
                         "are medians of the per-run percentiles, mean is n-weighted, min/max/n exact"}
 
@@ -711,6 +717,8 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
                 argv += ["--rerank" if rerank else "--no-rerank"]
             if rerank_skip_margin is not None:
                 argv += ["--rerank-skip-margin", str(rerank_skip_margin)]
+            if remote_turns is not None:
+                argv += ["--turns", remote_turns] + (["--turns-limit", str(turns_limit)] if turns_limit else [])
             command = f"{python.command} {' '.join(shlex.quote(a) for a in argv)}"
             if mask:
                 command = f"taskset {mask} {command}"

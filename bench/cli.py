@@ -79,6 +79,10 @@ def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
             cmd += ["--rerank" if args.rerank else "--no-rerank"]
         if args.rerank_skip_margin is not None:
             cmd += ["--rerank-skip-margin", str(args.rerank_skip_margin)]
+        if args.turns is not None:
+            cmd += ["--turns", str(args.turns)]
+            if args.turns_limit is not None:
+                cmd += ["--turns-limit", str(args.turns_limit)]
         proc = subprocess.run(cmd)  # progress lines stream straight to our stderr
         if proc.returncode != 0 or not out.is_file():
             raise RuntimeError(f"the latency runner failed (exit {proc.returncode}): {' '.join(cmd)}")
@@ -93,7 +97,8 @@ def _run_adb(bundle: str, serial: str | None, out_dir: Path, args: argparse.Name
     return run_latency_on_device(bundle, serial=serial, runs=args.runs, warmup=args.warmup, threads=args.threads,
                                  out_dir=out_dir, cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores,
                                  decompose=args.decompose, rerank=args.rerank,
-                                 rerank_skip_margin=args.rerank_skip_margin)
+                                 rerank_skip_margin=args.rerank_skip_margin, turns=args.turns,
+                                 turns_limit=args.turns_limit)
 
 
 def write_stage_csv(results: Mapping[str, Any], path: Path) -> None:
@@ -146,7 +151,10 @@ def latency_summary(results: Mapping[str, Any]) -> str:
     lines.append(f"Device: {isa_summary(dev)}, {dev.get('machine')}, INT8 target {dev.get('int8_target')}, "
                  f"load avg {dev.get('loadavg')}, {dev.get('platform')}; python {dev.get('python')}, "
                  f"onnxruntime {dev.get('onnxruntime')} ({dev.get('onnxruntime_build')}), usearch {dev.get('usearch')}.")
-    lines.append(f"Config: {cfg.get('runs')} runs x {cfg.get('turns')} turns after {cfg.get('warmup')} warm-up "
+    work = cfg.get("workload") or {}
+    lines.append(f"Config: {cfg.get('runs')} runs x {cfg.get('turns')} turns"
+                 + (f" of {work['name']}" if work.get("name") and work["name"] != "phone" else "")
+                 + f" after {cfg.get('warmup')} warm-up "
                  f"passes, {cfg.get('threads')} thread(s), history={cfg.get('history_mode')}, "
                  f"candidates={cfg.get('candidates')}, cut={cfg.get('cut')}, decomposer={cfg.get('decomposer')}, "
                  f"tokens per text mean {((cfg.get('tokens') or {}).get('mean') or 0):.1f} "
@@ -249,6 +257,16 @@ def cmd_latency(args: argparse.Namespace) -> int:
         if not Path(args.reference_reranker, "config.json").is_file():
             return _err(f"--reference-reranker {args.reference_reranker}: not a Hugging Face checkpoint folder "
                         "(no config.json)")
+    if args.turns_limit is not None and args.turns is None:
+        return _err("--turns-limit needs --turns")
+    workload = None
+    if args.turns is not None:  # checked here too, so a bad file fails before a phone is touched
+        from .latency import load_turns
+
+        try:
+            workload = load_turns(args.turns, args.turns_limit)
+        except InputError as e:
+            return _err(str(e))
     device = args.device
     try:
         if device == "local":
@@ -274,6 +292,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
 
         try:
             cmp_ = compare_latency(bundle, runs=args.runs, warmup=args.warmup,
+                                   **({"workload": workload} if workload is not None else {}),
                                    history_mode=results.get("config", {}).get("history_mode", "user"),
                                    reference_reranker=args.reference_reranker, progress=_progress)
         except InputError as e:
@@ -567,6 +586,11 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S",
                     help="with --rerank: skip the cross-encoder where retrieval's top tool leads the runner-up by S "
                          "or more (default: the shipped 0.3; negative: rerank every turn, to time a reranked turn)")
+    sp.add_argument("--turns", metavar="FILE", default=None,
+                    help="time these dialogue turns instead of the fixed phone workload: a benchmark queries.jsonl "
+                         "({query, history} per line), e.g. your own assistant's logged turns")
+    sp.add_argument("--turns-limit", type=int, default=None, metavar="N",
+                    help="with --turns: time N rows drawn with seed 0 (file order kept)")
     sp.set_defaults(func=cmd_latency)
 
     from magicselector.stages.index import GRAPH  # the runtime's graph settings: what the bench measures

@@ -26,6 +26,7 @@ runner writes as JSON; the ADB harness pulls the same dict back from a phone)::
         "bundle": str, "runs": int, "warmup": int, "threads": int, "cool_down_s": float,
         "history_mode": str, "candidates": int, "cut": str, "decomposer": str, "verify": bool,
         "turns": int,                  # workload size; every stage has n = runs * turns samples
+        "workload": {"name": str, "sha256": str | None},   # "phone" (WORKLOAD) or the --turns file's path
         "texts_per_turn": float, "tokens": {"mean": .., "max": ..},   # what the embedder saw
         "reranked_share": float | None,  # timed turns whose order the cross-encoder set
         "fresh_process": bool,         # True when run by the runner (cold start is process-level)
@@ -290,13 +291,61 @@ def turn_texts(selector: Any, turn: Mapping[str, Any]) -> list[str]:
 
 
 # -- the measurement --------------------------------------------------------------------------------
+def load_turns(path: str | Path, limit: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """A workload from a benchmark ``queries.jsonl`` (``query`` and ``history`` of each row; the
+    other fields are ignored), every history checked as ``select`` checks it. ``limit`` keeps that
+    many rows drawn with ``seed`` (file order kept), so a large set times in bounded wall clock."""
+    import json
+    import random
+
+    from magicselector.dialogue import validate_history
+    from magicselector.errors import InputError
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"--turns: {path}: no such file (a queries.jsonl: one {{query, history}} object per line)")
+    if limit is not None and limit < 1:
+        raise InputError(f"--turns-limit must be >= 1, got {limit}")
+    turns: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path.name} line {n}"
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"{where}: not JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{where}: a row must be a JSON object")
+            query = row.get("query")
+            if not isinstance(query, str) or not query.strip():
+                raise InputError(f"{where}: field 'query' must be a non-empty string")
+            history = row.get("history") or []
+            if not isinstance(history, list):
+                raise InputError(f"{where}: field 'history' must be a list of messages")
+            try:
+                validate_history(history)
+            except InputError as e:
+                raise InputError(f"{where}: field 'history': {e}") from None
+            turns.append({"utterance": query, "history": history})
+    if not turns:
+        raise InputError(f"--turns: {path} holds no rows")
+    if limit is not None and limit < len(turns):
+        keep = sorted(random.Random(seed).sample(range(len(turns)), limit))
+        turns = [turns[i] for i in keep]
+    return turns
+
+
 def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, threads: int = 1,
                     workload: Sequence[Mapping[str, Any]] = WORKLOAD, *, cool_down_s: float = 0.0,
                     history_mode: str | None = None, verify: bool = True, decompose: str | None = None,
                     rerank: bool | None = None, rerank_skip_margin: float | None = None,
                     progress: Callable[[str], None] | None = None,
-                    import_ms: float | None = None, fresh_process: bool = False) -> dict[str, Any]:
-    """Measure the runtime on ``workload`` (``runs`` timed passes after ``warmup`` untimed ones).
+                    import_ms: float | None = None, fresh_process: bool = False,
+                    workload_name: str = "phone", workload_sha256: str | None = None) -> dict[str, Any]:
+    """Measure the runtime on ``workload`` (``runs`` timed passes after ``warmup`` untimed ones;
+    ``workload_name`` / ``workload_sha256`` say where it came from: ``WORKLOAD`` or a ``--turns`` file).
 
     Returns the ``magicselector-latency/1`` dict described in the module docstring. ``progress``
     gets one line per pass. ``cool_down_s`` sleeps between passes (thermal headroom on phones).
@@ -385,6 +434,7 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
             "cool_down_s": cool_down_s, "history_mode": history_mode,
             "candidates": selector.config.candidates, "cut": selector.config.cut.rule,
             "decomposer": selector.decomposer.name, "verify": verify, "turns": len(workload),
+            "workload": {"name": workload_name, "sha256": workload_sha256},
             "rerank": bool(selector.config.rerank and selector.reranker is not None),
             "rerank_scope": selector.config.rerank_scope, "rerank_min_margin": selector.config.rerank_min_margin,
             "rerank_skip_margin": selector.config.rerank_skip_margin,

@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="with the cross-encoder on: skip it where retrieval's top tool leads by S or more "
                         "(default: shipped; negative: rerank every turn)")
     p.add_argument("--no-verify", action="store_true", help="skip hashing the bundle files on load")
+    p.add_argument("--turns", metavar="FILE", help="time these dialogue turns: a benchmark queries.jsonl "
+                                                   "({query, history} per line; default: the fixed phone workload)")
+    p.add_argument("--turns-limit", type=int, default=None, metavar="N",
+                   help="with --turns: N rows drawn with seed 0 (file order kept)")
     return p
 
 
@@ -68,7 +72,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        results = measure_latency(args.bundle, runs=args.runs, warmup=args.warmup, threads=args.threads,
+        extra = {}
+        if args.turns:
+            from magicselector.bench.latency import load_turns
+            from magicselector.files import sha256_file
+
+            extra = {"workload": load_turns(args.turns, args.turns_limit),
+                     "workload_name": args.turns + (f" ({args.turns_limit} rows, seed 0)" if args.turns_limit else ""),
+                     "workload_sha256": sha256_file(args.turns)}
+        elif args.turns_limit is not None:
+            print("latency_runner: error: --turns-limit needs --turns", file=sys.stderr)
+            return 2
+        results = measure_latency(args.bundle, runs=args.runs, warmup=args.warmup, threads=args.threads, **extra,
                                   cool_down_s=args.cool_down_s, history_mode=args.history_mode, decompose=args.decompose,
                                   rerank=args.rerank, rerank_skip_margin=args.rerank_skip_margin,
                                   verify=not args.no_verify, progress=progress, import_ms=import_ms,

@@ -235,6 +235,22 @@ def test_runs_the_real_runner_and_merges_like_a_local_run(fake, bundle_dir, tmp_
     assert "dumpsys" in again["runs"][0]["probe"] and again["runs"][0]["probe_peak_mb"] > 10
 
 
+def test_a_turns_file_is_pushed_and_timed_on_the_device(fake, bundle_dir, tmp_path):
+    from magicselector.files import sha256_file
+
+    fake.add("R58M30ABCDE")
+    turns = tmp_path / "queries.jsonl"
+    turns.write_text("".join(json.dumps({"query": q, "history": []}) + "\n"
+                             for q in ("call mom", "set a timer for 5 minutes", "turn on wifi")), encoding="utf-8")
+    res = run_latency_on_device(bundle_dir, runs=1, warmup=0, out_dir=tmp_path / "out", python_cmd=PY,
+                                turns=turns, turns_limit=2, progress=None)
+    assert res["config"]["turns"] == 2 and res["stages"]["total"]["n"] == 2
+    assert res["config"]["workload"]["sha256"] == sha256_file(turns)
+    assert res["config"]["workload"]["name"].endswith("turns.jsonl (2 rows, seed 0)")
+    assert res["config"]["adb"]["resume_key"]["turns_sha256"] == sha256_file(turns)
+    assert any("push" in c and any(a.endswith("/turns.jsonl") for a in c) for c in fake.calls())
+
+
 def test_disconnect_mid_run_keeps_partial_results(fake, bundle_dir, tmp_path, monkeypatch):
     from magicselector.bench.latency import validate_results
 

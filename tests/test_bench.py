@@ -199,3 +199,69 @@ def test_cut_time_grows_linearly():
     slopes = [res["fit"]["loglog_slope"], res["fit_min"]["loglog_slope"]]
     assert any(0.7 <= s <= 1.3 for s in slopes), (slopes, res["points"])
     assert res["fit"]["slope_us_per_item"] > 0
+
+
+def _write_turns(path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+TURN_ROWS = [
+    {"id": "a", "query": "set an alarm for 7", "history": [], "gold": ["set_alarm"]},
+    {"id": "b", "query": "and one for 8", "history": [
+        {"role": "user", "content": "set an alarm for 7"}, {"role": "assistant", "content": "Alarm set."}]},
+    {"id": "c", "query": "what is on my calendar tomorrow", "history": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+        {"role": "tool", "content": "09:00"}]},
+]
+
+
+def test_load_turns_reads_queries_jsonl_and_names_bad_fields(tmp_path):
+    from magicselector.bench.latency import load_turns
+    from magicselector.errors import InputError
+
+    good = tmp_path / "queries.jsonl"
+    _write_turns(good, TURN_ROWS)
+    turns = load_turns(good)
+    assert [t["utterance"] for t in turns] == [r["query"] for r in TURN_ROWS]
+    assert turns[1]["history"] == TURN_ROWS[1]["history"]
+    picked = load_turns(good, limit=2)
+    assert len(picked) == 2 and picked == load_turns(good, limit=2)  # seeded, file order kept
+    assert [turns.index(t) for t in picked] == sorted(turns.index(t) for t in picked)
+    bad = tmp_path / "bad.jsonl"
+    for rows, needle in [(['{"query": "x"}', "{not json"], "line 2: not JSON"),
+                         (['{"query": ""}'], "line 1: field 'query'"),
+                         (['{"query": "x", "history": {"role": "user"}}'], "field 'history' must be a list"),
+                         (['{"query": "x", "history": [{"role": "wizard", "content": "hi"}]}'], "line 1: field 'history'"),
+                         (["[1, 2]"], "a row must be a JSON object"), ([""], "holds no rows")]:
+        bad.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        with pytest.raises(InputError, match=needle):
+            load_turns(bad)
+    with pytest.raises(InputError, match="no such file"):
+        load_turns(tmp_path / "missing.jsonl")
+    with pytest.raises(InputError, match="--turns-limit must be >= 1"):
+        load_turns(good, limit=0)
+
+
+@pytest.mark.slow
+def test_bench_latency_times_a_turns_file(bundle_dir, tmp_path, capsys):
+    from magicselector.cli import main
+    from magicselector.files import sha256_file
+
+    turns = tmp_path / "queries.jsonl"
+    _write_turns(turns, TURN_ROWS)
+    out = tmp_path / "bench"
+    assert main(["bench", "latency", "--bundle", str(bundle_dir), "--runs", "2", "--warmup", "0",
+                 "--turns", str(turns), "--turns-limit", "2", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert validate_results(res) == []
+    assert res["config"]["turns"] == 2 and res["stages"]["total"]["n"] == 4
+    assert res["config"]["workload"] == {"name": f"{turns} (2 rows, seed 0)", "sha256": sha256_file(turns)}
+    assert f"turns of {turns} (2 rows, seed 0)" in (out / "summary.md").read_text()
+    (tmp_path / "bad.jsonl").write_text('{"query": 3}\n', encoding="utf-8")
+    assert main(["bench", "latency", "--bundle", str(bundle_dir), "--turns", str(tmp_path / "bad.jsonl"),
+                 "--out", str(out)]) == 2
+    assert "bad.jsonl line 1: field 'query'" in capsys.readouterr().err
+    assert main(["bench", "latency", "--bundle", str(bundle_dir), "--turns-limit", "3", "--out", str(out)]) == 2
+    assert "--turns-limit needs --turns" in capsys.readouterr().err
