@@ -15,7 +15,8 @@ from magicselector.stages.embed import TextEmbedder, TextTokenizer
 from magicselector.stages.rerank import RERANKER_META
 from magicselector.targets import TARGETS, resolve_target
 
-from .onnx import ExportError, embedder_parity, export_encoder_onnx, get_preset, host_preset, quantize_onnx_int8
+from .onnx import (ExportError, apply_embedder_passes, embedder_parity, export_encoder_onnx, get_preset, host_preset,
+                   quantize_onnx_int8)
 
 MIN_EMBEDDER_COSINE = 0.97  # parity floor: below this the INT8 model is not shipped
 
@@ -37,6 +38,7 @@ def export_embedder(checkpoint: str | Path, workdir: str | Path, preset: str | N
     fp32 = export_encoder_onnx(checkpoint, workdir / "model.fp32.onnx", kind="embedder")
     log(f"quantizing to INT8 ({preset or host_preset()})")
     q = quantize_onnx_int8(workdir / "model.fp32.onnx", workdir / "model.int8.onnx", preset)
+    rewritten = apply_embedder_passes(workdir / "model.int8.onnx")
     log(f"parity against the PyTorch model on {len(probe_texts)} probes")
     parity = embedder_parity(checkpoint, workdir / "model.int8.onnx", list(probe_texts))
     if parity["min_cosine"] < MIN_EMBEDDER_COSINE:
@@ -48,9 +50,9 @@ def export_embedder(checkpoint: str | Path, workdir: str | Path, preset: str | N
         "onnx": str(workdir / "model.int8.onnx"),
         "meta": {"dim": int(config["hidden_size"]), "architecture": config.get("model_type"),
                  "layers": int(config.get("num_hidden_layers", 0)),
-                 "quantization": {"type": "dynamic-int8", **q.extra},
+                 "quantization": {"type": "dynamic-int8", **q.extra}, **rewritten,
                  "parity": {"against": "pytorch-fp32", **parity},
-                 "fp32_size_bytes": fp32.size_bytes, "size_bytes": q.size_bytes,
+                 "fp32_size_bytes": fp32.size_bytes, "size_bytes": (workdir / "model.int8.onnx").stat().st_size,
                  "export_seconds": round(fp32.seconds + q.seconds, 2)},
     }
 

@@ -1,4 +1,4 @@
-"""ONNX rewrites of exported cross-encoders that cut their cost and keep their scores.
+"""ONNX rewrites of exported encoders that cut their cost and keep their outputs.
 
 ``first_token_last_layer``: a cross-encoder's score reads one position of its last hidden state
 (the first token, through the pooler), yet the exported graph runs the last layer's query
@@ -10,7 +10,16 @@ unchanged up to float rounding. In a dynamic-INT8 graph the query row keeps the 
 hidden state (the quantized tensor is sliced), while the output projection and feed-forward quantize
 the one row they now see with its own scale, so logits move by quantization noise.
 
-The pass reads the graph that ``export.onnx.export_encoder_onnx`` writes for BERT-style checkpoints
+``fuse_attention``: each layer's attention, which the exporter writes as some twenty small nodes
+(head reshapes and transposes, two scalings, the score MatMul, the additive mask, Softmax, a NaN
+guard, the weighted sum, the merge), becomes one onnxruntime ``com.microsoft.MultiHeadAttention``
+node fed by the projected query, key and value and a [batch, seq] key mask cast from the
+``attention_mask`` input. The contrib op is in every onnxruntime CPU build (desktop wheels, the
+``onnxruntime-android`` AAR). FP32 outputs agree to 1e-5; under dynamic INT8 the next layer's
+activation scale can round differently, so embeddings move by quantization noise. On a query of a
+dozen tokens this is about a sixth of the embedder's time (docs/bench/latency-host.md).
+
+The passes read the graph that ``export.onnx.export_encoder_onnx`` writes for BERT-style checkpoints
 (node names ``.../encoder/layer.N/attention/self/query/...``) and its dynamic-INT8 quantization; a
 graph it does not recognise is left alone and the reason returned.
 """
@@ -20,6 +29,8 @@ import re
 from typing import Any
 
 FIRST_TOKEN_LAST_LAYER = "first_token_last_layer"
+FUSE_ATTENTION = "fuse_attention"
+MASK_INPUT = "attention_mask"
 
 
 class _NoMatch(Exception):
@@ -40,19 +51,28 @@ def _one(nodes: list[Any], what: str) -> Any:
     return nodes[0]
 
 
-def _constant_ints(graph: Any, name: str) -> list[int] | None:
-    """The integer value of a Constant node's output or an initializer, else None."""
+def _constant(graph: Any, name: str) -> Any | None:
+    """The value (a numpy array) of an initializer or a Constant node's output (through the Identity
+    nodes the exporter writes for deduplicated initializers), else None."""
     from onnx import numpy_helper
 
     for init in graph.initializer:
         if init.name == name:
-            return [int(v) for v in numpy_helper.to_array(init).reshape(-1)]
+            return numpy_helper.to_array(init)
     node = _producer(graph, name)
+    if node is not None and node.op_type == "Identity":
+        return _constant(graph, node.input[0])
     if node is not None and node.op_type == "Constant":
         for attr in node.attribute:
             if attr.name == "value":
-                return [int(v) for v in numpy_helper.to_array(attr.t).reshape(-1)]
+                return numpy_helper.to_array(attr.t)
     return None
+
+
+def _constant_ints(graph: Any, name: str) -> list[int] | None:
+    """The integer value of a Constant node's output or an initializer, else None."""
+    value = _constant(graph, name)
+    return None if value is None else [int(v) for v in value.reshape(-1)]
 
 
 def _heads(graph: Any, shape: str) -> tuple[int, int]:
@@ -162,5 +182,84 @@ def first_token_last_layer(model: Any) -> str | None:
         source = _producer(graph, node.input[0])
         graph.node.insert(0 if source is None else list(graph.node).index(source) + 1, node)
     # shapes recorded for the old full-length tensors would mislead onnxruntime's buffer reuse
+    del graph.value_info[:]
+    return None
+
+
+def is_attention_fused(model: Any) -> bool:
+    return any(n.op_type == "MultiHeadAttention" and n.domain == "com.microsoft" for n in model.graph.node)
+
+
+def _drop_dead_nodes(graph: Any) -> None:
+    outputs = {o.name for o in graph.output}
+    while True:
+        used = {i for n in graph.node for i in n.input} | outputs
+        dead = [n for n in graph.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
+    read = {i for n in graph.node for i in n.input}
+    for init in [t for t in graph.initializer if t.name not in read]:
+        graph.initializer.remove(init)
+
+
+def fuse_attention(model: Any) -> str | None:
+    """Rewrite ``model`` (an ``onnx.ModelProto``, FP32 or dynamic INT8) in place so each encoder
+    layer's attention is one ``com.microsoft.MultiHeadAttention`` node (module docstring). Returns
+    None when applied, or the reason the graph was left unchanged."""
+    from onnx import TensorProto, helper
+
+    if is_attention_fused(model):
+        return "already applied"
+    graph = model.graph
+    if MASK_INPUT not in {i.name for i in graph.input}:
+        return f"no {MASK_INPUT!r} graph input"
+    layers = sorted({int(m.group(1)) for n in graph.node for m in [re.search(r"/encoder/layer\.(\d+)/", n.name)] if m})
+    if not layers:
+        return "no /encoder/layer.N/ nodes (not a BERT-style export)"
+    plans = []
+    try:
+        for layer in layers:
+            pre = f"/encoder/layer.{layer}/attention/"
+            qkv = [_one([n for n in graph.node if n.op_type == "Add" and n.name.endswith(f"{pre}self/{k}/Add")],
+                        f"layer {layer} {k} bias Add") for k in ("query", "key", "value")]
+            bias = next((v for v in (_constant(graph, i) for i in qkv[0].input) if v is not None), None)
+            if bias is None:
+                raise _NoMatch(f"layer {layer}: the query bias is not a constant")
+            hidden = int(bias.size)
+            query_reshape = _one([n for n in _consumers(graph, qkv[0].output[0]) if n.op_type == "Reshape"],
+                                 f"layer {layer} query Reshape")
+            heads, head_dim = _heads(graph, query_reshape.input[1])
+            heads = hidden // head_dim if heads < 0 else heads
+            if heads <= 0 or heads * (hidden // heads) != hidden:
+                raise _NoMatch(f"layer {layer}: {heads} heads do not divide the hidden size {hidden}")
+            dense = _one([n for n in graph.node if n.op_type in ("MatMul", "MatMulInteger")
+                          and f"{pre}output/dense/" in n.name], f"layer {layer} attention output projection")
+            merge = _producer(graph, dense.input[0])
+            if merge is not None and merge.op_type == "DynamicQuantizeLinear":
+                merge = _producer(graph, merge.input[0])
+            if merge is None or merge.op_type != "Reshape":
+                raise _NoMatch(f"layer {layer}: the attention output projection does not read a Reshape of the heads")
+            plans.append((layer, [n.output[0] for n in qkv], heads, merge))
+    except _NoMatch as e:
+        return str(e)
+
+    mask = f"/{FUSE_ATTENTION}/{MASK_INPUT}_int32"
+    graph.node.insert(0, helper.make_node("Cast", [MASK_INPUT], [mask], to=TensorProto.INT32,
+                                          name=f"/{FUSE_ATTENTION}/CastMask"))
+    for layer, (q, k, v), heads, merge in plans:
+        fused = merge.output[0] + f"/{FUSE_ATTENTION}"
+        for reader in _consumers(graph, merge.output[0]):
+            reader.input[:] = [fused if x == merge.output[0] else x for x in reader.input]
+        node = helper.make_node("MultiHeadAttention", [q, k, v, "", mask], [fused], domain="com.microsoft",
+                                name=f"/encoder/layer.{layer}/attention/self/{FUSE_ATTENTION}/MultiHeadAttention",
+                                num_heads=heads)
+        # after the last of its inputs (the value bias Add), which precedes the old subgraph's end
+        at = max(list(graph.node).index(_producer(graph, x)) for x in (q, k, v)) + 1
+        graph.node.insert(at, node)
+    _drop_dead_nodes(graph)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     del graph.value_info[:]
     return None

@@ -147,9 +147,30 @@ def export_encoder_onnx(checkpoint: str | Path, output: str | Path, kind: str = 
                             output.stat().st_size, extra=extra)
 
 
+def apply_embedder_passes(path: str | Path) -> dict[str, Any]:
+    """Rewrite an embedder ONNX file in place with ``graph_passes.fuse_attention``. Applied to the
+    INT8 file, after quantization: onnxruntime's quantizer cannot type the contrib op's output.
+    Returns ``{"graph_passes": [applied...], "graph_passes_skipped": {name: why}}``."""
+    import onnx
+
+    from .graph_passes import FUSE_ATTENTION, fuse_attention, is_attention_fused
+
+    path = Path(path)
+    model = onnx.load(str(path))
+    if is_attention_fused(model):
+        return {"graph_passes": [FUSE_ATTENTION]}
+    why = fuse_attention(model)
+    if why is not None:
+        return {"graph_passes": [], "graph_passes_skipped": {FUSE_ATTENTION: why}}
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return {"graph_passes": [FUSE_ATTENTION]}
+
+
 def apply_reranker_passes(path: str | Path) -> dict[str, Any]:
     """Rewrite a cross-encoder ONNX file (FP32 or dynamic INT8) in place with the cost passes of
-    ``graph_passes``; returns ``{"graph_passes": [applied...], "graph_passes_skipped": {name: why}}``."""
+    ``graph_passes`` that pay off for it: ``first_token_last_layer`` (``fuse_attention`` measured
+    0.96-1.01x on 10 pairs of 64 tokens, so it is not applied); returns ``{"graph_passes": [applied...], "graph_passes_skipped": {name: why}}``."""
     import onnx
 
     from .graph_passes import FIRST_TOKEN_LAST_LAYER, first_token_last_layer, is_first_token_last_layer

