@@ -5,8 +5,8 @@
 projection, attention rows, output projection and feed-forward for every token. Only the keys and
 values of that layer need every token. The pass slices the last layer to the first token: the query
 projection, the attention mask row, the residual and everything after attention see one position,
-and the two reshapes that took the sequence length from the full hidden state use 1 instead. For 3 layers of 64 tokens that is about a third of the arithmetic. In FP32 the logits are
-unchanged up to float rounding. In a dynamic-INT8 graph the query row keeps the scale of the full
+and the two reshapes that took the sequence length from the full hidden state use 1 instead. In
+FP32 the logits are unchanged up to float rounding. In a dynamic-INT8 graph the query row keeps the scale of the full
 hidden state (the quantized tensor is sliced), while the output projection and feed-forward quantize
 the one row they now see with its own scale, so logits move by quantization noise.
 
@@ -16,8 +16,8 @@ guard, the weighted sum, the merge), becomes one onnxruntime ``com.microsoft.Mul
 node fed by the projected query, key and value and a [batch, seq] key mask cast from the
 ``attention_mask`` input. The contrib op is in every onnxruntime CPU build (desktop wheels, the
 ``onnxruntime-android`` AAR). FP32 outputs agree to 1e-5; under dynamic INT8 the next layer's
-activation scale can round differently, so embeddings move by quantization noise. On a query of a
-dozen tokens this is about a sixth of the embedder's time (docs/bench/latency-host.md).
+activation scale can round differently, so embeddings move by quantization noise. What each pass
+saves, and where it does not pay (the reranker's attention), is in docs/bench/defaults.md.
 
 The passes read the graph that ``export.onnx.export_encoder_onnx`` writes for BERT-style checkpoints
 (node names ``.../encoder/layer.N/attention/self/query/...``) and its dynamic-INT8 quantization; a

@@ -169,8 +169,8 @@ def apply_embedder_passes(path: str | Path) -> dict[str, Any]:
 
 def apply_reranker_passes(path: str | Path) -> dict[str, Any]:
     """Rewrite a cross-encoder ONNX file (FP32 or dynamic INT8) in place with the cost passes of
-    ``graph_passes`` that pay off for it: ``first_token_last_layer`` (``fuse_attention`` measured
-    0.96-1.01x on 10 pairs of 64 tokens, so it is not applied); returns ``{"graph_passes": [applied...], "graph_passes_skipped": {name: why}}``."""
+    ``graph_passes`` that pay off for it: ``first_token_last_layer`` (``fuse_attention`` gains
+    nothing on rerank batches: docs/bench/defaults.md); returns ``{"graph_passes": [applied...], "graph_passes_skipped": {name: why}}``."""
     import onnx
 
     from .graph_passes import FIRST_TOKEN_LAST_LAYER, first_token_last_layer, is_first_token_last_layer
