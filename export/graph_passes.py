@@ -263,3 +263,37 @@ def fuse_attention(model: Any) -> str | None:
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     del graph.value_info[:]
     return None
+
+
+EMBEDDER_PASSES = (FUSE_ATTENTION,)
+# fuse_attention gains nothing on rerank batches (docs/bench/defaults.md)
+RERANKER_PASSES = (FIRST_TOKEN_LAST_LAYER,)
+
+
+def apply_passes(path: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """Rewrite the ONNX file at ``path`` in place with the passes ``names``, in order (a pass the
+    file already carries counts as applied); returns ``{"graph_passes": [applied...]}`` plus
+    ``"graph_passes_skipped": {name: why}`` for a graph a pass did not recognise."""
+    import onnx
+
+    passes = {FIRST_TOKEN_LAST_LAYER: (first_token_last_layer, is_first_token_last_layer),
+              FUSE_ATTENTION: (fuse_attention, is_attention_fused)}
+    model = onnx.load(str(path))
+    applied: list[str] = []
+    skipped: dict[str, str] = {}
+    changed = False
+    for name in names:
+        rewrite, carried = passes[name]
+        if carried(model):
+            applied.append(name)
+            continue
+        why = rewrite(model)
+        if why is None:
+            applied.append(name)
+            changed = True
+        else:
+            skipped[name] = why
+    if changed:
+        onnx.checker.check_model(model)
+        onnx.save(model, str(path))
+    return {"graph_passes": applied, **({"graph_passes_skipped": skipped} if skipped else {})}

@@ -148,43 +148,21 @@ def export_encoder_onnx(checkpoint: str | Path, output: str | Path, kind: str = 
 
 
 def apply_embedder_passes(path: str | Path) -> dict[str, Any]:
-    """Rewrite an embedder ONNX file in place with ``graph_passes.fuse_attention``. Applied to the
-    INT8 file, after quantization: onnxruntime's quantizer cannot type the contrib op's output.
-    Returns ``{"graph_passes": [applied...], "graph_passes_skipped": {name: why}}``."""
-    import onnx
+    """Rewrite an embedder ONNX file in place with ``graph_passes.EMBEDDER_PASSES``
+    (``fuse_attention``). Applied to the INT8 file, after quantization: onnxruntime's quantizer
+    cannot type the contrib op's output. Returns ``graph_passes.apply_passes``'s record."""
+    from .graph_passes import EMBEDDER_PASSES, apply_passes
 
-    from .graph_passes import FUSE_ATTENTION, fuse_attention, is_attention_fused
-
-    path = Path(path)
-    model = onnx.load(str(path))
-    if is_attention_fused(model):
-        return {"graph_passes": [FUSE_ATTENTION]}
-    why = fuse_attention(model)
-    if why is not None:
-        return {"graph_passes": [], "graph_passes_skipped": {FUSE_ATTENTION: why}}
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return {"graph_passes": [FUSE_ATTENTION]}
+    return apply_passes(Path(path), EMBEDDER_PASSES)
 
 
 def apply_reranker_passes(path: str | Path) -> dict[str, Any]:
-    """Rewrite a cross-encoder ONNX file (FP32 or dynamic INT8) in place with the cost passes of
-    ``graph_passes`` that pay off for it: ``first_token_last_layer`` (``fuse_attention`` gains
-    nothing on rerank batches: docs/bench/defaults.md); returns ``{"graph_passes": [applied...], "graph_passes_skipped": {name: why}}``."""
-    import onnx
+    """Rewrite a cross-encoder ONNX file (FP32 or dynamic INT8) in place with
+    ``graph_passes.RERANKER_PASSES`` (``first_token_last_layer``). Returns
+    ``graph_passes.apply_passes``'s record."""
+    from .graph_passes import RERANKER_PASSES, apply_passes
 
-    from .graph_passes import FIRST_TOKEN_LAST_LAYER, first_token_last_layer, is_first_token_last_layer
-
-    path = Path(path)
-    model = onnx.load(str(path))
-    if is_first_token_last_layer(model):
-        return {"graph_passes": [FIRST_TOKEN_LAST_LAYER]}
-    why = first_token_last_layer(model)
-    if why is not None:
-        return {"graph_passes": [], "graph_passes_skipped": {FIRST_TOKEN_LAST_LAYER: why}}
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return {"graph_passes": [FIRST_TOKEN_LAST_LAYER]}
+    return apply_passes(Path(path), RERANKER_PASSES)
 
 
 def quantize_onnx_int8(fp32: str | Path, output: str | Path, preset: str | None = None) -> OnnxExportReport:

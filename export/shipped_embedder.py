@@ -170,14 +170,45 @@ def _kept_parity(previous: dict[str, Any], files: dict[str, dict[str, Any]]) -> 
     return keep
 
 
+def rewrite_folder_files(folder: Path, meta: dict[str, Any], meta_file: str,
+                         passes: Callable[[Path], dict[str, Any]],
+                         agreement: Callable[[Path, Path], dict[str, Any]],
+                         log: Callable[[str], None]) -> dict[str, Any]:
+    """Rewrite every model file a per-target folder's ``meta["files"]`` lists with ``passes`` and
+    record, per rewritten file, ``derived``: the source's sha256 (on which ``parity`` and
+    ``parity_by_target``, marked ``measured_on_sha256``, were measured), the passes, and
+    ``agreement(source, rewritten)``; then the new sha256 and size, and the folder's
+    ``graph_passes``. Writes ``meta_file`` and returns the metadata. Files already carrying the
+    passes are left as they are."""
+    with tempfile.TemporaryDirectory(prefix="magicselector-passes-") as work:
+        for name, entry in meta["files"].items():
+            path, source = folder / name, Path(work) / name
+            shutil.copy2(path, source)
+            applied = passes(path)
+            if sha256_file(path) == sha256_file(source):
+                log(f"{name}: already carries {applied.get('graph_passes')}")
+                continue
+            agreed = agreement(source, path)
+            entry["derived"] = {"from_sha256": entry["sha256"], "graph_passes": applied["graph_passes"],
+                                "agreement_with_source": agreed,
+                                "parity_measured_on": "the source file (from_sha256)"}
+            for target, report in (meta.get("parity_by_target") or {}).items():
+                if (meta.get("targets") or {}).get(target, {}).get("file") == name:
+                    report.setdefault("measured_on_sha256", entry["sha256"])
+            entry["sha256"], entry["size_bytes"] = sha256_file(path), path.stat().st_size
+            log(f"{name}: {applied['graph_passes']}, agreement with the source: "
+                + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in agreed.items()))
+    meta["graph_passes"] = sorted({p for e in meta["files"].values() for p in e.get("derived", {}).get("graph_passes", [])}
+                                  | set(meta.get("graph_passes", [])))
+    (folder / meta_file).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return meta
+
+
 def apply_graph_passes_to_folder(folder: str | Path = SHIPPED_EMBEDDER_DIR,
                                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Rewrite every INT8 file of an embedder folder with ``onnx.apply_embedder_passes`` (no
-    checkpoint needed) and update ``embedder.json``: each rewritten file's sha256 and size, the
-    passes, the source file's sha256 (its ``parity`` and ``parity_by_target`` were measured on that
-    source) and the agreement of the rewritten file's embeddings with the source's on the parity
-    probes (the probe queries and 40 phone tools) and on all 243 phone tools. A file that already
-    carries the passes is left as it is."""
+    checkpoint needed; ``rewrite_folder_files`` records what changed). The agreement with the
+    source: the cosine of their embeddings of the probe queries and all 243 phone tools."""
     import numpy as np
 
     from magicselector.stages.embed import TextEmbedder
@@ -187,35 +218,15 @@ def apply_graph_passes_to_folder(folder: str | Path = SHIPPED_EMBEDDER_DIR,
     if not meta or not isinstance(meta.get("files"), dict):
         raise ExportError(f"{folder}: not a per-target embedder folder (no 'files' in {EMBEDDER_META})")
     texts = PROBE_QUERIES + [tool_text(t) for t in load_phone_catalog()]
-    with tempfile.TemporaryDirectory(prefix="magicselector-passes-") as work:
-        for name, entry in meta["files"].items():
-            path = folder / name
-            source = Path(work) / name
-            shutil.copy2(path, source)
-            applied = apply_embedder_passes(path)
-            if sha256_file(path) == sha256_file(source):
-                log(f"{name}: already carries {applied.get('graph_passes')}")
-                continue
+    max_length = int(meta.get("max_length", MAX_LENGTH))
 
-            def embed(model: Path) -> np.ndarray:
-                return TextEmbedder.from_path(model, folder / "tokenizer.json", max_length=int(meta.get("max_length", MAX_LENGTH)),
-                                              threads=1).embed(texts)
+    def agreement(source: Path, rewritten: Path) -> dict[str, Any]:
+        a, b = (TextEmbedder.from_path(m, folder / "tokenizer.json", max_length=max_length, threads=1).embed(texts)
+                for m in (source, rewritten))
+        cos = (a * b).sum(axis=1)
+        return {"texts": len(texts), "min_cosine": float(np.min(cos)), "mean_cosine": float(np.mean(cos))}
 
-            cos = (embed(source) * embed(path)).sum(axis=1)
-            entry["derived"] = {"from_sha256": entry["sha256"], "graph_passes": applied["graph_passes"],
-                                "agreement_with_source": {"texts": len(texts), "min_cosine": float(cos.min()),
-                                                          "mean_cosine": float(cos.mean())},
-                                "parity_measured_on": "the source file (from_sha256)"}
-            for target, report in (meta.get("parity_by_target") or {}).items():
-                if (meta.get("targets") or {}).get(target, {}).get("file") == name:
-                    report.setdefault("measured_on_sha256", entry["sha256"])
-            entry["sha256"], entry["size_bytes"] = sha256_file(path), path.stat().st_size
-            log(f"{name}: {applied['graph_passes']}, cosine with the source over {len(texts)} texts: "
-                f"min {cos.min():.4f}, mean {cos.mean():.4f}")
-    meta["graph_passes"] = sorted({p for e in meta["files"].values()
-                                   for p in e.get("derived", {}).get("graph_passes", [])} | set(meta.get("graph_passes", [])))
-    (folder / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return meta
+    return rewrite_folder_files(folder, meta, EMBEDDER_META, apply_embedder_passes, agreement, log)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

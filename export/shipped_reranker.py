@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
 import sys
 import tempfile
 import time
@@ -28,8 +27,8 @@ from magicselector.targets import TARGETS
 
 from .bundle import MIN_RERANKER_SPEARMAN, checked_reranker_parity, rerank_probe_groups
 from .onnx import ExportError, checkpoint_pair_window, export_encoder_onnx
-from .shipped_embedder import (_kept_parity, _read_meta, _weights_file, install_files, quantize_per_target, target_map,
-                               training_summary)
+from .shipped_embedder import (_kept_parity, _read_meta, _weights_file, install_files, quantize_per_target,
+                               rewrite_folder_files, target_map, training_summary)
 
 COMMAND = "python3 -m magicselector.export.shipped_reranker"
 
@@ -91,10 +90,9 @@ def export_shipped_reranker(checkpoint: str | Path, out: str | Path = SHIPPED_RE
 def apply_graph_passes_to_folder(folder: str | Path = SHIPPED_RERANKER_DIR,
                                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Rewrite every INT8 file of a reranker folder with ``onnx.apply_reranker_passes`` (no
-    checkpoint needed) and update ``reranker.json``: each rewritten file's sha256 and size, the
-    passes, the source file's sha256 (its ``parity`` and ``parity_by_target`` were measured on that
-    source) and the rewritten file's agreement with the source on every probe query of the phone
-    catalog (24 lists of 20 tools). A folder whose files already carry the passes is left as it is."""
+    checkpoint needed; ``shipped_embedder.rewrite_folder_files`` records what changed). The
+    agreement with the source: their scores on every probe query of the phone catalog, 24 lists of
+    20 tools (``compare_rerank_scores``)."""
     from magicselector.stages.rerank import CrossEncoder, PairTokenizer, pair_window
 
     from .onnx import apply_reranker_passes, compare_rerank_scores
@@ -105,33 +103,13 @@ def apply_graph_passes_to_folder(folder: str | Path = SHIPPED_RERANKER_DIR,
         raise ExportError(f"{folder}: not a per-target reranker folder (no 'files' in {RERANKER_META})")
     groups = rerank_probe_groups(load_phone_catalog(), PROBE_QUERIES, per_query=20)
     tokenizer = PairTokenizer(folder / "tokenizer.json", **pair_window(meta))
-    with tempfile.TemporaryDirectory(prefix="magicselector-passes-") as work:
-        for name, entry in meta["files"].items():
-            path = folder / name
-            source = Path(work) / name
-            shutil.copy2(path, source)
-            applied = apply_reranker_passes(path)
-            if sha256_file(path) == sha256_file(source):
-                log(f"{name}: already carries {applied.get('graph_passes')}")
-                continue
-            before = CrossEncoder(source, tokenizer, threads=1)
-            after = CrossEncoder(path, tokenizer, threads=1)
-            agreement = compare_rerank_scores({q: before.score(q, t) for q, t in groups.items()},
-                                              {q: after.score(q, t) for q, t in groups.items()})
-            entry["derived"] = {"from_sha256": entry["sha256"], "graph_passes": applied["graph_passes"],
-                                "agreement_with_source": {**agreement, "lists": len(groups)},
-                                "parity_measured_on": "the source file (from_sha256)"}
-            for target, report in (meta.get("parity_by_target") or {}).items():
-                if (meta.get("targets") or {}).get(target, {}).get("file") == name:
-                    report.setdefault("measured_on_sha256", entry["sha256"])
-            entry["sha256"], entry["size_bytes"] = sha256_file(path), path.stat().st_size
-            log(f"{name}: {applied['graph_passes']}, agreement with the source: per-list Spearman "
-                f"{agreement['spearman_per_list_mean']:.4f} (min {agreement['spearman_per_list_min']:.4f}), "
-                f"top-1 {agreement['top1_agreement']:.3f}")
-    meta["graph_passes"] = sorted({p for e in meta["files"].values()
-                                   for p in e.get("derived", {}).get("graph_passes", [])} | set(meta.get("graph_passes", [])))
-    (folder / RERANKER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return meta
+
+    def agreement(source: Path, rewritten: Path) -> dict[str, Any]:
+        before, after = (CrossEncoder(m, tokenizer, threads=1) for m in (source, rewritten))
+        return {**compare_rerank_scores({q: before.score(q, t) for q, t in groups.items()},
+                                        {q: after.score(q, t) for q, t in groups.items()}), "lists": len(groups)}
+
+    return rewrite_folder_files(folder, meta, RERANKER_META, apply_reranker_passes, agreement, log)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -185,3 +185,34 @@ def test_the_reranker_pass_list_leaves_attention_unfused():
     """fuse_attention measured no gain on 10 pairs of 64 tokens, so the reranker files do not carry it."""
     for name in json.loads((SHIPPED_RERANKER_DIR / "reranker.json").read_text())["files"]:
         assert not is_attention_fused(onnx.load(str(SHIPPED_RERANKER_DIR / name)))
+
+
+def test_a_folder_exported_before_the_passes_is_rewritten_once(exported, tmp_path):
+    """``shipped_reranker --apply-graph-passes`` on a folder whose file lacks the pass: the file is
+    rewritten, reranker.json records the source, the agreement and where parity was measured."""
+    from magicselector.export.shipped_reranker import main
+
+    folder = tmp_path / "rr"
+    folder.mkdir()
+    model = folder / "model-int8.onnx"
+    quantize_onnx_int8(exported["full"], model, "qint8_avx512_vnni")
+    shutil.copy2(SHIPPED_RERANKER_DIR / "tokenizer.json", folder / "tokenizer.json")
+    source_sha = sha256_file(model)
+    meta = {"max_length": 32, "truncation": "query_capped", "min_tool_tokens": 8,
+            "targets": {"x86-vnni": {"file": model.name}},
+            "files": {model.name: {"sha256": source_sha, "size_bytes": model.stat().st_size, "targets": ["x86-vnni"]}},
+            "parity_by_target": {"x86-vnni": {"against": "fp32-onnx"}}}
+    (folder / "reranker.json").write_text(json.dumps(meta))
+    assert main(["--apply-graph-passes", "--out", str(folder)]) == 0
+    after = json.loads((folder / "reranker.json").read_text())
+    entry = after["files"][model.name]
+    assert entry["sha256"] == sha256_file(model) != source_sha and entry["size_bytes"] == model.stat().st_size
+    assert entry["derived"]["from_sha256"] == source_sha
+    assert entry["derived"]["graph_passes"] == after["graph_passes"] == [FIRST_TOKEN_LAST_LAYER]
+    assert entry["derived"]["agreement_with_source"]["lists"] == 24
+    assert after["parity_by_target"]["x86-vnni"]["measured_on_sha256"] == source_sha
+    assert is_first_token_last_layer(onnx.load(str(model)))
+    again = (folder / "reranker.json").read_bytes()
+    assert main(["--apply-graph-passes", "--out", str(folder)]) == 0
+    assert (folder / "reranker.json").read_bytes() == again
+    assert main(["--apply-graph-passes", "--out", str(tmp_path / "nothing")]) == 2
