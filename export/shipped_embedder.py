@@ -204,6 +204,19 @@ def rewrite_folder_files(folder: Path, meta: dict[str, Any], meta_file: str,
     return meta
 
 
+def apply_passes_command(apply: Callable[..., dict[str, Any]], out: str, log: Callable[[str], None]) -> int:
+    """``--apply-graph-passes`` of both folder commands: run ``apply(out, log=log)``, print what it
+    derived as JSON; an ExportError is a one-line error and exit code 2."""
+    try:
+        meta = apply(out, log=log)
+    except ExportError as e:
+        print(f"magicselector: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": out, "graph_passes": meta["graph_passes"],
+                      "files": {n: f.get("derived") for n, f in meta["files"].items()}}, indent=2))
+    return 0
+
+
 def apply_graph_passes_to_folder(folder: str | Path = SHIPPED_EMBEDDER_DIR,
                                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Rewrite every INT8 file of an embedder folder with ``onnx.apply_embedder_passes`` (no
@@ -251,14 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("magicselector: error: --apply-graph-passes rewrites the files in --out; drop --checkpoint",
                   file=sys.stderr)
             return 2
-        try:
-            meta = apply_graph_passes_to_folder(args.out, log=log)
-        except ExportError as e:
-            print(f"magicselector: error: {e}", file=sys.stderr)
-            return 2
-        print(json.dumps({"out": args.out, "graph_passes": meta["graph_passes"],
-                          "files": {n: f.get("derived") for n, f in meta["files"].items()}}, indent=2))
-        return 0
+        return apply_passes_command(apply_graph_passes_to_folder, args.out, log)
     try:
         meta = export_shipped_embedder(args.out, args.target, checkpoint=args.checkpoint, log=log)
     except ExportError as e:

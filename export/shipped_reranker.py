@@ -27,8 +27,8 @@ from magicselector.targets import TARGETS
 
 from .bundle import MIN_RERANKER_SPEARMAN, checked_reranker_parity, rerank_probe_groups
 from .onnx import ExportError, checkpoint_pair_window, export_encoder_onnx
-from .shipped_embedder import (_kept_parity, _read_meta, _weights_file, install_files, quantize_per_target,
-                               rewrite_folder_files, target_map, training_summary)
+from .shipped_embedder import (_kept_parity, _read_meta, _weights_file, apply_passes_command, install_files,
+                               quantize_per_target, rewrite_folder_files, target_map, training_summary)
 
 COMMAND = "python3 -m magicselector.export.shipped_reranker"
 
@@ -132,14 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     command = " ".join([COMMAND, *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     if args.apply_graph_passes:
-        try:
-            meta = apply_graph_passes_to_folder(args.out, log=log)
-        except ExportError as e:
-            print(f"magicselector: error: {e}", file=sys.stderr)
-            return 2
-        print(json.dumps({"out": args.out, "graph_passes": meta["graph_passes"],
-                          "files": {n: f.get("derived") for n, f in meta["files"].items()}}, indent=2))
-        return 0
+        return apply_passes_command(apply_graph_passes_to_folder, args.out, log)
     try:
         meta = export_shipped_reranker(args.checkpoint, args.out, args.target, min_spearman=args.min_spearman,
                                        command=command, log=log)
