@@ -72,7 +72,8 @@ def _quiet() -> None:
 
 
 def encoder_module(checkpoint: str | Path, kind: str):
-    """The checkpoint as a torch Module ``(input_ids, attention_mask, token_type_ids) -> output``.
+    """The checkpoint as a torch Module ``(input_ids, attention_mask, token_type_ids) -> output``;
+    a BERT cross-encoder as ``first_token_cross_encoder`` (its last layer for the first token only).
 
     The padding mask is turned into the additive [batch, 1, 1, seq] float mask here, so the graph
     holds no index-based mask construction (which PT2E's prepared graph cannot run) and the
@@ -104,7 +105,57 @@ def encoder_module(checkpoint: str | Path, kind: str):
             out = self.m(input_ids=input_ids, attention_mask=mask, token_type_ids=token_type_ids)
             return out.last_hidden_state if kind == "embedder" else out.logits[:, 0]
 
+    if kind == "reranker" and first_token_only_supported(model):
+        return first_token_cross_encoder(model).eval()
     return Encoder(model).eval()
+
+
+def first_token_only_supported(model: Any) -> bool:
+    """Whether ``first_token_cross_encoder`` knows this sequence classifier: BERT with absolute
+    positions, a pooler and a classifier head."""
+    config = getattr(model, "config", None)
+    bert = getattr(model, "bert", None)
+    return (config is not None and getattr(config, "model_type", None) == "bert" and bert is not None
+            and getattr(bert, "pooler", None) is not None and hasattr(model, "classifier")
+            and getattr(config, "position_embedding_type", "absolute") == "absolute"
+            and not getattr(config, "is_decoder", False))
+
+
+def first_token_cross_encoder(model: Any):
+    """A BERT cross-encoder as a torch Module whose last layer computes the first token only, the
+    program ``graph_passes.first_token_last_layer`` makes of an ONNX export: the head reads that
+    token, so only the last layer's keys and values need the others. Same inputs and the additive
+    mask as ``encoder_module``'s; output one logit per pair."""
+    import torch
+
+    class FirstTokenCrossEncoder(torch.nn.Module):
+        def __init__(self, m: torch.nn.Module) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            bert = self.m.bert
+            neg = torch.finfo(torch.float32).min
+            mask = (1.0 - attention_mask[:, None, None, :].to(torch.float32)) * neg
+            hidden = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+            *body, last = bert.encoder.layer
+            for layer in body:
+                out = layer(hidden, mask)
+                hidden = out[0] if isinstance(out, tuple) else out
+            att = last.attention.self
+            batch, seq = hidden.shape[0], hidden.shape[1]
+            heads, size = att.num_attention_heads, att.attention_head_size
+            first = hidden[:, :1]
+            q = att.query(first).view(batch, 1, heads, size).transpose(1, 2)
+            k = att.key(hidden).view(batch, seq, heads, size).transpose(1, 2)
+            v = att.value(hidden).view(batch, seq, heads, size).transpose(1, 2)
+            weights = torch.softmax(q @ k.transpose(-1, -2) * size ** -0.5 + mask, dim=-1)
+            context = (weights @ v).transpose(1, 2).reshape(batch, 1, heads * size)
+            attended = last.attention.output(context, first)
+            top = last.output(last.intermediate(attended), attended)
+            return self.m.classifier(bert.pooler(top))[:, 0]
+
+    return FirstTokenCrossEncoder(model)
 
 
 def _export(module, example, dynamic_shapes):

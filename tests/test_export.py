@@ -133,6 +133,36 @@ def test_tiny_reranker_pte_fixed_shapes(tiny_reranker, tmp_path):
     assert parity["spearman"] > 0.99 and parity["top1_agreement"] == 1.0, parity
 
 
+def test_pte_reranker_module_computes_the_last_layer_for_the_first_token(tiny_reranker, tmp_path):
+    """ExecuTorch exports the cross-encoder through first_token_cross_encoder: the same logits as the
+    Hugging Face model (padded rows and token types included), and a dynamic-shape program keeps them."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from magicselector.export.executorch import encoder_module, export_encoder_pte, pte_reranker_parity
+
+    module = encoder_module(tiny_reranker, "reranker")
+    assert type(module).__name__ == "FirstTokenCrossEncoder"
+    full = AutoModelForSequenceClassification.from_pretrained(str(tiny_reranker)).eval()
+    ids = torch.randint(1000, 8000, (5, 23), generator=torch.Generator().manual_seed(0))
+    ids[:, 0] = 101
+    mask = torch.ones_like(ids)
+    for row, length in enumerate((23, 17, 9, 3, 20)):
+        mask[row, length:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 8:] = 1
+    with torch.inference_mode():
+        got = module(ids, mask, types)
+        want = full(input_ids=ids, attention_mask=mask, token_type_ids=types).logits[:, 0]
+    assert float(want.std()) > 1e-3  # the wide init spreads the scores, so the check can fail
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    rep = export_encoder_pte(tiny_reranker, tmp_path / "rr-dyn.pte", kind="reranker", quantize="fp32", max_length=64)
+    assert rep.shapes == "dynamic"
+    pairs = [(q, t) for q, texts in _groups(3, 6).items() for t in texts]
+    parity = pte_reranker_parity(tiny_reranker, rep.output, pairs, max_length=64)
+    assert parity["spearman"] > 0.99 and parity["top1_agreement"] == 1.0, parity
+
+
 # -- ONNX reranker -------------------------------------------------------------------------------
 
 def test_tiny_reranker_onnx_int8_parity_and_static_qdq(tiny_reranker, tmp_path):
