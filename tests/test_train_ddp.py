@@ -165,7 +165,10 @@ def test_two_processes_train_like_one(kind, launcher, config, tiny_benchmark, ba
     initial = ranks[0]["initial"]
     moved = max(float((single_weights[k] - initial[k]).abs().max()) for k in single_weights)
     gap = max(float((saved[k] - single_weights[k]).abs().max()) for k in saved)
-    assert moved > 1e-4 and gap < 0.02 * moved, (gap, moved)
+    # one process and two sum the gradients in another order, and Adam turns that float noise on
+    # near-zero gradients into steps of up to lr: 0.5-2.5 % of `moved` seen (Intel Xeon, AMD EPYC
+    # Zen 4); ranks that did not average would differ by the order of `moved` itself
+    assert moved > 1e-4 and gap < 0.1 * moved, (gap, moved)
 
 
 # One decomposer SFT run, then GRPO from its checkpoint, per process: records each step's global
