@@ -43,7 +43,9 @@ class ServeBenchConfig:
     ``--threads`` (None: the shipped default). rerank_batch_ms: adds the variant ``rerank+batch``
     (``--rerank --rerank-batch-ms MS``; ``batch_inexact`` adds ``--rerank-batch-inexact``).
     variants: which of ``shipped`` (no flags) and ``rerank`` (``--rerank``) to run. rounds: each
-    count's requests are sent in this many rounds, the variants taking turns round by round."""
+    count's requests are sent in this many rounds, the variants taking turns round by round.
+    rerank_skip_margin: passed to the reranking variants as ``--rerank-skip-margin`` (None: the
+    shipped skip; negative: every turn reranks, which is where batching across callers can act)."""
 
     callers: tuple[int, ...] = (1, 2, 4)
     requests: int = 48
@@ -53,6 +55,7 @@ class ServeBenchConfig:
     rerank_batch_ms: float | None = None
     batch_inexact: bool = False
     rounds: int = 4
+    rerank_skip_margin: float | None = None
     server_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
@@ -78,6 +81,10 @@ class ServeBenchConfig:
         if self.rerank_batch_ms is not None:
             out["rerank+batch"] = ["--rerank", "--rerank-batch-ms", f"{self.rerank_batch_ms:g}"] + \
                 (["--rerank-batch-inexact"] if self.batch_inexact else [])
+        if self.rerank_skip_margin is not None:
+            for args in out.values():
+                if "--rerank" in args:
+                    args += ["--rerank-skip-margin", f"{self.rerank_skip_margin:g}"]
         return out
 
 
@@ -297,6 +304,9 @@ def add_arguments(sp: Any) -> None:
                     help="also run the variant rerank+batch: --rerank --rerank-batch-ms MS")
     sp.add_argument("--rerank-batch-inexact", action="store_true",
                     help="with --rerank-batch-ms: pass --rerank-batch-inexact to that server")
+    sp.add_argument("--rerank-skip-margin", type=float, metavar="S",
+                    help="pass --rerank-skip-margin S to the reranking variants (default: the shipped skip; "
+                         "negative: every turn reranks, to see what batching across callers buys)")
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.add_argument("--md", metavar="OUT", help="write the markdown table")
 
@@ -311,13 +321,15 @@ def cmd_bench_serve(args: Any) -> int:
                          "pip install 'magicselector[serve]'") from None
     config = ServeBenchConfig(callers=tuple(args.callers), requests=args.requests, warmup=args.warmup,
                               threads=args.threads, variants=tuple(args.variants), rounds=args.rounds,
-                              rerank_batch_ms=args.rerank_batch_ms, batch_inexact=args.rerank_batch_inexact)
+                              rerank_batch_ms=args.rerank_batch_ms, batch_inexact=args.rerank_batch_inexact,
+                              rerank_skip_margin=args.rerank_skip_margin)
     command = "magicselector bench serve" + "".join(
         f" {flag} {value}" for flag, value in (("--bundle", args.bundle),
                                                ("--callers", " ".join(map(str, args.callers))),
                                                ("--requests", args.requests), ("--rounds", args.rounds),
                                                ("--threads", args.threads), ("--rerank-batch-ms", args.rerank_batch_ms))
-        if value is not None) + (" --rerank-batch-inexact" if args.rerank_batch_inexact else "")
+        if value is not None) + (" --rerank-batch-inexact" if args.rerank_batch_inexact else "") + (
+        f" --rerank-skip-margin {args.rerank_skip_margin:g}" if args.rerank_skip_margin is not None else "")
     report = bench_serve(args.bundle, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_markdown(report, command))
     written = write_report(report, args.json, args.md, command)

@@ -188,3 +188,13 @@ def test_bench_serve_reports_every_caller_count(bundle_dir, tmp_path):
     assert json.loads((tmp_path / "serve.json").read_text())["results"][1]["callers"] == 2
     assert "| shipped | 2 |" in (tmp_path / "serve.md").read_text() and len(written) == 2
     assert "1 inference thread(s)" in format_markdown(report)
+
+
+def test_bench_serve_passes_the_skip_margin_to_the_reranking_variants():
+    from magicselector.bench.serve_bench import ServeBenchConfig
+
+    every = ServeBenchConfig(rerank_batch_ms=0, batch_inexact=True, rerank_skip_margin=-1).server_variants()
+    assert every == {"shipped": [], "rerank": ["--rerank", "--rerank-skip-margin", "-1"],
+                     "rerank+batch": ["--rerank", "--rerank-batch-ms", "0", "--rerank-batch-inexact",
+                                      "--rerank-skip-margin", "-1"]}
+    assert ServeBenchConfig().server_variants() == {"shipped": [], "rerank": ["--rerank"]}
