@@ -282,12 +282,9 @@ class _TimedTokenizer:
 
 
 def turn_texts(selector: Any, turn: Mapping[str, Any]) -> list[str]:
-    """The texts the selector embeds for a turn (the utterance anchor plus its sub-tasks)."""
-    from magicselector.dialogue import validate_history, validate_query
-
-    query = validate_query(turn["utterance"], selector.config.max_query_chars)
-    subtasks = list(selector.decomposer.decompose(query, validate_history(turn.get("history") or [])).tasks) or [query]
-    return list(dict.fromkeys([query, *subtasks]))
+    """The texts the selector embeds for a turn (``Selector.retrieval_texts``: the utterance anchor,
+    its sub-tasks and, under a history mode, the history-folded utterance)."""
+    return selector.retrieval_texts(turn["utterance"], turn.get("history") or [])
 
 
 # -- the measurement --------------------------------------------------------------------------------

@@ -219,6 +219,23 @@ class Selector:
             return self._lexical
 
     # -- selection ----------------------------------------------------------------------------
+    def _retrieval_texts(self, query: str, turns: Sequence[Turn], subtasks: Sequence[str]) -> list[str]:
+        # The plain utterance is always retrieved too, as the anchor list (ToolQP). With a history
+        # mode, a decomposing Selector also retrieves the history-folded utterance as one more list
+        # (what the passthrough's single sub-task is without decomposition).
+        extra = []
+        if self.config.decompose != "none" and self.config.history != "none" and turns:
+            extra.append(retrieval_text(query, turns, self.config.history, self.config.history_turns))
+        return list(dict.fromkeys([query, *subtasks, *extra]))
+
+    def retrieval_texts(self, query: str, history: Sequence[Any] | None = None) -> list[str]:
+        """The texts ``select(query, history)`` embeds, one retrieval list each, in its order: the
+        utterance, its sub-tasks, the history-folded utterance (runs the decomposer, not the models)."""
+        query = validate_query(query, self.config.max_query_chars)
+        turns = bounded_history(history, self.config.max_history_turns, self.config.max_history_chars)
+        subtasks = (list(self.decomposer.decompose(query, turns).tasks) or [query])[: self.config.max_subtasks]
+        return self._retrieval_texts(query, turns, subtasks)
+
     def select(self, query: str, history: Iterable[Any] | None = ()) -> Selection:
         timer = _Timer()
         t = time.perf_counter()
@@ -232,13 +249,7 @@ class Selector:
             timer.ms["decompose_load"] = trace.load_ms
             timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - trace.load_ms)
 
-        # The plain utterance is always retrieved too, as the anchor list (ToolQP). With a history
-        # mode, a decomposing Selector also retrieves the history-folded utterance as one more list
-        # (what the passthrough's single sub-task is without decomposition).
-        extra = []
-        if self.config.decompose != "none" and self.config.history != "none" and turns:
-            extra.append(retrieval_text(query, turns, self.config.history, self.config.history_turns))
-        texts = list(dict.fromkeys([query, *subtasks, *extra]))
+        texts = self._retrieval_texts(query, turns, subtasks)
         vectors = self.embedder.embed(texts)
         t = timer.lap("embed", t)
 

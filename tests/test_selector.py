@@ -143,3 +143,16 @@ def test_rerank_seam_reorders_each_lists_head(bundle_dir):
     calls = len(rr.calls)
     off = sel.with_config(rerank=False).select("start navigation home")
     assert "rerank" not in off.timings_ms and len(rr.calls) == calls
+
+
+def test_retrieval_texts_are_the_texts_select_embeds(selector):
+    """Selector.retrieval_texts (what bench latency and --compare time) lists exactly the texts of
+    select's retrieval lists: the utterance, its sub-tasks, the history-folded utterance."""
+    history = [{"role": "user", "content": "order a large pepperoni pizza"},
+               {"role": "assistant", "content": "One large pepperoni pizza from Tony's, 25 minutes."}]
+    for query, hist in [("turn on bluetooth and play some jazz", []), ("make it two", history),
+                        ("and text Maria that it is on the way", history)]:
+        texts = selector.retrieval_texts(query, hist)
+        assert texts == [text for text, _, _ in selector.select(query, hist).lists]
+    folded = selector.retrieval_texts("make it two", history)
+    assert folded[0] == "make it two" and any("pepperoni" in t for t in folded[1:])
