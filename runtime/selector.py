@@ -228,22 +228,24 @@ class Selector:
             extra.append(retrieval_text(query, turns, self.config.history, self.config.history_turns))
         return list(dict.fromkeys([query, *subtasks, *extra]))
 
-    def retrieval_texts(self, query: str, history: Sequence[Any] | None = None) -> list[str]:
-        """The texts ``select(query, history)`` embeds, one retrieval list each, in its order: the
-        utterance, its sub-tasks, the history-folded utterance (runs the decomposer, not the models)."""
+    def _decompose(self, query: str, history: Iterable[Any] | None) -> tuple[str, list[Turn], Any, list[str]]:
+        """(checked utterance, bounded history, the decomposition, its sub-tasks capped)."""
         query = validate_query(query, self.config.max_query_chars)
         turns = bounded_history(history, self.config.max_history_turns, self.config.max_history_chars)
-        subtasks = (list(self.decomposer.decompose(query, turns).tasks) or [query])[: self.config.max_subtasks]
+        decomposition = self.decomposer.decompose(query, turns)
+        return query, turns, decomposition, (list(decomposition.tasks) or [query])[: self.config.max_subtasks]
+
+    def retrieval_texts(self, query: str, history: Iterable[Any] | None = None) -> list[str]:
+        """The texts ``select(query, history)`` embeds, one retrieval list each, in its order: the
+        utterance, its sub-tasks, the history-folded utterance (runs the decomposer, not the models)."""
+        query, turns, _, subtasks = self._decompose(query, history)
         return self._retrieval_texts(query, turns, subtasks)
 
     def select(self, query: str, history: Iterable[Any] | None = ()) -> Selection:
         timer = _Timer()
         t = time.perf_counter()
-        query = validate_query(query, self.config.max_query_chars)
-        turns = bounded_history(history, self.config.max_history_turns, self.config.max_history_chars)
-        decomposition = self.decomposer.decompose(query, turns)
+        query, turns, decomposition, subtasks = self._decompose(query, history)
         trace = decomposition.trace
-        subtasks = (list(decomposition.tasks) or [query])[: self.config.max_subtasks]
         t = timer.lap("decompose", t)
         if trace.load_ms > 0:  # the one-off model load is reported on its own
             timer.ms["decompose_load"] = trace.load_ms
