@@ -240,7 +240,7 @@ def _llm_figures(bundle: str, device: str) -> dict[str, Any]:
 
 
 def cmd_latency(args: argparse.Namespace) -> int:
-    from magicselector.bundle import ensure_default_bundle
+    from magicselector.default_bundle import ensure_default_bundle
     from magicselector.cli_options import SHIPPED
     from magicselector.errors import InputError
 

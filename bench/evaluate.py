@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from magicselector.bundle import Bundle, ensure_default_bundle
+from magicselector.bundle import Bundle
+from magicselector.default_bundle import ensure_default_bundle
 from magicselector.catalog import Catalog, schema_tokens, tool_text
 from magicselector.config import DEFAULT_CUT, SelectorConfig
 from magicselector.dialogue import retrieval_text, validate_history, validate_query

@@ -198,7 +198,7 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
                 config: QualityConfig = QualityConfig(), shipped: SelectorConfig | None = None,
                 progress: bool = True, note: Callable[[str], None] = print) -> dict[str, Any]:
     """Every (set, configuration) pair's row; the report ``format_markdown`` renders."""
-    from magicselector.bundle import ensure_default_bundle
+    from magicselector.default_bundle import ensure_default_bundle
     from magicselector.selector import Selector
 
     shipped = shipped if shipped is not None else SelectorConfig()

@@ -95,7 +95,7 @@ def _digest(sel) -> bytes:
 def run_soak(bundle: str | Path | None = None, config: SoakConfig = SoakConfig(),
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the soak (see the module docstring); returns the report, ``ok`` when nothing failed."""
-    from magicselector.bundle import ensure_default_bundle
+    from magicselector.default_bundle import ensure_default_bundle
     from magicselector.config import SelectorConfig
     from magicselector.selector import Selector
 

@@ -117,12 +117,13 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
     if (out / "manifest.json").exists() and not args.force:
         print(f"bundle already built: {out} (use --force to rebuild)")
         return 0
+    # the key signs the bundle in its staging folder, before it replaces the one at OUT
+    signed = {"signing_key": _signing_key(args.signing_key), "release": args.release}
     if args.preset is None and args.reranker is None and not args.retrain_reranker:
         from magicselector.default_bundle import build_default_bundle as build_from_shipped  # no exporter needed
 
-        build_from_shipped(out, target=args.target, reranker=not args.no_reranker)
-        _sign_built(out, args.signing_key)
-        print(out)
+        build_from_shipped(out, target=args.target, reranker=not args.no_reranker, **signed)
+        _report_built(out, args.signing_key)
         return 0
     from magicselector.export.bundle import build_default_bundle
 
@@ -134,14 +135,13 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="magicselector-retrain-") as work:
             checkpoint = retrain_shipped(work, train_data=args.train_data, progress=True,
                                          log=lambda msg: print(f"[retrain] {msg}", file=sys.stderr, flush=True))
-            build_default_bundle(out, progress=True, preset=args.preset, reranker=checkpoint, target=args.target)
-        _sign_built(out, args.signing_key)
-        print(out)
+            build_default_bundle(out, progress=True, preset=args.preset, reranker=checkpoint, target=args.target,
+                                 **signed)
+        _report_built(out, args.signing_key)
         return 0
     reranker = None if args.no_reranker else (args.reranker or "shipped")
-    build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker, target=args.target)
-    _sign_built(out, args.signing_key)
-    print(out)
+    build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker, target=args.target, **signed)
+    _report_built(out, args.signing_key)
     return 0
 
 
@@ -160,7 +160,8 @@ def _build_custom_bundle(args: argparse.Namespace, custom: list[str]) -> int:
     return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog,
                              reranker=None if args.no_reranker else args.reranker, decomposer=args.decomposer,
                              fmt=args.model_format or "onnx", preset=args.preset, quant=args.quant or "q8_0",
-                             verify=not args.no_verify, signing_key=args.signing_key, target=args.target)
+                             verify=not args.no_verify, signing_key=_signing_key(args.signing_key),
+                             target=args.target, release=args.release)
 
 
 def cmd_bundle_verify(args: argparse.Namespace) -> int:
@@ -177,7 +178,7 @@ def cmd_bundle_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle_sign(args: argparse.Namespace) -> int:
-    from magicselector.signing import sign_bundle
+    from magicselector.bundle_writer import sign_bundle
 
     print(json.dumps(sign_bundle(args.dir, args.key), indent=2))
     return 0
@@ -190,13 +191,53 @@ def cmd_bundle_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sign_built(out: Path, key: str | None) -> None:
-    """``--signing-key``: sign the bundle just built (its manifest, after its files were checked)."""
-    if key:
-        from magicselector.signing import sign_bundle
+def cmd_bundle_rewrite(args: argparse.Namespace) -> int:
+    """``bundle rewrite SRC``: the bundle at SRC with tools added (``--add-tools``, replacing tools of
+    the same id) and removed (``--remove-tools``), written atomically to ``--out`` (default: SRC
+    itself), signed with ``--signing-key`` when given; what ``Selector.save`` does for an app."""
+    from magicselector.catalog import load_catalog
+    from magicselector.config import SelectorConfig
+    from magicselector.errors import UnknownToolError
+    from magicselector.selector import Selector
 
-        signed = sign_bundle(out, key)
-        print(f"signed {signed['signature']} (key {signed['fingerprint']})", file=sys.stderr)
+    if not (args.add_tools or args.remove_tools):
+        raise InputError("bundle rewrite: nothing to change; give --add-tools FILE and/or --remove-tools ID ...")
+    key = _signing_key(args.signing_key)
+    selector = Selector.from_bundle(args.src, config=SelectorConfig(threads=1))
+    removed = []
+    for tool_id in args.remove_tools or []:
+        try:
+            selector.remove_tool(tool_id)
+        except UnknownToolError:
+            raise InputError(f"--remove-tools: {tool_id!r} is not a tool of {args.src}") from None
+        removed.append(tool_id)
+    added = []
+    for spec in args.add_tools or []:
+        for tool in load_catalog(spec):
+            selector.add_tool(tool)
+            added.append(tool.id)
+    out = Path(args.out) if args.out else Path(args.src)
+    manifest = selector.save(out, signing_key=key, release=args.release)
+    print(json.dumps({"out": str(out), "tools": manifest["catalog"]["tools"], "added": added, "removed": removed,
+                      "release": manifest["release"], "signed": key is not None}, indent=2))
+    return 0
+
+
+def _signing_key(key: str | None):
+    """``--signing-key``: the private key, loaded now, so a bad key fails before any build work."""
+    if not key:
+        return None
+    from magicselector.signing import load_private_key
+
+    return load_private_key(key, "--signing-key")
+
+
+def _report_built(out: Path, key: str | None) -> None:
+    if key:
+        from magicselector.signing import SIGNATURE_FILE
+
+        print(f"signed {out / SIGNATURE_FILE}", file=sys.stderr)
+    print(out)
 
 
 def eval_config(args: argparse.Namespace):
@@ -283,8 +324,28 @@ def _add_bundle_build_parser(bp) -> None:
     sp.add_argument("--train-data", metavar="DIR",
                     help="--retrain-reranker: benchmark folder to train on (default: generate the mobile train split)")
     sp.add_argument("--signing-key", metavar="KEY", help="sign the built bundle with this Ed25519 private key "
-                                                         "(PEM, from `bundle keygen`): manifest.sig")
+                                                         "(PEM, from `bundle keygen`): manifest.sig, written "
+                                                         "before the bundle replaces the one at --out")
+    _add_release_option(sp)
     sp.set_defaults(func=cmd_bundle_build)
+
+
+def _add_release_option(sp) -> None:
+    sp.add_argument("--release", type=int, metavar="N", help="the release number the manifest carries (a "
+                    "positive integer; default: the Unix time, or one more than the bundle being replaced); "
+                    "apps refuse older ones with Selector.from_bundle(..., min_release=N)")
+
+
+def _add_bundle_rewrite_parser(bp) -> None:
+    sp = bp.add_parser("rewrite", help="a bundle with tools added or removed, written atomically (models kept)")
+    sp.add_argument("src", metavar="DIR", help="the bundle to start from")
+    sp.add_argument("--out", metavar="DIR", help="where to write it (default: DIR itself, replaced atomically)")
+    sp.add_argument("--add-tools", nargs="+", metavar="FILE", help="catalog files whose tools are added "
+                    "(a tool with the id of one already there replaces it)")
+    sp.add_argument("--remove-tools", nargs="+", metavar="ID", help="ids of tools to remove")
+    sp.add_argument("--signing-key", metavar="KEY", help="sign it with this Ed25519 private key (PEM)")
+    _add_release_option(sp)
+    sp.set_defaults(func=cmd_bundle_rewrite)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bp = sub.add_parser("bundle", help="build or verify bundles").add_subparsers(dest="bundle_command", required=True)
     _add_bundle_build_parser(bp)
+    _add_bundle_rewrite_parser(bp)
     sp = bp.add_parser("verify", help="check hashes, load every artifact, re-run the golden vectors")
     sp.add_argument("dir")
     sp.add_argument("--public-key", metavar="PUB", help="also require a valid signature (manifest.sig) by this "

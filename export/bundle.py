@@ -76,13 +76,15 @@ def quantization_for(target: str | None, preset: str | None) -> tuple[str, str |
 
 def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalog | None = None,
                          preset: str | None = None, reranker: str | Path | None = "shipped",
-                         min_reranker_spearman: float | None = None, target: str | None = None) -> dict[str, Any]:
+                         min_reranker_spearman: float | None = None, target: str | None = None,
+                         signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
     """The embedded default: the shipped INT8 embedder for ``target`` over the phone catalog,
     plus the reranker: ``"shipped"`` (the INT8 cross-encoder committed under
     ``magicselector/models/reranker``), a reranker folder or checkpoint path (e.g. one that
     ``magicselector.train.reranker.retrain_shipped`` trained with the shipped recipe), or None (no
     reranker). A trained reranker whose INT8 parity falls below ``min_reranker_spearman`` (default
-    ``MIN_RERANKER_SPEARMAN``) stops the build. ``preset`` must be ``target``'s quantization (``host``
+    ``MIN_RERANKER_SPEARMAN``) stops the build. ``signing_key`` signs it before it appears;
+    ``release`` as ``build_bundle`` takes it. ``preset`` must be ``target``'s quantization (``host``
     or None: this CPU's): the shipped embedder exists as INT8 per target only. Without torch,
     ``magicselector.default_bundle.build_default_bundle`` builds the same bundle from the shipped models."""
     import tempfile
@@ -120,7 +122,8 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
             rr = export_reranker(reranker, Path(work) / "reranker", preset=preset, target=target,
                                  groups=rerank_probe_groups(catalog), min_spearman=floor, log=log)
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
-                                catalog=catalog, embedder_meta=emb["meta"], reranker=rr, log=log, target=target)
+                                catalog=catalog, embedder_meta=emb["meta"], reranker=rr, log=log, target=target,
+                                signing_key=signing_key, release=release)
     log("done")
     return manifest
 
@@ -294,7 +297,7 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                   min_reranker_spearman: float = MIN_RERANKER_SPEARMAN,
                   min_decomposer_first_token: float | None = None, verify: bool = True,
                   log: Callable[[str], None] = print, signing_key: Any = None,
-                  target: str | None = None) -> dict[str, Any]:
+                  target: str | None = None, release: int | None = None) -> dict[str, Any]:
     """``magicselector export bundle``: export every model, check parity, write and verify the bundle.
     ONNX models are quantized for ``target`` (``host`` or None: this CPU) unless ``preset`` says otherwise.
 
@@ -340,11 +343,7 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
             dec = export_decomposer(decomposer, work / "decomposer", quant=quant,
                                     min_first_token=min_decomposer_first_token, log=log)
 
-        def check(root: Path) -> None:
-            if signing_key is not None:
-                from magicselector.signing import sign_bundle
-
-                log(f"signing the manifest (key {sign_bundle(root, signing_key)['fingerprint']})")
+        def check(root: Path) -> None:  # before the signature: what is signed was verified
             if verify:
                 from magicselector.bundle_check import verify_bundle
 
@@ -356,7 +355,7 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                                 extra={"export": {"format": fmt, "preset": preset, "decomposer_quant":
                                                   quant if decomposer is not None else None,
                                                   "seconds": round(time.perf_counter() - t0, 1)}},
-                                build_check=check,
+                                build_check=check, signing_key=signing_key, release=release,
                                 # a prebuilt or ExecuTorch embedder was not quantized here for any target
                                 target=quant_target if emb["meta"].get("quantization", {}).get("type")
                                 == "dynamic-int8" else None)

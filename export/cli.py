@@ -21,7 +21,8 @@ from magicselector.targets import TARGET_CHOICES
 def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | Path,
                       reranker: str | Path | None = None, decomposer: str | Path | None = None,
                       fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
-                      verify: bool = True, signing_key: str | None = None, target: str | None = None) -> int:
+                      verify: bool = True, signing_key: str | None = None, target: str | None = None,
+                      release: int | None = None) -> int:
     """Export every model, check parity, write and verify the bundle (signed with ``signing_key``,
     when given); print a JSON summary."""
     from .bundle import export_bundle
@@ -33,7 +34,7 @@ def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | P
 
     manifest = export_bundle(out, embedder=embedder, reranker=reranker, decomposer=decomposer,
                              catalog=catalog, fmt=fmt, preset=preset, quant=quant, verify=verify, log=log,
-                             signing_key=signing_key, target=target)
+                             signing_key=signing_key, target=target, release=release)
     summary = {"out": str(out), "files": {k: v["size"] for k, v in manifest["files"].items()}}
     for section in ("embedder", "reranker", "decomposer"):
         sec = manifest.get(section)

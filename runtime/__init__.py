@@ -13,9 +13,10 @@ import os as _os
 # waits before either loads, unless the user chose a policy.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .bundle import Bundle, default_bundle_dir, ensure_default_bundle  # noqa: E402
+from .bundle import Bundle, default_bundle_dir  # noqa: E402
 from .catalog import Catalog, Tool, load_catalog, load_phone_catalog, tool_text
 from .config import SelectorConfig
+from .default_bundle import ensure_default_bundle
 from .errors import BundleError, CatalogError, InputError, MagicSelectorError, UnknownToolError
 from .selector import SelectedTool, Selection, Selector
 from .stages.cut import Cut, CutConfig, paper_cut

@@ -1,20 +1,24 @@
-"""Bundles: a folder with ``manifest.json`` naming every artifact with its size and sha256.
+"""Reading bundles: a folder with ``manifest.json`` naming every artifact with its size and sha256.
 
 Loading verifies the manifest before anything is used; a missing or altered file is an error that
-names the file. The default bundle is built on first use from what the package ships (the INT8
-models for this CPU, the phone catalog; ``magicselector.default_bundle``) and cached under
-``$MAGICSELECTOR_HOME`` (default ``~/.cache/magicselector``).
+names the file. An artifact is read once into memory, checked against the manifest, and used from
+those bytes (``Bundle.read``), so nothing can change between the check and the use. The default
+bundle is built on first use from what the package ships (``magicselector.default_bundle``) and
+cached under ``$MAGICSELECTOR_HOME`` (default ``~/.cache/magicselector``).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Mapping
 
 from .errors import BundleError
-from .files import cache_home, sha256_file, staged_dir  # noqa: F401 - staged_dir is re-exported
+from .files import cache_home, previous_dir, sha256_file, staged_dir  # noqa: F401 - staged_dir is re-exported
+from .signing import read_signature, verify_manifest_bytes
 
 MANIFEST = "manifest.json"
 FORMAT = "magicselector-bundle"
@@ -59,22 +63,21 @@ class Bundle:
     manifest_bytes: bytes = field(default=b"", repr=False, compare=False)
 
     @classmethod
-    def open(cls, path: str | Path, verify: bool = True, public_key: Any = None) -> "Bundle":
+    def open(cls, path: str | Path, verify: bool = True, public_key: Any = None,
+             min_release: int | None = None) -> "Bundle":
+        """Read and check the manifest (and with ``verify``, every file it lists). ``min_release``:
+        refuse a bundle whose signed ``release`` is lower (an older bundle put back: a rollback)."""
         if not isinstance(path, (str, os.PathLike)) or "\x00" in os.fspath(path):
             raise BundleError(f"bundle path must be a folder path, got {path!r:.80}")
         path = Path(path)
-        mpath = path / MANIFEST
+        if not path.is_dir() and (previous_dir(path) / MANIFEST).is_file():
+            path = previous_dir(path)  # a build was killed between the two renames of its swap
         if not path.is_dir():
             raise BundleError(f"{path}: no such bundle folder")
-        if not mpath.is_file():
-            raise BundleError(f"{path}: not a bundle (no {MANIFEST})")
-        if mpath.stat().st_size > MAX_MANIFEST_BYTES:
-            raise BundleError(f"{mpath}: {mpath.stat().st_size:,} bytes; a manifest is at most {MAX_MANIFEST_BYTES:,}")
-        raw = mpath.read_bytes()
+        raw = cls._read_manifest(path)
         if public_key is not None:  # before parsing: nothing unsigned is interpreted
-            from .signing import read_signature, verify_manifest_bytes
-
             verify_manifest_bytes(raw, read_signature(path), public_key, str(path))
+        mpath = path / MANIFEST
         try:
             manifest = json.loads(raw.decode("utf-8-sig"))
         except UnicodeDecodeError as e:
@@ -89,9 +92,48 @@ class Bundle:
             raise BundleError(f"{mpath}: format version {manifest.get('format_version')!r:.40} is not "
                               f"{FORMAT_VERSION}; rebuild the bundle with this magicselector")
         bundle = cls(path, manifest, raw)
+        release = bundle.release  # checks the field
+        if min_release is not None:
+            if isinstance(min_release, bool) or not isinstance(min_release, int):
+                raise BundleError(f"min_release must be an integer, got {min_release!r:.40}")
+            if release < min_release:
+                raise BundleError(f"{mpath}: release {release} is older than the oldest this app accepts "
+                                  f"({min_release}); an older bundle was put back (a rollback)")
         if verify:
             bundle.verify_files()
         return bundle
+
+    @staticmethod
+    def _read_manifest(path: Path) -> bytes:
+        """The manifest's bytes: a regular file (never a symbolic link), read once through one descriptor."""
+        mpath = path / MANIFEST
+        try:
+            st = os.lstat(mpath)
+        except FileNotFoundError:
+            raise BundleError(f"{path}: not a bundle (no {MANIFEST})") from None
+        except OSError as e:
+            raise BundleError(f"{mpath}: cannot be read ({e.strerror})") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise BundleError(f"{mpath}: a symbolic link; a bundle's manifest must be a file inside its folder")
+        if not stat.S_ISREG(st.st_mode):
+            raise BundleError(f"{path}: not a bundle ({MANIFEST} is not a file)")
+        try:
+            fd = os.open(mpath, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as f:
+                if os.fstat(f.fileno()).st_size > MAX_MANIFEST_BYTES:
+                    raise BundleError(f"{mpath}: {os.fstat(f.fileno()).st_size:,} bytes; a manifest is at most "
+                                      f"{MAX_MANIFEST_BYTES:,}")
+                return f.read(MAX_MANIFEST_BYTES + 1)
+        except OSError as e:  # swapped for a link after the check, no permission
+            raise BundleError(f"{mpath}: cannot be read ({e.strerror})") from None
+
+    @property
+    def release(self) -> int:
+        """The manifest's ``release`` (0 for bundles made before releases were recorded)."""
+        value = self.manifest.get("release", 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BundleError(f"{self.path / MANIFEST}: release must be a non-negative integer, got {value!r:.40}")
+        return value
 
     def _confined(self, rel: Any, entry: str) -> Path:
         """``path / rel`` after checking that ``rel`` stays inside the bundle folder."""
@@ -116,14 +158,27 @@ class Bundle:
                               "(a symbolic link out of it)")
         return self.path / rel
 
-    def verify_files(self) -> None:
+    def _entry(self, rel: str) -> Mapping[str, Any]:
         files = self.manifest.get("files")
         if not isinstance(files, Mapping) or not files:
             raise BundleError(f"{self.path / MANIFEST}: lists no files")
-        for rel, entry in files.items():
+        entry = files.get(rel) if isinstance(rel, str) else None
+        if entry is None:
+            raise BundleError(f"{self.path}: {rel!r:.120} is not listed in the manifest")
+        if not isinstance(entry, Mapping):
+            raise BundleError(f"{self.path / MANIFEST}: files[{rel!r:.120}] must be an object with size and sha256")
+        return entry
+
+    def verify_files(self, skip: Any = ()) -> None:
+        """Check every listed file (but those in ``skip``, already read and checked) against the manifest."""
+        files = self.manifest.get("files")
+        if not isinstance(files, Mapping) or not files:
+            raise BundleError(f"{self.path / MANIFEST}: lists no files")
+        for rel in files:
+            if rel in skip:
+                continue
             p = self._confined(rel, f"files[{rel!r:.120}]")
-            if not isinstance(entry, Mapping):
-                raise BundleError(f"{self.path / MANIFEST}: files[{rel!r:.120}] must be an object with size and sha256")
+            entry = self._entry(rel)
             try:
                 if not p.is_file():
                     raise BundleError(f"{p}: missing from the bundle (listed in {MANIFEST})")
@@ -135,9 +190,44 @@ class Bundle:
             except OSError as e:  # a name too long, no permission
                 raise BundleError(f"{self.path / MANIFEST}: files[{rel!r:.120}] cannot be read "
                                   f"({e.strerror})") from None
-            if digest != entry.get("sha256"):
-                raise BundleError(f"{p}: sha256 {digest[:12]}... does not match the manifest "
-                                  f"({str(entry.get('sha256'))[:12]}...); the file was altered")
+            self._check_digest(p, digest, entry)
+
+    @staticmethod
+    def _check_digest(p: Path, digest: str, entry: Mapping[str, Any]) -> None:
+        if digest != entry.get("sha256"):
+            raise BundleError(f"{p}: sha256 {digest[:12]}... does not match the manifest "
+                              f"({str(entry.get('sha256'))[:12]}...); the file was altered")
+
+    def read(self, rel: str, verify: bool = True) -> bytes:
+        """A listed file's bytes, read once; with ``verify``, checked against the manifest's size and
+        sha256 first, so what the caller uses is exactly what was checked (no second open)."""
+        p = self.file(rel)
+        entry = self._entry(rel)
+        try:
+            with open(p, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if verify and size != entry.get("size"):
+                    raise BundleError(f"{p}: size {size} does not match the manifest ({entry.get('size')!r:.40}); "
+                                      "the file was altered or truncated")
+                data = f.read()
+        except FileNotFoundError:
+            raise BundleError(f"{p}: missing from the bundle (listed in {MANIFEST})") from None
+        except IsADirectoryError:
+            raise BundleError(f"{p}: a folder, not a file (listed in {MANIFEST})") from None
+        except OSError as e:
+            raise BundleError(f"{p}: cannot be read ({e.strerror})") from None
+        if verify:
+            if len(data) != entry.get("size"):
+                raise BundleError(f"{p}: changed while it was read; the bundle is being rebuilt")
+            self._check_digest(p, hashlib.sha256(data).hexdigest(), entry)
+        return data
+
+    def changed_on_disk(self) -> bool:
+        """Whether the folder's manifest is no longer the one this Bundle read (a rebuild swapped it)."""
+        try:
+            return self._read_manifest(self.path) != self.manifest_bytes
+        except BundleError:
+            return True
 
     def file(self, rel: str) -> Path:
         files = self.manifest.get("files")
@@ -169,14 +259,3 @@ def write_manifest(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     manifest["files"] = {rel: file_entry(root, rel) for rel in files}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return manifest
-
-
-def ensure_default_bundle(progress: bool = True) -> Path:
-    """The default bundle's folder, built on first use for this CPU from the models the package ships."""
-    path = default_bundle_dir()
-    if (path / MANIFEST).is_file():
-        return path
-    from .default_bundle import build_default_bundle
-
-    build_default_bundle(path, progress=progress)
-    return path

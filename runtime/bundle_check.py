@@ -16,12 +16,24 @@ from .stages.cut import paper_cut
 
 def verify_bundle(path: str | Path) -> dict[str, Any]:
     """Check a bundle end to end; raises BundleError naming what failed, else returns the checks run."""
-    bundle = Bundle.open(path, verify=True)
-    selector = Selector.from_bundle(path, verify=False)
-    checks: dict[str, Any] = {"files": len(bundle.manifest["files"]), "tools": len(selector.catalog)}
+    try:
+        return _verify(path)
+    except (KeyError, TypeError, IndexError, AttributeError) as e:  # golden.json of the wrong shape
+        raise BundleError(f"{path}: golden.json does not hold the probes a bundle writes "
+                          f"({type(e).__name__}: {str(e)[:120]})") from None
+
+
+def _verify(path: str | Path) -> dict[str, Any]:
+    selector = Selector.from_bundle(path, verify=True)  # every file checked, every model loaded
+    bundle = selector.bundle
+    checks: dict[str, Any] = {"files": len(bundle.manifest["files"]), "tools": len(selector.catalog),
+                              "release": bundle.release}
     golden_meta = bundle.section("golden")
     if golden_meta:
-        golden = json.loads(bundle.file(golden_meta["file"]).read_text())
+        try:
+            golden = json.loads(bundle.read(golden_meta["file"]).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            raise BundleError(f"{bundle.file(golden_meta['file'])}: not readable golden probes ({e})") from None
         tok = selector.embedder.tokenizer
         for case in golden["tokenizer"]:
             enc = tok.encode([case["text"]])

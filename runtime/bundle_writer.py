@@ -1,9 +1,14 @@
 """Writing bundle folders: the embedder and reranker files, the catalog embedded into a usearch index,
-golden vectors and a hashed manifest. Torch-free: the default bundle is written with it at run time,
-and the exporters call it with the models they produce."""
+golden vectors, a hashed manifest with its release number, and its signature; every write is built
+aside, signed there and swapped into place (``magicselector.files.staged_dir``), so a bundle appears
+complete and signed or not at all. Torch-free: the default bundle is written with it at run time,
+the exporters call it with the models they produce, and ``Selector.save`` rewrites a bundle's
+catalog, index and lexical index with it (``rewrite_bundle``)."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import platform
 import shutil
 import time
@@ -12,8 +17,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .bundle import staged_dir, write_manifest
+from .bundle import MANIFEST, Bundle, write_manifest
 from .catalog import Catalog, tool_text
+from .errors import BundleError, InputError
+from .files import crash_point, staged_dir
+from .signing import key_fingerprint, load_private_key, sign_manifest_bytes, write_signature
 from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
 from .stages.cut import paper_cut
 from .stages.embed import TextEmbedder, TextTokenizer
@@ -104,11 +112,44 @@ def golden_vectors(embedder: TextEmbedder, tokenizer: TextTokenizer) -> dict[str
     }
 
 
+def resolve_release(out: str | Path, release: int | None) -> int:
+    """The release number a new bundle at ``out`` carries: ``release`` when given (a positive
+    integer), else the current Unix time in seconds, or one more than the bundle already at ``out``
+    where that is higher, so releases grow from build to build on one machine and roughly across
+    machines (an app refuses older ones with ``min_release``)."""
+    if release is not None:
+        if isinstance(release, bool) or not isinstance(release, int) or release < 1:
+            raise InputError(f"release must be a positive integer, got {release!r:.40}")
+        return release
+    previous = 0
+    try:
+        previous = int(json.loads((Path(out) / MANIFEST).read_text(encoding="utf-8")).get("release", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    return max(int(time.time()), previous + 1)
+
+
+def sign_staged(root: Path, private_key: Any) -> dict[str, Any]:
+    """Check a folder's files against its manifest, then write ``manifest.sig`` over the manifest's
+    very bytes that were checked."""
+    key = load_private_key(private_key)  # a bad key fails before anything is read
+    bundle = Bundle.open(root, verify=True)
+    target = write_signature(bundle.path, sign_manifest_bytes(bundle.manifest_bytes, key))
+    return {"signature": str(target), "fingerprint": key_fingerprint(key.public_key())}
+
+
+def sign_bundle(bundle_dir: str | Path, private_key: Any) -> dict[str, Any]:
+    """Sign a bundle in place (``bundle sign``): its files are checked, then ``manifest.sig`` is
+    written next to the manifest (one rename; the manifest itself does not change)."""
+    return sign_staged(Path(bundle_dir), private_key)
+
+
 def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: str | Path, catalog: Catalog,
                  embedder_meta: dict[str, Any], index_dtype: str | None = None,
                  extra: dict[str, Any] | None = None, log: Callable[[str], None] = print,
                  reranker: dict[str, Any] | None = None, decomposer: dict[str, Any] | None = None,
-                 build_check: Callable[[Path], None] | None = None, target: str | None = None) -> dict[str, Any]:
+                 build_check: Callable[[Path], None] | None = None, target: str | None = None,
+                 signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
     """Write a bundle folder from an exported embedder and a catalog; returns the manifest.
 
     ``embedder_onnx`` may be an ``.onnx`` or an ExecuTorch ``.pte`` file. ``reranker``
@@ -117,10 +158,14 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
     artifacts, manifest sections and golden probes. ``build_check`` runs on the finished folder
     before it is moved into place (an exception there leaves nothing behind). ``target`` names the
     CPU target (``magicselector.targets``) the INT8 models were quantized for; the runtime warns once
-    when it runs a bundle on another.
-    The folder appears only when everything succeeded (built aside, then moved into place).
+    when it runs a bundle on another. ``signing_key`` (an Ed25519 private key) signs the manifest
+    after ``build_check``; a bad key fails before any work. ``release``: ``resolve_release``.
+    The folder appears only when everything succeeded, signed when a key was given (built aside,
+    then swapped into place; the bundle that was at ``out`` stays until then).
     """
     out = Path(out)
+    key = load_private_key(signing_key) if signing_key is not None else None
+    release = resolve_release(out, release)
     with staged_dir(out) as root:
         (root / "embedder").mkdir()
         emb_rel = "embedder/model" + (".pte" if str(embedder_onnx).endswith(".pte") else ".onnx")
@@ -163,11 +208,16 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             "target": target,
             "exporters": package_versions(),
             **(extra or {}),
+            "release": release,
         }
         log("hashing artifacts into manifest.json")
         manifest = write_manifest(root, manifest)
+        crash_point("manifest-written")
         if build_check is not None:
             build_check(root)
+        if key is not None:
+            log(f"signing the manifest (key {sign_staged(root, key)['fingerprint']})")
+            crash_point("signed")
         return manifest
 
 
@@ -217,3 +267,79 @@ def _add_decomposer(root: Path, decomposer: dict[str, Any], golden: dict[str, An
                              "expected": list(map(int, c["expected"]))} for c in decomposer.get("golden", [])]
     golden["decomposer_tolerance"] = {"first_token_agreement_min": 0.5}
     return {"file": rel, **decomposer.get("meta", {})}
+
+
+def _copy_checked(source: Bundle, rel: str, root: Path) -> None:
+    """Copy one listed file of ``source`` into ``root``; the copy is what is hashed, so it is
+    exactly the file the source manifest vouches for, or a BundleError."""
+    dest = root / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    entry = source.manifest["files"][rel]
+    h = hashlib.sha256()
+    try:
+        with open(source.file(rel), "rb") as src, open(dest, "wb") as dst:
+            while block := src.read(1 << 20):
+                h.update(block)
+                dst.write(block)
+    except OSError as e:
+        raise BundleError(f"{source.path / rel}: cannot be copied ({e.strerror})") from None
+    if h.hexdigest() != entry.get("sha256"):
+        raise BundleError(f"{source.path / rel}: changed since this Selector loaded its bundle (sha256 "
+                          f"{h.hexdigest()[:12]}... is not the manifest's); load the bundle again before saving")
+
+
+def write_state(root: Path, files: dict[str, str], catalog: Catalog, index: Any, lexical: Any) -> dict[str, Any]:
+    """Write a catalog, its ToolIndex and its LexicalIndex (None: built from the catalog) into
+    ``root`` under the names in ``files``; returns their manifest sections' new fields."""
+    from .stages.lexical import LexicalIndex
+
+    catalog.write_jsonl(root / files["catalog"])
+    index.save(root / files["index"])
+    if lexical is None:
+        lexical = LexicalIndex.from_catalog(catalog)
+    lexical.save(root / files["lexical"])
+    return {"catalog": {"tools": len(catalog), "source": catalog.source},
+            "index": {"dtype": index.dtype, "ndim": int(index.ndim)},
+            "lexical": lexical.describe()}
+
+
+def rewrite_bundle(source: Bundle, out: str | Path, *,
+                   snapshot: Callable[[Callable[..., dict[str, Any]]], dict[str, Any]],
+                   signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
+    """Write ``source``'s bundle to ``out`` with another catalog, index and lexical index (what a
+    Selector holds after tools were added or removed at run time); returns the new manifest.
+
+    Every other file (models, tokenizers, golden probes, a decomposer) is copied and checked
+    against ``source``'s manifest. ``snapshot(write)`` must call ``write(catalog, index, lexical)``
+    once, holding whatever lock keeps the three consistent, and return its result. The folder is
+    built aside, signed with ``signing_key`` when given, and swapped into place (``out`` may be the
+    source folder itself): the bundle that was there stays until the new one is complete."""
+    out = Path(out)
+    key = load_private_key(signing_key) if signing_key is not None else None
+    release = resolve_release(out, release)
+    names = {}
+    for name in ("catalog", "index", "lexical"):
+        section = source.manifest.get(name)
+        names[name] = section["file"] if isinstance(section, dict) and isinstance(section.get("file"), str) \
+            else {"catalog": "catalog.jsonl", "index": "index.usearch", "lexical": "lexical.npz"}[name]
+    with staged_dir(out) as root:
+        for rel in source.manifest["files"]:
+            if rel not in names.values():
+                _copy_checked(source, rel, root)
+        crash_point("models-copied")
+        changed = snapshot(lambda catalog, index, lexical: write_state(root, names, catalog, index, lexical))
+        manifest = {k: v for k, v in source.manifest.items() if k not in ("files", "format", "format_version")}
+        for name, fields in changed.items():
+            base = dict(source.manifest.get(name) or {}) if name != "lexical" else {}
+            if name == "index" and base.get("dtype") != fields["dtype"]:
+                base.pop("recall_at_10_vs_exact", None)
+            manifest[name] = {**base, **fields, "file": names[name]}
+        manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        manifest["release"] = release
+        manifest["rewritten_from"] = {"release": source.release, "created": source.manifest.get("created")}
+        manifest = write_manifest(root, manifest)
+        crash_point("manifest-written")
+        if key is not None:
+            sign_staged(root, key)
+            crash_point("signed")
+        return manifest

@@ -1,6 +1,7 @@
 """The default bundle, built from what the package ships: the target's INT8 embedder
 (``models/embedder``), the target's INT8 reranker (``models/reranker``) and the phone catalog. No exporter,
-no torch: embedding the catalog, the index and the golden vectors are all runtime work."""
+no torch: embedding the catalog, the index and the golden vectors are all runtime work.
+``ensure_default_bundle`` builds it on first use."""
 from __future__ import annotations
 
 import json
@@ -9,10 +10,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .bundle import DEFAULT_BUNDLE_RECIPE, SHIPPED_RERANKER_DIR
+from .bundle import DEFAULT_BUNDLE_RECIPE, MANIFEST, SHIPPED_RERANKER_DIR, default_bundle_dir
 from .bundle_writer import build_bundle
 from .catalog import Catalog, load_phone_catalog
 from .errors import BundleError
+from .files import sweep
 from .stages.rerank import RERANKER_META, read_reranker_meta, reranker_model_file
 from .targets import TARGETS, resolve_target
 
@@ -105,11 +107,13 @@ def shipped_reranker(target: str | None = None, folder: str | Path = SHIPPED_RER
 def build_default_bundle(out: str | Path, *, target: str | None = None, catalog: Catalog | None = None,
                          reranker: bool = True, progress: bool = True,
                          log: Callable[[str], None] | None = None,
-                         reranker_folder: str | Path = SHIPPED_RERANKER_DIR) -> dict[str, Any]:
+                         reranker_folder: str | Path = SHIPPED_RERANKER_DIR, signing_key: Any = None,
+                         release: int | None = None) -> dict[str, Any]:
     """Write the default bundle to ``out`` from the shipped artifacts, for ``target`` (``host`` or
     None: this CPU's); returns the manifest. ``catalog`` replaces the phone catalog; ``reranker=False``
     leaves the rerank stage out; ``reranker_folder`` replaces the shipped reranker folder (e.g. one
-    that ``magicselector.export.shipped_reranker`` wrote)."""
+    that ``magicselector.export.shipped_reranker`` wrote). With ``signing_key`` the manifest is
+    signed before the folder appears; ``release`` as ``build_bundle`` takes it."""
     t0 = time.perf_counter()
     if log is None:
         def log(msg: str) -> None:
@@ -127,7 +131,17 @@ def build_default_bundle(out: str | Path, *, target: str | None = None, catalog:
             f"not {target}")
     manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
                             catalog=catalog or load_phone_catalog(), embedder_meta=emb["meta"], reranker=rr,
-                            target=target, log=log,
+                            target=target, log=log, signing_key=signing_key, release=release,
                             extra={"recipe": DEFAULT_BUNDLE_RECIPE, "target_description": TARGETS[target].description})
     log("done")
     return manifest
+
+
+def ensure_default_bundle(progress: bool = True) -> Path:
+    """The default bundle's folder, built on first use for this CPU from the models the package ships."""
+    path = default_bundle_dir()
+    sweep(path)  # a build killed between the renames of its swap: the old bundle comes back first
+    if (path / MANIFEST).is_file():
+        return path
+    build_default_bundle(path, progress=progress)
+    return path

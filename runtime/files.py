@@ -1,13 +1,24 @@
-"""Files on disk: sha256 of a file, the cache folder, and folders built aside and moved into place."""
+"""Files on disk: sha256 of a file, the cache folder, and folders built aside and swapped into place atomically."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import hashlib
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+STAGING = "staging"  # a folder being built: .NAME.staging-PID-TOKEN, next to NAME
+PREVIOUS = "previous"  # the folder being replaced, between the two renames where no exchange exists
+CRASH_ENV = "MAGICSELECTOR_CRASH_AT"  # tests: the writer exits (os._exit) at this step, as a kill would
+NO_EXCHANGE_ENV = "MAGICSELECTOR_NO_RENAME_EXCHANGE"  # tests and odd file systems: swap with two renames
+_LEGACY_STAGING = re.compile(r"[a-z0-9_]{8}|old")  # what older builds left: mkdtemp's 8 characters, .old
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -25,23 +36,163 @@ def cache_home() -> Path:
     return Path(os.environ.get("MAGICSELECTOR_HOME") or Path.home() / ".cache" / "magicselector")
 
 
+def crash_point(step: str) -> None:
+    """Exit at once, without cleanup, when ``$MAGICSELECTOR_CRASH_AT`` names ``step``: how the tests
+    kill a build between two given steps of the atomic write."""
+    if os.environ.get(CRASH_ENV) == step:
+        os._exit(86)
+
+
+def previous_dir(target: str | Path) -> Path:
+    """Where ``target`` waits while it is replaced, where the file system cannot exchange two folders."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.{PREVIOUS}")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's live process
+    return True
+
+
+def sweep(target: str | Path) -> list[Path]:
+    """Clean up after builds of ``target`` that were killed: restore the previous folder where a
+    kill came between the two renames of a swap, and remove staging folders whose builder is gone
+    (and what older versions left: ``.NAME.XXXXXXXX``, ``.NAME.old``). Returns what was removed."""
+    target = Path(target)
+    parent = target.parent
+    if not parent.is_dir():
+        return []
+    previous = previous_dir(target)
+    if previous.is_dir() and not previous.is_symlink():
+        if not os.path.lexists(target):
+            os.rename(previous, target)  # the kill came between the renames: the old bundle comes back
+        else:
+            shutil.rmtree(previous, ignore_errors=True)
+    removed = []
+    prefix = f".{target.name}."
+    for entry in parent.iterdir():
+        name = entry.name
+        if not name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
+            continue
+        rest = name[len(prefix):]
+        if rest.startswith(f"{STAGING}-"):
+            pid = rest[len(STAGING) + 1:].partition("-")[0]
+            if pid.isdigit() and _pid_alive(int(pid)):
+                continue  # another build of the same target is running
+        elif not (_LEGACY_STAGING.fullmatch(rest) and _looks_like_a_bundle_build(entry)):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _looks_like_a_bundle_build(folder: Path) -> bool:
+    """An older build's leftover: empty, or holding what a bundle build writes first."""
+    try:
+        names = {p.name for p in folder.iterdir()}
+    except OSError:
+        return False
+    return not names or bool(names & {"embedder", "manifest.json", "model.gguf", "adapter_config.json"})
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and folder under ``root`` to disk before it is renamed into place."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(folder))
+
+
+def _fsync_dir(folder: Path) -> None:
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system
+    or the file system has no such call."""
+    if not sys.platform.startswith("linux") or os.environ.get(NO_EXCHANGE_ENV):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def swap_into_place(staging: Path, target: Path) -> None:
+    """Put the finished folder ``staging`` at ``target`` so that a reader sees the old folder or the
+    new one, never neither: one exchange of the two where the system has it, else ``target`` to its
+    ``previous_dir``, ``staging`` to ``target`` (a kill between the two leaves the old folder at
+    ``previous_dir``, where ``Bundle.open`` finds it and the next build's ``sweep`` restores it)."""
+    _fsync_tree(staging)
+    crash_point("before-swap")
+    if not os.path.lexists(target):
+        os.rename(staging, target)
+    elif target.is_dir() and not target.is_symlink() and _exchange(staging, target):
+        crash_point("exchanged")
+        shutil.rmtree(staging, ignore_errors=True)  # now the old folder: a reader keeps what it read
+    else:
+        previous = previous_dir(target)
+        shutil.rmtree(previous, ignore_errors=True)
+        os.rename(target, previous)
+        crash_point("between-renames")
+        os.rename(staging, target)
+        crash_point("renamed")
+        shutil.rmtree(previous, ignore_errors=True)
+    _fsync_dir(target.parent)
+
+
 @contextmanager
-def staged_dir(target: str | Path) -> Iterator[Path]:
-    """Build a folder next to ``target`` and move it into place only if the build succeeds,
-    so a failed build leaves nothing half-written behind."""
+def staged_dir(target: str | Path, finish: Callable[[Path], None] | None = None) -> Iterator[Path]:
+    """Build a folder next to ``target`` and swap it into place (``swap_into_place``) only if the
+    build succeeds, after ``finish`` ran on it (a check, a signature): the folder at ``target`` is
+    always a complete one, the old or the new. Staging folders that killed builds left behind are
+    swept first (``sweep``); a failed build removes its own."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    sweep(target)
+    tmp = target.with_name(f".{target.name}.{STAGING}-{os.getpid()}-{secrets.token_hex(4)}")
+    tmp.mkdir()
     try:
         yield tmp
-        if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(target)
+        if finish is not None:
+            finish(tmp)
+        swap_into_place(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

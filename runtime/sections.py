@@ -1,14 +1,20 @@
-"""Typed manifest sections for the encoder stages, and the one factory per task that builds a stage
-from its section (the backend is chosen by ``magicselector.backends`` from the file's kind)."""
+"""Typed manifest sections for the encoder stages, the one factory per task that builds a stage
+from its section (the backend is chosen by ``magicselector.backends`` from the file's kind), and
+``load_artifacts``: every artifact of an opened bundle read once, checked, and loaded from those bytes."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .bundle import Bundle
-from .errors import BundleError
+from .backends import open_model
+from .bundle import MANIFEST, Bundle
+from .catalog import Catalog, parse_tool
+from .errors import BundleError, CatalogError
 from .stages.embed import TextEmbedder, TextTokenizer
+from .stages.index import ToolIndex
+from .stages.lexical import LexicalIndex, bundle_lexical
 from .stages.rerank import PAIR_WINDOW_DEFAULTS, TRUNCATIONS, CrossEncoder, PairTokenizer
 from .targets import TARGETS, warn_if_other_target
 
@@ -95,17 +101,103 @@ def _path(bundle: Bundle | Path, rel: str) -> Path:
     return bundle.file(rel) if isinstance(bundle, Bundle) else Path(bundle) / rel
 
 
-def open_embedder(section: EmbedderSection, bundle: Bundle | Path, threads: int = 1) -> TextEmbedder:
+def _model(bundle: Bundle | Path, rel: str, threads: int, verify: bool):
+    """An opened bundle's model is read once, checked and loaded from those bytes (at once); a
+    folder being built opens its file (lazily)."""
+    if isinstance(bundle, Bundle):
+        return open_model(bundle.file(rel), threads=threads, data=bundle.read(rel, verify), name=str(bundle.path / rel))
+    return open_model(Path(bundle) / rel, threads=threads)
+
+
+def _tokenizer_bytes(bundle: Bundle | Path, rel: str, verify: bool) -> bytes | None:
+    return bundle.read(rel, verify) if isinstance(bundle, Bundle) else None
+
+
+def open_embedder(section: EmbedderSection, bundle: Bundle | Path, threads: int = 1,
+                  verify: bool = True) -> TextEmbedder:
     """The embed stage of a bundle (or of the folder a bundle is being built in)."""
-    return TextEmbedder.from_path(_path(bundle, section.file), _path(bundle, section.tokenizer), dim=section.dim,
-                                  max_length=section.max_length, threads=threads)
+    tokenizer = TextTokenizer(_path(bundle, section.tokenizer), section.max_length,
+                              data=_tokenizer_bytes(bundle, section.tokenizer, verify))
+    return TextEmbedder(_model(bundle, section.file, threads, verify), tokenizer, dim=section.dim)
 
 
-def open_reranker(section: RerankerSection, bundle: Bundle | Path, threads: int = 1) -> CrossEncoder:
+def open_reranker(section: RerankerSection, bundle: Bundle | Path, threads: int = 1,
+                  verify: bool = True) -> CrossEncoder:
     """The rerank stage of a bundle (or of the folder a bundle is being built in). An opened bundle
     whose reranker was quantized for another CPU than this one warns once (``magicselector.targets``)."""
     if isinstance(bundle, Bundle):
         warn_if_other_target(section.target, f"{bundle.path}'s reranker")
     tokenizer = PairTokenizer(_path(bundle, section.tokenizer), section.max_length, section.truncation,
-                              section.min_tool_tokens)
-    return CrossEncoder(_path(bundle, section.file), tokenizer, threads=threads)
+                              section.min_tool_tokens, data=_tokenizer_bytes(bundle, section.tokenizer, verify))
+    return CrossEncoder(_model(bundle, section.file, threads, verify), tokenizer, threads=threads)
+
+
+def read_catalog(bundle: Bundle, rel: str, verify: bool = True) -> Catalog:
+    """The bundle's ``catalog.jsonl`` (what ``Catalog.write_jsonl`` wrote), parsed from its checked bytes."""
+    path = bundle.file(rel)
+    data = bundle.read(rel, verify)
+    tools = []
+    for n, line in enumerate(data.split(b"\n"), 1):
+        where = f"{path}:{n}"
+        try:
+            text = line.decode("utf-8-sig" if n == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise CatalogError(f"{where}: not UTF-8 text ({e})") from None
+        if not text.strip():
+            continue
+        try:
+            entry = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CatalogError(f"{where}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise CatalogError(f"{where}: JSON nested too deeply to be a tool") from None
+        tools.append(parse_tool(entry, where=where))
+    if not tools:
+        raise CatalogError(f"{path}: the catalog holds no tools")
+    ids = [t.id for t in tools]
+    if len(set(ids)) != len(ids):
+        raise CatalogError(f"{path}: the same tool id appears twice")
+    return Catalog(tools, source=str(path))
+
+
+@dataclass(frozen=True)
+class BundleArtifacts:
+    """What a Selector is made of, every file read once and checked: nothing is opened later."""
+
+    catalog: Catalog
+    embedder: TextEmbedder
+    index: ToolIndex
+    reranker: CrossEncoder | None
+    lexical: LexicalIndex | None
+    read: frozenset[str]  # the files read (and, with verify, checked) here
+
+
+def load_artifacts(bundle: Bundle, threads: int = 1, verify: bool = True) -> BundleArtifacts:
+    """Build every stage of an opened bundle from its files' checked bytes: the models' sessions
+    are created now, the index, catalog and lexical index fully parsed, so a damaged, truncated
+    or missing file is a BundleError naming it before any query. With ``verify``, every other
+    listed file (golden probes, a decomposer) is checked against the manifest too."""
+    emb, idx, cat = bundle.section("embedder"), bundle.section("index"), bundle.section("catalog")
+    if not (emb and idx and cat):
+        raise BundleError(f"{bundle.path}: manifest lacks an embedder, index or catalog section")
+    where = bundle.path / MANIFEST
+    emb_section = EmbedderSection.parse(emb, where)
+    read = {cat["file"], idx["file"], emb_section.file, emb_section.tokenizer}
+    catalog = read_catalog(bundle, cat["file"], verify)
+    index = ToolIndex.from_bytes(bundle.read(idx["file"], verify), catalog.ids, name=str(bundle.file(idx["file"])))
+    embedder = open_embedder(emb_section, bundle, threads=threads, verify=verify)
+    if embedder.dim != index.ndim:
+        raise BundleError(f"{where}: the embedder makes {embedder.dim}-d vectors but the index holds {index.ndim}-d")
+    reranker = None
+    rr = bundle.section("reranker")
+    if rr:
+        rr_section = RerankerSection.parse(rr, where)
+        reranker = open_reranker(rr_section, bundle, threads=threads, verify=verify)
+        read |= {rr_section.file, rr_section.tokenizer}
+    lexical = bundle_lexical(bundle, catalog.ids, verify=verify)
+    lex = bundle.section("lexical")
+    if lex:
+        read.add(lex["file"])
+    if verify:
+        bundle.verify_files(skip=read)
+    return BundleArtifacts(catalog, embedder, index, reranker, lexical, frozenset(read))

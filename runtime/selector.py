@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .bundle import MANIFEST, Bundle, ensure_default_bundle
+from .bundle import MANIFEST, Bundle
 from .catalog import Catalog, Tool, load_catalog, tool_text
 from .config import SelectorConfig
 from .dialogue import Turn, check_text, retrieval_text, validate_history, validate_query
@@ -123,36 +123,42 @@ class Selector:
     # -- construction --------------------------------------------------------------------------
     @classmethod
     def from_bundle(cls, path: str | Path | None = None, config: SelectorConfig | None = None,
-                    verify: bool = True, progress: bool = False, public_key: Any = None) -> "Selector":
+                    verify: bool = True, progress: bool = False, public_key: Any = None,
+                    min_release: int | None = None) -> "Selector":
         """Load a bundle folder (the default bundle, built on first use, when ``path`` is None).
 
-        ``public_key`` (an Ed25519 public key: PEM file, or its 32 raw bytes or their base64): the
-        bundle must be signed by it (``magicselector.signing``), else BundleError; its files are
-        then always checked against the signed manifest, whatever ``verify`` says."""
+        Every model, index, catalog and lexical file is read once, checked against the manifest
+        (with ``verify``) and loaded from those bytes now (``magicselector.sections.load_artifacts``):
+        a damaged or missing file is a BundleError naming it, and nothing is opened again later, so
+        a rebuild of the folder does not disturb a running Selector. ``public_key`` (an Ed25519
+        public key: PEM file, or its 32 raw bytes or their base64): the bundle must be signed by it
+        (``magicselector.signing``), else BundleError; its files are then always checked against
+        the signed manifest, whatever ``verify`` says. ``min_release``: refuse a bundle whose
+        manifest's ``release`` is lower (a rollback to an older bundle)."""
+        from .sections import load_artifacts
+
         config = config or SelectorConfig()
-        bundle = Bundle.open(path if path is not None else ensure_default_bundle(progress=progress),
-                             verify=verify or public_key is not None, public_key=public_key)
+        if path is None:
+            from .default_bundle import ensure_default_bundle
+
+            path = ensure_default_bundle(progress=progress)
+        verify = verify or public_key is not None
+        for attempt in range(3):  # a rebuild swapping the folder mid-load: read the new one from the start
+            bundle = Bundle.open(path, verify=False, public_key=public_key, min_release=min_release)
+            try:
+                parts = load_artifacts(bundle, threads=config.threads, verify=verify)
+                break
+            except BundleError:
+                if attempt == 2 or not bundle.changed_on_disk():
+                    raise
         warn_if_other_target(bundle.manifest.get("target"), bundle.path)
-        emb = bundle.section("embedder")
-        idx = bundle.section("index")
-        cat = bundle.section("catalog")
-        if not (emb and idx and cat):
-            raise BundleError(f"{bundle.path}: manifest lacks an embedder, index or catalog section")
-        catalog = load_catalog(bundle.file(cat["file"]))
-        where = bundle.path / MANIFEST
-        embedder = open_embedder(EmbedderSection.parse(emb, where), bundle, threads=config.threads)
-        index = ToolIndex.view(bundle.file(idx["file"]), catalog.ids)
-        reranker = None
-        rr = bundle.section("reranker")
-        if rr:
-            reranker = open_reranker(RerankerSection.parse(rr, where), bundle, threads=config.threads)
         dec = bundle.section("decomposer")
         if dec and config.decomposer_model is None:
             # the bundle's own decomposer (and the prompt it was trained with) replaces the pinned default
             config = replace(config, decomposer_model=str(bundle.file(dec["file"])),
                              decomposer_prompt=dec.get("prompt", "few_shot"))
-        return cls(catalog, embedder, index, config=config, bundle=bundle, reranker=reranker,
-                   lexical=bundle_lexical(bundle, catalog.ids))
+        return cls(parts.catalog, parts.embedder, parts.index, config=config, bundle=bundle,
+                   reranker=parts.reranker, lexical=parts.lexical)
 
     def with_config(self, **changes: Any) -> "Selector":
         """A Selector sharing this one's models and index, with some settings changed."""
@@ -365,6 +371,25 @@ class Selector:
 
         catalog = self.catalog
         return tool_definitions([catalog.get(t.id) for t in selection.tools], format)
+
+    def save(self, path: str | Path, signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
+        """Write this Selector's catalog as it is now (tools added or removed at run time included),
+        its index and its lexical index as a bundle at ``path`` (which may be the folder it was
+        loaded from), with the models and probes of the bundle it was loaded from; returns the
+        manifest. The folder is built aside, signed with ``signing_key`` (an Ed25519 private key)
+        when given, and swapped into place, so ``path`` holds the old bundle or the complete new
+        one, never a part. ``release``: ``magicselector.bundle_writer.resolve_release``.
+        ``Selector.from_bundle(path)`` then selects exactly as this Selector does."""
+        from .bundle_writer import rewrite_bundle
+
+        if self.bundle is None:
+            raise InputError("save: this Selector was not loaded from a bundle, so it has no model files to write")
+
+        def snapshot(write):
+            with self._lock:  # catalog, index and lexical index as one state
+                return write(self.catalog, self.index, self._lexical)
+
+        return rewrite_bundle(self.bundle, path, snapshot=snapshot, signing_key=signing_key, release=release)
 
 
 # -- bounds, decomposer and cut helpers -----------------------------------------------------------

@@ -7,6 +7,9 @@ read as they are). Keys are PEM files (PKCS#8 private, SubjectPublicKeyInfo publ
 may also be given as the 32 raw key bytes, or their base64 or hex text, as an app pins it.
 
 ``cryptography`` is imported only when a key is used (``pip install 'magicselector[sign]'``).
+This module works over bytes and files and imports no other bundle module: reading a bundle
+(``magicselector.bundle``) checks signatures with it, writing one (``magicselector.bundle_writer``,
+``sign_bundle``) makes them.
 """
 from __future__ import annotations
 
@@ -187,25 +190,20 @@ def read_signature(bundle_dir: str | Path) -> bytes | None:
     return path.read_bytes()
 
 
-def sign_bundle(bundle_dir: str | Path, private_key: Any) -> dict[str, Any]:
-    """Check the bundle's files against its manifest, then write ``manifest.sig`` over the manifest."""
-    from .bundle import Bundle
-
-    key = load_private_key(private_key)  # a bad key fails before anything is read
-    bundle = Bundle.open(bundle_dir, verify=True)
-    signature = sign_manifest_bytes(bundle.manifest_bytes, key)  # the bytes that were verified
-    target = bundle.path / SIGNATURE_FILE
+def write_signature(bundle_dir: str | Path, signature: bytes) -> Path:
+    """Write ``manifest.sig`` (through a temporary file and a rename: never half a signature)."""
+    target = Path(bundle_dir) / SIGNATURE_FILE
     tmp = target.with_name(f".{SIGNATURE_FILE}.tmp")
     tmp.write_bytes(signature)
     os.replace(tmp, target)
-    return {"signature": str(target), "fingerprint": key_fingerprint(key.public_key())}
+    return target
 
 
 def verify_bundle_signature(bundle_dir: str | Path, public_key: Any) -> dict[str, Any]:
     """Check ``manifest.sig`` against the manifest under ``public_key`` (hashes are Bundle.open's job)."""
     root = Path(bundle_dir)
     manifest_path = root / MANIFEST_FILE
-    if not manifest_path.is_file():
-        raise BundleError(f"{root}: not a bundle (no {MANIFEST_FILE})")
+    if manifest_path.is_symlink() or not manifest_path.is_file():
+        raise BundleError(f"{root}: not a bundle (no {MANIFEST_FILE}, or a symbolic link in its place)")
     fingerprint = verify_manifest_bytes(manifest_path.read_bytes(), read_signature(root), public_key, str(root))
     return {"signed": True, "fingerprint": fingerprint}

@@ -269,8 +269,10 @@ def keys(tmp_path):
     return generate_keypair(tmp_path / "keys" / "release"), generate_keypair(tmp_path / "keys" / "other")
 
 
+@pytest.mark.extra("sign")
 def test_sign_and_verify_a_bundle(tmp_path, keys):
-    from magicselector.signing import sign_bundle, verify_bundle_signature
+    from magicselector.bundle_writer import sign_bundle
+    from magicselector.signing import verify_bundle_signature
 
     mine, other = keys
     root = _tiny_bundle(tmp_path / "b")
@@ -297,8 +299,10 @@ def test_sign_and_verify_a_bundle(tmp_path, keys):
         Bundle.open(root, public_key=mine["public_key"])
 
 
+@pytest.mark.extra("sign")
 def test_bad_keys_are_clear_errors(tmp_path, keys):
-    from magicselector.signing import generate_keypair, load_public_key, sign_bundle
+    from magicselector.bundle_writer import sign_bundle
+    from magicselector.signing import generate_keypair, load_public_key
 
     mine, _ = keys
     root = _tiny_bundle(tmp_path / "b")
@@ -314,6 +318,7 @@ def test_bad_keys_are_clear_errors(tmp_path, keys):
 
 
 @pytest.mark.slow
+@pytest.mark.extra("sign")
 def test_selector_refuses_unsigned_and_wrongly_signed_bundles(bundle_dir, tmp_path, keys):
     from magicselector.cli import main
 
@@ -333,6 +338,7 @@ def test_selector_refuses_unsigned_and_wrongly_signed_bundles(bundle_dir, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.extra("sign")
 def test_the_release_path_signs_when_a_key_is_given(bundle_dir, tmp_path, keys):
     from magicselector.export.bundle import export_bundle
     from magicselector.signing import verify_bundle_signature

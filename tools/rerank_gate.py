@@ -25,7 +25,7 @@ import numpy as np
 
 from magicselector.bench.evaluate import screen_queries, selector_for_catalog
 from magicselector.bench.quality import development_sets
-from magicselector.bundle import ensure_default_bundle
+from magicselector.default_bundle import ensure_default_bundle
 from magicselector.config import SelectorConfig
 from magicselector.data.datasets import load_benchmark
 from magicselector.data.metrics import ndcg_at_k

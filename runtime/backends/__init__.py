@@ -28,18 +28,21 @@ class EncoderModel(Protocol):
     def run(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray: ...
 
 
-def open_model(path: str | Path, *, threads: int = 1) -> EncoderModel:
+def open_model(path: str | Path, *, threads: int = 1, data: bytes | None = None,
+               name: str | None = None) -> EncoderModel:
     """The backend model for an encoder file, chosen by its suffix; nothing is loaded until first use
-    (and a backend's own package is imported only when a file of its kind is opened)."""
+    (and a backend's own package is imported only when a file of its kind is opened). With ``data``
+    (the file's bytes, checked against a bundle's manifest) the model is loaded at once from those
+    bytes and the file is not opened again; ``name`` is how errors name it."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".onnx":
         from .onnx import OnnxModel
 
-        return OnnxModel(path, threads=threads)
+        return OnnxModel(path, threads=threads, data=data, name=name)
     if suffix == ".pte":
         from .executorch import ExecuTorchModel
 
-        return ExecuTorchModel(path, threads=threads)
+        return ExecuTorchModel(path, threads=threads, data=data, name=name)
     raise BundleError(f"{path}: no backend runs {suffix or 'suffix-less'!r} files; an encoder model is "
                       ".onnx (ONNX Runtime) or .pte (ExecuTorch)")

@@ -32,14 +32,20 @@ def _runtime() -> Any:
 class _Program:
     """One loaded ``.pte``: the forward method plus the shape facts it carries."""
 
-    def __init__(self, model_path: Path) -> None:
+    def __init__(self, model_path: Path, data: bytes | None = None, name: str | None = None) -> None:
         import torch  # executorch's Python runtime takes and returns torch tensors
 
         self._torch = torch
-        program = _runtime().load_program(str(model_path))
-        names = set(program.method_names)
+        name = name or str(model_path)
+        runtime = _runtime()
+        try:
+            program = runtime.load_program(data if data is not None else str(model_path))
+            names = set(program.method_names)
+        except Exception:  # executorch's own errors name its internals
+            raise BundleError(f"{name}: not a loadable ExecuTorch program (truncated, damaged or not .pte); "
+                              "rebuild the bundle") from None
         if "forward" not in names:
-            raise BundleError(f"{model_path}: the ExecuTorch program has no forward method")
+            raise BundleError(f"{name}: the ExecuTorch program has no forward method")
         self.forward = program.load_method("forward")
         self.max_seq_len = int(self._constant(program, names, "max_seq_len", 512))
         self.max_batch = int(self._constant(program, names, "max_batch", 64))
@@ -74,17 +80,22 @@ class _Program:
 
 
 class ExecuTorchModel:
-    """A ``.pte`` encoder, loaded on first use (once under concurrent first use)."""
+    """A ``.pte`` encoder: from a path, loaded on first use (once under concurrent first use); from
+    ``data`` (the file's bytes, already checked against a bundle's manifest), loaded at once from
+    those bytes, so a damaged program fails here as a BundleError naming ``name`` (default: the path)."""
 
     kind = "pte"
 
-    def __init__(self, path: str | Path, threads: int = 1) -> None:
+    def __init__(self, path: str | Path, threads: int = 1, data: bytes | None = None, name: str | None = None) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise BundleError(f"{self.path}: model file not found")
+        self.name = name or str(self.path)
+        if data is None and not self.path.is_file():
+            raise BundleError(f"{self.name}: model file not found")
         self.threads = int(threads)  # XNNPACK sizes its own thread pool; kept for interface parity
         self._program: _Program | None = None
         self._lock = threading.Lock()
+        if data is not None:
+            self._program = _Program(self.path, data, self.name)
 
     @property
     def loaded(self) -> bool:

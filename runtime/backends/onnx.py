@@ -1,4 +1,5 @@
-"""The ONNX Runtime backend: one lazily created CPU session per model file, its threads and input names."""
+"""The ONNX Runtime backend: one CPU session per model file (from a path, created lazily, or from
+checked bytes, created at once), its threads and input names."""
 from __future__ import annotations
 
 import threading
@@ -10,34 +11,53 @@ import numpy as np
 from ..errors import BundleError
 
 
-def make_session(model_path: str | Path, threads: int) -> Any:
+def make_session(model: str | Path | bytes, threads: int) -> Any:
     """A CPU ``InferenceSession`` with ``threads`` intra-op threads, one inter-op thread (the runtime
-    calls it from its own threads) and every graph optimisation."""
+    calls it from its own threads) and every graph optimisation; ``model`` is a path or the file's bytes."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, int(threads))
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
+    source = bytes(model) if isinstance(model, (bytes, bytearray, memoryview)) else str(model)
+    return ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
 class OnnxModel:
-    """An ``.onnx`` encoder. The session is created on first use, once even when several threads
-    use the model at the same time, so a stage that never runs costs no memory."""
+    """An ``.onnx`` encoder. From a path, the session is created on first use, once even when
+    several threads use the model at the same time, so a stage that never runs costs no memory.
+    From ``data`` (the file's bytes, already checked against a bundle's manifest) it is created
+    at once from those bytes: the file is not opened again, and a damaged model fails here, as a
+    BundleError naming ``path``, rather than at the first query. ``name`` is how errors name it
+    (default: the path)."""
 
     kind = "onnx"
     max_batch: int | None = None  # dynamic axes: any batch, any length
     max_seq_len: int | None = None
 
-    def __init__(self, path: str | Path, threads: int = 1) -> None:
+    def __init__(self, path: str | Path, threads: int = 1, data: bytes | None = None, name: str | None = None) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise BundleError(f"{self.path}: model file not found")
+        self.name = name or str(self.path)
+        if data is None and not self.path.is_file():
+            raise BundleError(f"{self.name}: model file not found")
         self.threads = int(threads)
         self._session: Any = None
         self._input_names: frozenset[str] = frozenset()
         self._lock = threading.Lock()
+        if data is not None:
+            self._open(data)
+
+    def _open(self, source: str | Path | bytes) -> None:
+        try:
+            session = make_session(source, self.threads)
+        except ImportError:
+            raise
+        except Exception:  # onnxruntime's own errors (InvalidProtobuf, Fail, ...): its text names internals
+            raise BundleError(f"{self.name}: not a loadable ONNX model (truncated, damaged or not ONNX); "
+                              "rebuild the bundle") from None
+        self._input_names = frozenset(i.name for i in session.get_inputs())
+        self._session = session  # published last: a reader never sees it without its names
 
     @property
     def loaded(self) -> bool:
@@ -48,9 +68,7 @@ class OnnxModel:
         if self._session is None:
             with self._lock:
                 if self._session is None:
-                    session = make_session(self.path, self.threads)
-                    self._input_names = frozenset(i.name for i in session.get_inputs())
-                    self._session = session  # published last: a reader never sees it without its names
+                    self._open(self.path)
         return self._session
 
     @property

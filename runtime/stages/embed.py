@@ -23,15 +23,15 @@ class Embedder(Protocol):
 class TextTokenizer:
     """A `tokenizers` tokenizer set up for BERT-style encoders: truncation, per-batch padding."""
 
-    def __init__(self, tokenizer_file: str | Path, max_length: int = 128) -> None:
+    def __init__(self, tokenizer_file: str | Path, max_length: int = 128, data: bytes | None = None) -> None:
         from tokenizers import Tokenizer
 
         path = Path(tokenizer_file)
-        if not path.is_file():
+        if data is None and not path.is_file():
             raise BundleError(f"tokenizer file not found: {path}")
         self.path = path
         self.max_length = max_length
-        self._tok = Tokenizer.from_file(str(path))
+        self._tok = tokenizer_from(Tokenizer, path, data)
         self._tok.enable_truncation(max_length=max_length)
         self._tok.no_padding()
 
@@ -40,6 +40,15 @@ class TextTokenizer:
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
         return pad_encodings(self._tok.encode_batch([tuple(p) for p in pairs]))
+
+
+def tokenizer_from(tokenizer_class, path: Path, data: bytes | None = None):
+    """A ``tokenizers`` tokenizer from ``data`` (the file's bytes, already checked against a bundle's
+    manifest: the file is not opened again) or else from the file; a damaged one is a BundleError."""
+    try:
+        return tokenizer_class.from_buffer(data) if data is not None else tokenizer_class.from_file(str(path))
+    except Exception:  # tokenizers raises a bare Exception with serde's text
+        raise BundleError(f"{path}: not a readable tokenizer.json (truncated or damaged)") from None
 
 
 def pad_encodings(encodings) -> dict[str, np.ndarray]:

@@ -91,19 +91,41 @@ class ToolIndex:
         dtype = str(raw.dtype).split(".")[-1].lower()
         index = cls(raw.ndim, dtype if dtype in DTYPES else "f32", _index=raw, _path=path)
         index._viewed = view
-        index._bind(ids)
+        index._bind(ids, str(path))
         return index
 
-    def _bind(self, ids: Sequence[str]) -> None:
+    @classmethod
+    def from_bytes(cls, data: bytes, ids: Sequence[str], name: str = "index") -> "ToolIndex":
+        """An index from a file's bytes (already checked against a bundle's manifest; the file is not
+        opened again), held in memory and bound to the catalog's ids; a damaged one is a BundleError
+        naming ``name``."""
+        Index = usearch_index_class()
+
+        try:
+            meta = Index.metadata(data) if len(data) else None
+            if not meta:
+                raise ValueError("no usearch header")
+            raw = Index(ndim=meta["dimensions"], dtype=meta["kind_scalar"], metric=meta["kind_metric"])
+            raw.load(data)
+        except Exception:  # usearch raises plain RuntimeError/ValueError on bad bytes
+            raise BundleError(f"{name}: not a readable usearch index (truncated, damaged or not an index); "
+                              "rebuild the bundle") from None
+        dtype = str(raw.dtype).split(".")[-1].lower()
+        index = cls(raw.ndim, dtype if dtype in DTYPES else "f32", _index=raw, _path=None)
+        index._viewed = False
+        index._bind(ids, name)
+        return index
+
+    def _bind(self, ids: Sequence[str], name: str = "index") -> None:
         keys = {tool_key(i): i for i in ids}
         if len(keys) != len(ids):
-            raise BundleError("tool ids collide on their index keys (or repeat)")
+            raise BundleError(f"{name}: tool ids collide on their index keys (or repeat)")
         if len(self._index) != len(keys):
-            raise BundleError(f"index holds {len(self._index)} tools but the catalog has {len(keys)}: "
+            raise BundleError(f"{name}: index holds {len(self._index)} tools but the catalog has {len(keys)}: "
                               "the index and catalog are out of step; rebuild the bundle")
         missing = [i for k, i in keys.items() if not self._index.contains(k)]
         if missing:
-            raise BundleError(f"index lacks {len(missing)} catalog tools, e.g. {missing[:3]}; rebuild the bundle")
+            raise BundleError(f"{name}: index lacks {len(missing)} catalog tools, e.g. {missing[:3]}; rebuild the bundle")
         self._id_by_key = keys
         self._key_by_id = {i: k for k, i in keys.items()}
 

@@ -27,8 +27,10 @@ and BM25 scores (``zmix``, both computed exactly for every candidate of either l
 """
 from __future__ import annotations
 
+import io
 import json
 import re
+import zipfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -176,13 +178,14 @@ class LexicalIndex:
                      indptr=self._indptr, docs=self._docs, tf=self._tf, doc_len=self._doc_len)
 
     @classmethod
-    def load(cls, path: str | Path, ids: Sequence[str] | None = None) -> "LexicalIndex":
-        """Read a saved index; with ``ids``, check that it holds exactly those tools."""
+    def load(cls, path: str | Path, ids: Sequence[str] | None = None, data: bytes | None = None) -> "LexicalIndex":
+        """Read a saved index (from ``data``, the file's bytes, when given: the file is not opened);
+        with ``ids``, check that it holds exactly those tools. A damaged file is a BundleError."""
         path = Path(path)
-        if not path.is_file():
+        if data is None and not path.is_file():
             raise BundleError(f"lexical index file not found: {path}")
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False) as z:
                 meta = json.loads(bytes(z["meta"]).decode("utf-8"))
                 if meta.get("format") != FORMAT:
                     raise BundleError(f"{path}: lexical index format {meta.get('format')!r}, expected {FORMAT!r}")
@@ -195,8 +198,9 @@ class LexicalIndex:
                 index._doc_len = z["doc_len"].astype(np.int32)
         except BundleError:
             raise
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise BundleError(f"{path}: not a readable lexical index ({type(e).__name__}: {e})") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile,
+                RecursionError) as e:
+            raise BundleError(f"{path}: not a readable lexical index ({type(e).__name__}: {str(e)[:200]})") from None
         n, v = len(index._ids), len(index._vocab)
         if (len(index._indptr) != v + 1 or index._indptr[-1] != len(index._docs) or len(index._tf) != len(index._docs)
                 or len(index._doc_len) != n or (len(index._docs) and not 0 <= index._docs.min() <= index._docs.max() < n)):
@@ -306,13 +310,13 @@ class LexicalIndex:
         return [self._ids[i] for i in hit[order]], s[order]
 
 
-def bundle_lexical(bundle, ids: Sequence[str]) -> "LexicalIndex | None":
-    """The bundle's lexical index (its ``lexical`` manifest section), bound to the catalog's ids;
-    None when the bundle has none."""
+def bundle_lexical(bundle, ids: Sequence[str], verify: bool = True) -> "LexicalIndex | None":
+    """The bundle's lexical index (its ``lexical`` manifest section), read once from the file's
+    checked bytes (``Bundle.read``) and bound to the catalog's ids; None when the bundle has none."""
     section = bundle.section("lexical")
     if not section:
         return None
-    return LexicalIndex.load(bundle.file(section["file"]), ids)
+    return LexicalIndex.load(bundle.file(section["file"]), ids, data=bundle.read(section["file"], verify))
 
 
 def _json_bytes(value) -> np.ndarray:

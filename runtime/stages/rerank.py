@@ -22,7 +22,7 @@ import numpy as np
 from ..backends import EncoderModel, open_model
 from ..errors import BundleError, InputError
 from ..targets import resolve_target
-from .embed import batch_step, grouped_runs, pad_encodings
+from .embed import batch_step, grouped_runs, pad_encodings, tokenizer_from
 
 TRUNCATIONS = ("query_capped", "longest_first")
 RERANKER_META = "reranker.json"  # the metadata file of a reranker folder (model + tokenizer + this)
@@ -33,17 +33,17 @@ class PairTokenizer:
     ``truncation`` rule of the module docstring. ``tokenizers`` only, as on a phone."""
 
     def __init__(self, tokenizer_file: str | Path, max_length: int = 96, truncation: str = "query_capped",
-                 min_tool_tokens: int = 32) -> None:
+                 min_tool_tokens: int = 32, data: bytes | None = None) -> None:
         from tokenizers import Tokenizer
 
         if truncation not in TRUNCATIONS:
             raise InputError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
         path = Path(tokenizer_file)
-        if not path.is_file():
+        if data is None and not path.is_file():
             raise BundleError(f"reranker tokenizer not found: {path}")
         self.max_length = int(max_length)
         self.truncation = truncation
-        self._tok = Tokenizer.from_file(str(path))
+        self._tok = tokenizer_from(Tokenizer, path, data)  # data: the checked bytes of a bundle's file
         self._tok.no_padding()
         self._tok.no_truncation()
         pp = self._tok.post_processor
@@ -53,7 +53,7 @@ class PairTokenizer:
             raise InputError(f"max_length {max_length} leaves no room for a query and a tool")
         self.min_tool_tokens = max(1, min(int(min_tool_tokens), room // 2))
         self.query_cap = room - self.min_tool_tokens
-        self._pair = Tokenizer.from_file(str(path))
+        self._pair = tokenizer_from(Tokenizer, path, data)
         self._pair.no_padding()
         self._pair.enable_truncation(max_length=self.max_length, strategy="longest_first")
 
