@@ -31,8 +31,8 @@ The output folder is a Hugging Face ``AutoModel`` checkpoint with its fast token
 
 Measuring a trained embedder: export it into a bundle and evaluate retrieval only, e.g.::
 
-    magicselector export bundle --embedder OUT --catalog DATA/test/tools.jsonl --out /tmp/emb-bundle
-    magicselector eval DATA/test --bundle /tmp/emb-bundle --no-rerank --history user
+    magicselector bundle build --embedder OUT --catalog DATA/test/tools.jsonl --out /tmp/emb-bundle
+    magicselector eval DATA/test --bundle /tmp/emb-bundle --no-rerank --history-mode user
 
 or in Python::
 
@@ -53,7 +53,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -61,28 +61,31 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from magicselector.data.datasets import Benchmark, load_benchmark
-from magicselector.config import HISTORY_MODES
+from magicselector.data.datasets import Benchmark, load_benchmark  # noqa: F401 - load_benchmark: public here too
 from magicselector.errors import InputError
 from magicselector.stages.embed import TextTokenizer
 
-from .embedder_losses import info_nce, mine_embedder_negatives
+from .embedder_losses import info_nce, mine_embedder_negatives  # noqa: F401 - info_nce: public here too
+from .losses import InfoNCELoss
 from .queries import TrainQuery, check_negatives_exist, fill_negatives, prepare_training_data, tool_texts
-from .toolkit import (
-    adamw, clip_and_step, CsvLog, data_record, default_base_model, DEVICES, fast_tokenizer, linear_schedule,
-    load_encoder, loss_summary, processes, Processes, Progress, run_record, save_checkpoint, seed_all,
-    torch_device, torch_threads, training_versions,
+from .toolkit import (  # noqa: F401 - training_versions: public here too
+    adamw, clip_and_step, CsvLog, data_record, linear_schedule, load_encoder, loss_summary, Processes, Progress,
+    save_checkpoint, training_versions,
 )
+from .training import EncoderTrainConfig, finish_run, load_encoder_run, run_context, run_summary
 
 
 # ---------------------------------------------------------------------------------------------
 # configuration
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class EmbedderTrainConfig:
+class EmbedderTrainConfig(EncoderTrainConfig):
     """Settings of one embedder training run (all recorded in ``train_config.json``).
 
-    seed: seeds torch, numpy and random; the same seed, data and threads give the same run.
+    The fields every trainer has (seed, lr, weight_decay, warmup_ratio, grad_clip, threads,
+    device) are ``TrainConfig``'s, those both encoder trainers have ``EncoderTrainConfig``'s (their
+    meaning for the embedder is said here).
+
     epochs: epochs per round (round 0 and every mining round).
     rounds: hard-negative mining rounds after the random-negative round (Algorithm 1's R).
     negatives: N, negatives per (query, gold tool) item, random in round 0 and mined afterwards.
@@ -102,69 +105,28 @@ class EmbedderTrainConfig:
     max_queries: a seeded sample of at most this many training queries (turns and tasks together).
     max_queries_per_folder: first, a seeded sample of at most this many per data folder (a mix
       of sets of very different sizes stays balanced).
-    threads: ``torch.set_num_threads`` for the run (None: leave torch's default).
     base_model: a BERT-style checkpoint folder (None: the packaged all-MiniLM-L6-v2).
     encode_batch_size: texts per forward pass when embedding for mining and the probe.
     probe_items: size of the fixed probe (items of the round-0 negatives) whose InfoNCE is
       reported before and after training.
     freeze_embeddings: keep the word-embedding table (half of MiniLM's weights) as it is: words
       the training data never shows keep their pre-trained vectors, which matters out of domain.
-    device: ``cpu``, ``cuda`` or ``auto`` (cuda when torch sees one).
     """
 
-    seed: int = 0
     epochs: int = 1
-    rounds: int = 1
-    negatives: int = 7
-    pool: int = 20
-    batch_size: int = 32
     lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    grad_clip: float = 1.0
     temperature: float = 0.05
     in_batch: bool = False
-    max_length: int = 128
-    layers: int | None = None
-    history: str = "user"
-    history_turns: int = 4
-    include_tasks: bool = True
-    catalog_scope: str = "gold"
-    max_queries: int | None = None
-    max_queries_per_folder: int | None = None
-    threads: int | None = None
-    base_model: str | None = None
     encode_batch_size: int = 64
     probe_items: int = 256
     freeze_embeddings: bool = False
-    device: str = "cpu"
 
-    def __post_init__(self) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise InputError(f"EmbedderTrainConfig: {msg}")
-
-        need(self.history in HISTORY_MODES, f"history must be one of {HISTORY_MODES}, got {self.history!r}")
-        need(self.catalog_scope in ("gold", "all"), f"catalog_scope must be 'gold' or 'all', got {self.catalog_scope!r}")
+    def check(self, need) -> None:
         need(self.epochs >= 1, "epochs must be >= 1")
-        need(self.rounds >= 0, "rounds must be >= 0")
-        need(self.negatives >= 1, "negatives must be >= 1")
-        need(self.pool >= 1, "pool must be >= 1")
-        need(self.batch_size >= 1, "batch_size must be >= 1")
-        need(self.lr > 0, "lr must be > 0")
-        need(0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)")
         need(self.temperature > 0, "temperature must be > 0")
         need(self.max_length >= 8, "max_length must be >= 8 tokens")
-        need(self.layers is None or self.layers >= 1, "layers must be >= 1")
-        need(self.history_turns >= 0, "history_turns must be >= 0")
-        need(self.max_queries is None or self.max_queries >= 1, "max_queries must be >= 1")
-        need(self.max_queries_per_folder is None or self.max_queries_per_folder >= 1,
-             "max_queries_per_folder must be >= 1")
-        need(self.threads is None or self.threads >= 1, "threads must be >= 1")
         need(self.encode_batch_size >= 1, "encode_batch_size must be >= 1")
         need(self.probe_items >= 0, "probe_items must be >= 0")
-        need(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
-
 
 # ---------------------------------------------------------------------------------------------
 # model
@@ -220,9 +182,10 @@ class _Trainer:
 
     def __init__(self, config: EmbedderTrainConfig, model, tokenizer: TextTokenizer, benches: list[Benchmark],
                  queries: list[TrainQuery], log_path: Path, progress: bool, procs: Processes = Processes(),
-                 device: torch.device = torch.device("cpu")) -> None:
+                 device: torch.device = torch.device("cpu"), loss: InfoNCELoss | None = None) -> None:
         check_negatives_exist(queries, benches)
-        if config.in_batch and procs.distributed:
+        self.loss = loss if loss is not None else InfoNCELoss(config.temperature, config.in_batch)
+        if self.loss.in_batch and procs.distributed:
             raise InputError("EmbedderTrainConfig: in_batch negatives span the whole batch, which one process "
                              "of several does not see; train with in_batch=False (--in-batch off) or one process")
         self.c = config
@@ -307,10 +270,10 @@ class _Trainer:
         return {q.id: self._fill(q, mined[q.id], self.c.negatives) for q in self.queries}, stats
 
     # -- batches --------------------------------------------------------------------------------
-    def _loss(self, chunk: Sequence[Item], negatives: dict[str, list[str]], in_batch: bool,
+    def _loss(self, chunk: Sequence[Item], negatives: dict[str, list[str]], in_batch: bool | None = None,
               model=None) -> torch.Tensor:
-        """Eq. 13 on a batch of items; each distinct tool text is embedded once per batch (by
-        ``model``, default the training one)."""
+        """The loss (eq. 13) on a batch of items; each distinct tool text is embedded once per batch
+        (by ``model``, default the training one). ``in_batch`` None: the loss's own setting."""
         model = self.net if model is None else model
         qs = [self.queries[qi] for qi, _ in chunk]
         width = max(len(negatives[q.id]) for q in qs)
@@ -328,10 +291,8 @@ class _Trainer:
         query_emb = _forward(model, self.tokenizer, [q.text for q in qs])
         pos_emb = tool_emb[torch.tensor(pos_idx, device=tool_emb.device)]
         neg_emb = tool_emb[torch.tensor(neg_idx, device=tool_emb.device).reshape(-1)].reshape(len(qs), width, -1)
-        if in_batch:
-            return info_nce(query_emb, pos_emb, neg_emb, self.c.temperature, in_batch=True,
-                            pos_ids=[t for _, t in chunk], gold=[q.gold for q in qs])
-        return info_nce(query_emb, pos_emb, neg_emb, self.c.temperature)
+        return self.loss({"query": query_emb, "positive": pos_emb, "negatives": neg_emb},
+                         {"pos_ids": [t for _, t in chunk], "gold": [q.gold for q in qs]}, in_batch=in_batch)
 
     def _record(self, r: int, loss: float, lr: float) -> None:
         row = {"step": self.step, "round": r, "loss": loss, "lr": lr,
@@ -357,7 +318,7 @@ class _Trainer:
             order = self.rng.permutation(len(self.items))
             for start in range(0, len(order), c.batch_size):
                 chunk, share = self.procs.shard([self.items[int(i)] for i in order[start:start + c.batch_size]])
-                backprop, value = self.procs.weighted(self._loss(chunk, negatives, c.in_batch), share)
+                backprop, value = self.procs.weighted(self._loss(chunk, negatives), share)
                 opt.zero_grad(set_to_none=True)
                 backprop.backward()
                 lr = clip_and_step(self.model, opt, sched, c.grad_clip)
@@ -414,90 +375,90 @@ def _write_sentence_transformers_files(out_dir: Path, dim: int, max_length: int)
         encoding="utf-8")
 
 
+def _embedder_rounds(trainer: _Trainer, rng: np.random.Generator) -> dict[str, Any]:
+    """Round 0 on random negatives of the base model's pools, then the mining rounds; the fixed
+    probe's loss before and after, and the model's retrieval of the training queries after."""
+    config = trainer.c
+    # round 0: random non-gold tools of the base model's top ``pool``
+    pools, base_stats = trainer.teacher("base model pools", config.pool)
+    negatives = trainer.random_negatives(pools)
+    probe = [trainer.items[int(i)] for i in sorted(rng.permutation(len(trainer.items))[: config.probe_items])]
+    probe_negatives = negatives
+    probe_before = trainer.probe_loss(probe, probe_negatives)
+    rounds = [{"round": 0, "negatives": f"random (non-gold of the base model's top {config.pool})",
+               "teacher": base_stats, **trainer.train_round(0, negatives, pools=pools)}]
+    for r in range(1, config.rounds + 1):
+        negatives, mined = trainer.mine(r)
+        rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
+                       **trainer.train_round(r, negatives)})
+    return {"rounds": rounds, "probe": probe, "probe_before": probe_before,
+            "probe_after": trainer.probe_loss(probe, probe_negatives), "base_stats": base_stats,
+            "final_teacher": trainer.teacher("final model", 1)[1]}
+
+
+def _embedder_summary(trainer: _Trainer, base: str, available: int, run: dict[str, Any], device: torch.device,
+                      t_start: float, out_dir: Path) -> dict[str, Any]:
+    config, queries, model = trainer.c, trainer.queries, trainer.model
+    counts = {
+        "queries_available": available, "queries": len(queries),
+        "turn_queries": sum(q.source == "turn" for q in queries),
+        "task_queries": sum(q.source == "task" for q in queries),
+        "items": len(trainer.items), "steps": trainer.step,
+    }
+    return run_summary(
+        "embedder", config, base, trainer.procs, device, t_start, out_dir,
+        layers=int(model.config.num_hidden_layers),
+        dim=int(model.config.hidden_size),
+        data=data_record(trainer.benches, tools_trained_on=lambda _, b: len(b.catalog)),
+        seed=config.seed,
+        tokenization={"max_length": config.max_length, "pooling": "mean", "normalize": True,
+                      "query_text": f"retrieval_text(history={config.history!r}, turns={config.history_turns})",
+                      "tool_text": "magicselector.catalog.tool_text"},
+        loss=trainer.loss.describe(),
+        counts=counts,
+        rounds=run["rounds"],
+        loss_summary=loss_summary(trainer.losses, by=("round",)),
+        final_loss=trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
+        probe_loss_before=run["probe_before"],
+        probe_loss_after=run["probe_after"],
+        probe_items=len(run["probe"]),
+        train_retrieval_before=run["base_stats"],
+        train_retrieval_after=run["final_teacher"],
+    )
+
+
 def train_embedder(data_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
                    config: EmbedderTrainConfig = EmbedderTrainConfig(), progress: bool = True,
-                   overwrite: bool = False) -> dict[str, Any]:
+                   overwrite: bool = False, loss: InfoNCELoss | None = None) -> dict[str, Any]:
     """Train the dense embedder on benchmark folders; write a Hugging Face / sentence-transformers
     checkpoint.
 
     ``out_dir`` receives the checkpoint (``save_pretrained`` of the ``AutoModel`` and its fast
     tokenizer, plus the sentence-transformers module files), ``training_log.csv`` (step, round,
     loss, lr, seconds) and ``train_config.json``; the returned summary is ``train_config.json``'s
-    content. See the module docstring for how to measure the result.
+    content. ``loss``: the training loss (None: ``InfoNCELoss`` with the config's temperature and
+    in-batch setting). See the module docstring for how to measure the result.
     """
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     benches, queries, available, rng = prepare_training_data(data_dirs, out_dir, config, overwrite, "train_embedder")
-    device = torch_device(config.device)
-    with torch_threads(config.threads), processes(device) as procs:
-        procs.barrier()  # every rank has checked the output folder before rank 0 writes into it
+    with run_context(config) as (device, procs):
         trainer = None
         try:
-            base = config.base_model or default_base_model()
-            seed_all(config.seed)
-            model = load_embedder(base, config.layers, progress).to(device)
+            base, model, tokenizer, tok_file = load_encoder_run(config, out_dir, procs, device, "bare", progress)
             if config.freeze_embeddings:
                 model.get_input_embeddings().weight.requires_grad_(False)
-            if procs.main:
-                out_dir.mkdir(parents=True, exist_ok=True)
-            tokenizer, tok_file = fast_tokenizer(base, out_dir, write=procs.main)
-            procs.barrier()
             text_tok = TextTokenizer(tok_file, config.max_length)
             trainer = _Trainer(config, model, text_tok, benches, queries, out_dir / "training_log.csv", progress,
-                               procs, device)
+                               procs, device, loss)
+            summary = _embedder_summary(trainer, base, available, _embedder_rounds(trainer, rng), device, t_start,
+                                        out_dir)
 
-            # round 0: random non-gold tools of the base model's top ``pool``
-            pools, base_stats = trainer.teacher("base model pools", config.pool)
-            negatives = trainer.random_negatives(pools)
-            probe = [trainer.items[int(i)] for i in sorted(rng.permutation(len(trainer.items))[: config.probe_items])]
-            probe_negatives = negatives
-            probe_before = trainer.probe_loss(probe, probe_negatives)
-            rounds = [{"round": 0, "negatives": f"random (non-gold of the base model's top {config.pool})",
-                       "teacher": base_stats, **trainer.train_round(0, negatives, pools=pools)}]
-            for r in range(1, config.rounds + 1):
-                negatives, mined = trainer.mine(r)
-                rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
-                               **trainer.train_round(r, negatives)})
-            probe_after = trainer.probe_loss(probe, probe_negatives)
-            final_teacher = trainer.teacher("final model", 1)[1]
-
-            dim = int(model.config.hidden_size)
-            counts = {
-                "queries_available": available, "queries": len(queries),
-                "turn_queries": sum(q.source == "turn" for q in queries),
-                "task_queries": sum(q.source == "task" for q in queries),
-                "items": len(trainer.items), "steps": trainer.step,
-            }
-            summary = {
-                "kind": "embedder",
-                "config": asdict(config),
-                "base_model": str(base),
-                "layers": int(model.config.num_hidden_layers),
-                "dim": dim,
-                "data": data_record(benches, tools_trained_on=lambda _, b: len(b.catalog)),
-                "seed": config.seed,
-                "tokenization": {"max_length": config.max_length, "pooling": "mean", "normalize": True,
-                                 "query_text": f"retrieval_text(history={config.history!r}, "
-                                               f"turns={config.history_turns})",
-                                 "tool_text": "magicselector.catalog.tool_text"},
-                "loss": {"name": "InfoNCE (eq. 13)", "temperature": config.temperature, "in_batch": config.in_batch},
-                "counts": counts,
-                "rounds": rounds,
-                "loss_summary": loss_summary(trainer.losses, by=("round",)),
-                "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
-                "probe_loss_before": probe_before,
-                "probe_loss_after": probe_after,
-                "probe_items": len(probe),
-                "train_retrieval_before": base_stats,
-                "train_retrieval_after": final_teacher,
-                **run_record(procs, device, t_start, out_dir),
-            }
-            if procs.main:
+            def save() -> None:
                 save_checkpoint(model.to("cpu"), tokenizer, out_dir, progress)
-                _write_sentence_transformers_files(out_dir, dim, config.max_length)
-                (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-            procs.barrier()
-            return summary
+                _write_sentence_transformers_files(out_dir, summary["dim"], config.max_length)
+
+            return finish_run(procs, out_dir, summary, save)
         finally:
             if trainer is not None:
                 trainer.close()

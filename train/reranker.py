@@ -54,16 +54,22 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from magicselector.catalog import Catalog
-from magicselector.config import HISTORY_MODES
 from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.data.mobile import GeneratorConfig
 from magicselector.dialogue import retrieval_text, validate_history
 from magicselector.errors import InputError
 from magicselector.stages.rerank import TRUNCATIONS, PairTokenizer
 
+from .losses import (  # noqa: F401 - the loss functions: public here too
+    ListwiseCELoss,
+    PointwiseBCELoss,
+    distilled_labels,
+    distilled_list_targets,
+    listwise_ce,
+    pointwise_bce,
+)
 from .queries import (  # noqa: F401 - TrainQuery, build_training_queries, mine_hard_negatives: public here too
     TrainQuery,
     build_training_queries,
@@ -73,11 +79,11 @@ from .queries import (  # noqa: F401 - TrainQuery, build_training_queries, mine_
     prepare_training_data,
     tool_texts,
 )
-from .toolkit import (
-    adamw, clip_and_step, CsvLog, data_record, default_base_model, DEVICES, fast_tokenizer, linear_schedule,
-    load_encoder, loss_summary, Processes, processes, Progress, run_record, save_checkpoint, seed_all,
-    torch_device, torch_threads, training_versions,
+from .toolkit import (  # noqa: F401 - training_versions: public here too
+    adamw, clip_and_step, CsvLog, data_record, linear_schedule, load_encoder, loss_summary, Processes, Progress,
+    save_checkpoint, training_versions,
 )
+from .training import EncoderTrainConfig, check_at_least, finish_run, load_encoder_run, run_context, run_summary, write_json
 
 Retriever = Callable[[Sequence[str], Catalog], Sequence[Sequence[str]]]
 
@@ -86,10 +92,13 @@ Retriever = Callable[[Sequence[str], Catalog], Sequence[Sequence[str]]]
 # configuration
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RerankerTrainConfig:
+class RerankerTrainConfig(EncoderTrainConfig):
     """Settings of one reranker training run (all recorded in ``train_config.json``).
 
-    seed: seeds torch, numpy and random; the same seed, data and threads give the same run.
+    The fields every trainer has (seed, lr, weight_decay, warmup_ratio, grad_clip, threads,
+    device) are ``TrainConfig``'s, those both encoder trainers have ``EncoderTrainConfig``'s (their
+    meaning for the reranker is said here).
+
     epochs_pointwise / epochs_listwise: epochs of each objective per round (round 0 and every
       mining round).
     mining_epochs_listwise: list-wise epochs in the mining rounds (None: ``epochs_listwise``); 0
@@ -110,14 +119,11 @@ class RerankerTrainConfig:
     catalog_scope: ``gold`` (default) trains against the tools that are gold for at least one
       training query only; ``all`` uses each folder's whole catalog. A tool that is only ever a
       negative teaches the model that it is never relevant: the generated train split lists the
-      held-out domains' tools too, and with ``all`` the cross-encoder buried them on the
-      out-of-domain split (NDCG@10 .587 -> .284 after the point-wise stage).
+      held-out domains' tools too, and with ``all`` the cross-encoder buries them on the
+      out-of-domain split (measured in docs/bench/reranker.md).
     max_queries: a seeded sample of at most this many training queries (turns and tasks together).
     max_queries_per_folder: first, a seeded sample of at most this many per data folder (a mix
       of sets of very different sizes stays balanced).
-    threads: ``torch.set_num_threads`` for the run (None: leave torch's default).
-    device: ``cpu``, ``cuda`` or ``auto`` (cuda when torch sees one; under a launcher, this
-      process's GPU).
     teacher: a trained cross-encoder checkpoint to distil from (None: hard labels only). It scores
       every pair the student trains on, in its own pair window (its ``train_config.json``'s
       tokenization, else this run's), and its scores become soft targets: point-wise
@@ -127,67 +133,27 @@ class RerankerTrainConfig:
     distill_weight: w above, in [0, 1]; used only with ``teacher``.
     """
 
-    seed: int = 0
     epochs_pointwise: int = 1
     epochs_listwise: int = 1
     mining_epochs_listwise: int | None = None
     save_stages: bool = False
-    rounds: int = 1
-    negatives: int = 7
     list_size: int = 8
-    pool: int = 20
-    batch_size: int = 32
     lr: float = 1e-4
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    grad_clip: float = 1.0
     max_length: int = 96
     min_tool_tokens: int = 32
     truncation: str = "query_capped"
-    layers: int | None = None
-    history: str = "user"
-    history_turns: int = 4
-    include_tasks: bool = True
-    catalog_scope: str = "gold"
-    max_queries: int | None = None
-    max_queries_per_folder: int | None = None
-    threads: int | None = None
-    base_model: str | None = None
     score_batch_size: int = 64
     probe_pairs: int = 256
-    device: str = "cpu"
     teacher: str | None = None
     distill_weight: float = 0.5
 
-    def __post_init__(self) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise InputError(f"RerankerTrainConfig: {msg}")
-
-        need(self.history in HISTORY_MODES, f"history must be one of {HISTORY_MODES}, got {self.history!r}")
-        need(self.catalog_scope in ("gold", "all"), f"catalog_scope must be 'gold' or 'all', got {self.catalog_scope!r}")
+    def check(self, need) -> None:
         need(self.truncation in TRUNCATIONS, f"truncation must be one of {TRUNCATIONS}, got {self.truncation!r}")
-        for name in ("epochs_pointwise", "epochs_listwise", "rounds"):
-            need(getattr(self, name) >= 0, f"{name} must be >= 0")
-        need(self.mining_epochs_listwise is None or self.mining_epochs_listwise >= 0,
-             "mining_epochs_listwise must be >= 0")
+        check_at_least(self, need, 0, "epochs_pointwise", "epochs_listwise", "mining_epochs_listwise")
         need(self.epochs_pointwise + self.epochs_listwise >= 1, "at least one point-wise or list-wise epoch is needed")
-        need(self.negatives >= 1, "negatives must be >= 1")
         need(self.list_size >= 2, "list_size must be >= 2 (one gold and at least one negative)")
-        need(self.pool >= 1, "pool must be >= 1")
-        need(self.batch_size >= 1, "batch_size must be >= 1")
-        need(self.lr > 0, "lr must be > 0")
-        need(0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)")
         need(self.max_length >= 16, "max_length must be >= 16 tokens")
-        need(self.min_tool_tokens >= 1, "min_tool_tokens must be >= 1")
-        need(self.layers is None or self.layers >= 1, "layers must be >= 1")
-        need(self.history_turns >= 0, "history_turns must be >= 0")
-        need(self.max_queries is None or self.max_queries >= 1, "max_queries must be >= 1")
-        need(self.max_queries_per_folder is None or self.max_queries_per_folder >= 1,
-             "max_queries_per_folder must be >= 1")
-        need(self.threads is None or self.threads >= 1, "threads must be >= 1")
-        need(self.score_batch_size >= 1, "score_batch_size must be >= 1")
-        need(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
+        check_at_least(self, need, 1, "min_tool_tokens", "score_batch_size")
         need(0.0 <= self.distill_weight <= 1.0, f"distill_weight must be in [0, 1], got {self.distill_weight}")
 
 
@@ -199,82 +165,6 @@ SHIPPED_RECIPE = RerankerTrainConfig(
     seed=0, layers=3, epochs_pointwise=1, epochs_listwise=1, mining_epochs_listwise=0, rounds=1,
     negatives=3, list_size=4, pool=20, batch_size=16, lr=5e-5, max_length=64, max_queries=10_000,
     threads=2, save_stages=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# losses
-# ---------------------------------------------------------------------------------------------
-def pointwise_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Eq. 16, averaged over pairs: -[y log sigma(s) + (1 - y) log(1 - sigma(s))].
-
-    ``logits`` are the raw scores s(q, t_i) (any shape), ``labels`` the 0/1 relevance y_i (same shape).
-    """
-    logits = logits.reshape(-1).float()
-    labels = labels.reshape(-1).to(logits.dtype)
-    if logits.numel() != labels.numel():
-        raise InputError(f"pointwise_bce: {logits.numel()} logits but {labels.numel()} labels")
-    if logits.numel() == 0:
-        raise InputError("pointwise_bce: no pairs")
-    return F.binary_cross_entropy_with_logits(logits, labels, reduction="mean")
-
-
-def listwise_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Eq. 18-19, averaged over lists.
-
-    Our reading: for each list (a query's candidates t_1..t_n; ``mask`` marks the real items of a
-    padded [B, L] batch), P_i = softmax(s)_i over the list's items (eq. 18), the target distribution
-    P*_i is the gold indicator y_i normalised to sum 1 over the list (P*_i = y_i / sum_j y_j, so
-    several gold tools share the mass equally), and L_list = -sum_i P*_i log P_i (eq. 19). With one
-    gold per list (stage 2 here) this is the softmax cross-entropy with the gold as the class.
-    ``targets`` may be any non-negative weights; they are normalised the same way. A list without
-    any target mass carries no signal and is an error.
-    """
-    if logits.dim() != 2 or targets.shape != logits.shape:
-        raise InputError(f"listwise_ce: logits and targets must both be [B, L], got {tuple(logits.shape)} "
-                         f"and {tuple(targets.shape)}")
-    logits = logits.float()
-    if mask is None:
-        mask = torch.ones_like(logits, dtype=torch.bool)
-    mask = mask.to(torch.bool)
-    if mask.shape != logits.shape:
-        raise InputError(f"listwise_ce: mask must be {tuple(logits.shape)}, got {tuple(mask.shape)}")
-    targets = torch.where(mask, targets.to(logits.dtype), torch.zeros_like(logits))
-    if (targets < 0).any():
-        raise InputError("listwise_ce: targets must be non-negative")
-    mass = targets.sum(dim=1, keepdim=True)
-    if (mass <= 0).any():
-        bad = int(torch.nonzero(mass.reshape(-1) <= 0)[0])
-        raise InputError(f"listwise_ce: list {bad} has no gold item (its targets sum to 0 over the mask)")
-    p_star = targets / mass
-    masked = logits.masked_fill(~mask, float("-inf"))
-    log_p = torch.log_softmax(masked, dim=1)
-    log_p = torch.where(mask, log_p, torch.zeros_like(log_p))  # keep -inf * 0 out of the sum
-    return -(p_star * log_p).sum(dim=1).mean()
-
-
-def distilled_labels(labels: torch.Tensor, teacher_logits: torch.Tensor, weight: float) -> torch.Tensor:
-    """Point-wise soft targets for eq. 16: ``(1 - weight) y + weight sigmoid(t)``."""
-    labels = labels.reshape(-1).float()
-    t = teacher_logits.reshape(-1).float().to(labels.device)
-    if t.numel() != labels.numel():
-        raise InputError(f"distilled_labels: {labels.numel()} labels but {t.numel()} teacher logits")
-    return (1.0 - weight) * labels + weight * torch.sigmoid(t)
-
-
-def distilled_list_targets(targets: torch.Tensor, mask: torch.Tensor, teacher_logits: torch.Tensor,
-                           weight: float) -> torch.Tensor:
-    """List-wise soft targets for eq. 18-19: ``(1 - weight) P* + weight softmax(t)`` over each
-    list's real items (``mask``), P* the gold indicator normalised to 1 as in :func:`listwise_ce`."""
-    if not (targets.shape == mask.shape == teacher_logits.shape) or targets.dim() != 2:
-        raise InputError(f"distilled_list_targets: targets, mask and teacher logits must all be [B, L], got "
-                         f"{tuple(targets.shape)}, {tuple(mask.shape)}, {tuple(teacher_logits.shape)}")
-    mask = mask.to(torch.bool)
-    gold = torch.where(mask, targets.float(), torch.zeros_like(targets, dtype=torch.float32))
-    mass = gold.sum(dim=1, keepdim=True)
-    if (mass <= 0).any():
-        raise InputError("distilled_list_targets: a list has no gold item")
-    soft = torch.softmax(teacher_logits.float().masked_fill(~mask, float("-inf")), dim=1)
-    return (1.0 - weight) * gold / mass + weight * torch.where(mask, soft, torch.zeros_like(soft))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,6 +316,9 @@ class _Trainer:
         check_negatives_exist(queries, benches)
         self.c = config
         self.teacher = teacher
+        weight = config.distill_weight if teacher is not None else None
+        self.pointwise_loss = PointwiseBCELoss(weight)
+        self.listwise_loss = ListwiseCELoss(weight)
         self.model = model  # scored and saved as it is
         self.net = procs.wrap(model, device)  # trained through (DDP with several processes)
         self.device = device
@@ -532,6 +425,57 @@ class _Trainer:
         batch = self.encoder.encode(queries, texts)
         return self.net(**{k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}).logits[:, 0]
 
+    def _teacher_logits(self, qs: list[str], ts: list[str]) -> torch.Tensor | None:
+        return None if self.teacher is None else self.teacher.score(qs, ts, self.c.score_batch_size)
+
+    def _pointwise_step(self, chunk: list[tuple[int, str, float]], share: float, r: int, opt, sched, bar) -> None:
+        qs = [self.queries[qi].text for qi, _, _ in chunk]
+        ts = [self.texts[self.queries[qi].bench][t] for qi, t, _ in chunk]
+        logits = self._forward(qs, ts)
+        labels = {"labels": torch.tensor([y for _, _, y in chunk], device=logits.device),
+                  "teacher_logits": self._teacher_logits(qs, ts)}
+        lr, value = self._update(self.pointwise_loss({"logits": logits}, labels), share, opt, sched)
+        self._record("pointwise", r, value, lr)
+        bar.update(1, loss=f"{value:.4f}")
+
+    def _list_batch(self, chunk: list[tuple[int, list[str]]]):
+        """The pairs of a batch of lists, each padded to the widest with its gold (masked out), with
+        the gold indicators and the mask."""
+        width = max(len(tools) for _, tools in chunk)
+        qs, ts = [], []
+        mask = torch.zeros(len(chunk), width, dtype=torch.bool)
+        targets = torch.zeros(len(chunk), width)
+        for b, (qi, tools) in enumerate(chunk):
+            q = self.queries[qi]
+            for j in range(width):  # pad short lists with their gold; masked out below
+                t = tools[j] if j < len(tools) else tools[0]
+                qs.append(q.text)
+                ts.append(self.texts[q.bench][t])
+            mask[b, :len(tools)] = True
+            targets[b, :len(tools)] = torch.tensor([float(t in q.gold) for t in tools])
+        return qs, ts, targets, mask, width
+
+    def _listwise_step(self, chunk: list[tuple[int, list[str]]], share: float, r: int, opt, sched, bar) -> None:
+        qs, ts, targets, mask, width = self._list_batch(chunk)
+        logits = self._forward(qs, ts).reshape(len(chunk), width)
+        teacher = self._teacher_logits(qs, ts)
+        labels = {"targets": targets, "mask": mask,
+                  "teacher_logits": None if teacher is None else teacher.reshape(len(chunk), width)}
+        lr, value = self._update(self.listwise_loss({"logits": logits}, labels), share, opt, sched)
+        self._record("listwise", r, value, lr)
+        bar.update(1, loss=f"{value:.4f}")
+
+    def _epochs(self, items: list, per_step: int, epochs: int, resample: Callable[[], list] | None, step) -> None:
+        """``epochs`` seeded passes over ``items`` in batches of ``per_step``, each batch's slice of
+        this rank given to ``step(chunk, share)``; with ``resample``, fresh items every epoch after
+        the first."""
+        for epoch in range(epochs):
+            if resample is not None and epoch > 0:
+                items = resample()
+            order = self.rng.permutation(len(items))
+            for start in range(0, len(order), per_step):
+                step(*self.procs.shard([items[int(i)] for i in order[start:start + per_step]]))
+
     def train_round(self, r: int, negatives: dict[str, list[str]], resample: bool,
                     save: Callable[[str], None] | None = None) -> dict[str, Any]:
         """One model: point-wise epochs then list-wise epochs, one AdamW + linear schedule.
@@ -550,50 +494,14 @@ class _Trainer:
         self.model.train()
         bar = Progress(total, f"round {r}", self.progress)
         stats: dict[str, Any] = {"steps": total, "pointwise_pairs": len(p_items), "listwise_lists": len(l_items)}
-        for epoch in range(c.epochs_pointwise):
-            if resample and epoch > 0:  # fresh random negatives each epoch of round 0
-                p_items = self.pointwise_items(self.random_negatives(c.negatives))
-            order = self.rng.permutation(len(p_items))
-            for start in range(0, len(order), c.batch_size):
-                chunk, share = self.procs.shard([p_items[int(i)] for i in order[start:start + c.batch_size]])
-                qs = [self.queries[qi].text for qi, _, _ in chunk]
-                ts = [self.texts[self.queries[qi].bench][t] for qi, t, _ in chunk]
-                logits = self._forward(qs, ts)
-                labels = torch.tensor([y for _, _, y in chunk], device=logits.device)
-                if self.teacher is not None:
-                    labels = distilled_labels(labels, self.teacher.score(qs, ts, c.score_batch_size), c.distill_weight)
-                loss = pointwise_bce(logits, labels)
-                lr, value = self._update(loss, share, opt, sched)
-                self._record("pointwise", r, value, lr)
-                bar.update(1, loss=f"{value:.4f}")
+        self._epochs(p_items, c.batch_size, c.epochs_pointwise,  # fresh random negatives each epoch of round 0
+                     (lambda: self.pointwise_items(self.random_negatives(c.negatives))) if resample else None,
+                     lambda chunk, share: self._pointwise_step(chunk, share, r, opt, sched, bar))
         if save is not None and c.epochs_pointwise and (r == 0 or not epochs_listwise):
             save(f"r{r}-pointwise" if r == 0 else f"r{r}")
-        for epoch in range(epochs_listwise):
-            if resample and epoch > 0:
-                l_items = self.listwise_items(self.random_negatives(c.list_size - 1))
-            order = self.rng.permutation(len(l_items))
-            for start in range(0, len(order), lists_per_step):
-                chunk, share = self.procs.shard([l_items[int(i)] for i in order[start:start + lists_per_step]])
-                width = max(len(tools) for _, tools in chunk)
-                qs, ts = [], []
-                mask = torch.zeros(len(chunk), width, dtype=torch.bool)
-                targets = torch.zeros(len(chunk), width)
-                for b, (qi, tools) in enumerate(chunk):
-                    q = self.queries[qi]
-                    for j in range(width):  # pad short lists with their gold; masked out below
-                        t = tools[j] if j < len(tools) else tools[0]
-                        qs.append(q.text)
-                        ts.append(self.texts[q.bench][t])
-                    mask[b, :len(tools)] = True
-                    targets[b, :len(tools)] = torch.tensor([float(t in q.gold) for t in tools])
-                logits = self._forward(qs, ts).reshape(len(chunk), width)
-                if self.teacher is not None:
-                    t_logits = self.teacher.score(qs, ts, c.score_batch_size).reshape(len(chunk), width)
-                    targets = distilled_list_targets(targets, mask, t_logits, c.distill_weight)
-                loss = listwise_ce(logits, targets.to(logits.device), mask.to(logits.device))
-                lr, value = self._update(loss, share, opt, sched)
-                self._record("listwise", r, value, lr)
-                bar.update(1, loss=f"{value:.4f}")
+        self._epochs(l_items, lists_per_step, epochs_listwise,
+                     (lambda: self.listwise_items(self.random_negatives(c.list_size - 1))) if resample else None,
+                     lambda chunk, share: self._listwise_step(chunk, share, r, opt, sched, bar))
         if save is not None and epochs_listwise:
             save(f"r{r}-listwise" if r == 0 else f"r{r}")
         bar.close()
@@ -609,6 +517,70 @@ class _Trainer:
         ts = [self.texts[self.queries[qi].bench][t] for qi, t, _ in probe]
         s = score_pairs(self.model, self.encoder, qs, ts, self.c.score_batch_size)
         return float(pointwise_bce(torch.from_numpy(s), torch.tensor([y for _, _, y in probe])))
+
+
+def _pools_with_stats(queries: list[TrainQuery], benches: list[Benchmark], retrieve: Retriever, pool: int
+                      ) -> tuple[dict[str, list[str]], dict[str, float]]:
+    t_pool = time.perf_counter()
+    pools = _candidate_pools(queries, benches, retrieve, pool)
+    pool_seconds = time.perf_counter() - t_pool
+    pool_recall = float(np.mean([len(set(q.gold) & set(pools[q.id])) / len(q.gold) for q in queries]))
+    return pools, {"pool_recall": pool_recall, "pool_seconds": round(pool_seconds, 2)}
+
+
+def _stage_saver(trainer: "_Trainer", tokenizer, base: str, out_dir: Path, t_start: float,
+                 progress: bool) -> Callable[[str], None]:
+    """``save(stage)``: the checkpoint and a short ``train_config.json`` under ``stages/<stage>``."""
+    config, model = trainer.c, trainer.model
+
+    def save(stage: str) -> None:
+        save_checkpoint(model, tokenizer, out_dir / "stages" / stage, progress)
+        write_json(out_dir / "stages" / stage / "train_config.json",
+                   {"kind": "reranker", "stage": stage, "config": asdict(config), "base_model": str(base),
+                    "layers": int(model.config.num_hidden_layers), "seed": config.seed,
+                    "tokenization": trainer.encoder.describe(), "step": trainer.step,
+                    "seconds": round(time.perf_counter() - t_start, 2)})
+
+    return save
+
+
+def _train_rounds(trainer: "_Trainer", negatives: dict[str, list[str]], save) -> list[dict[str, Any]]:
+    """Round 0 on random negatives, then ``rounds`` rounds on mined ones (Algorithm 1)."""
+    rounds = [{"round": 0, "negatives": "random (pool first)",
+               **trainer.train_round(0, negatives, resample=True, save=save)}]
+    for r in range(1, trainer.c.rounds + 1):
+        negatives, mined = trainer.mine(r)
+        rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
+                       **trainer.train_round(r, negatives, resample=False, save=save)})
+    return rounds
+
+
+def _reranker_summary(trainer: "_Trainer", base: str, available: int, pool_stats: dict[str, float],
+                      rounds: list, probe: list, probe_before: float, probe_after: float, device: torch.device,
+                      t_start: float, out_dir: Path) -> dict[str, Any]:
+    config, queries, teacher = trainer.c, trainer.queries, trainer.teacher
+    counts = {
+        "queries_available": available, "queries": len(queries),
+        "turn_queries": sum(q.source == "turn" for q in queries),
+        "task_queries": sum(q.source == "task" for q in queries),
+        "steps": trainer.step, **pool_stats,
+    }
+    return run_summary(
+        "reranker", config, base, trainer.procs, device, t_start, out_dir,
+        layers=int(trainer.model.config.num_hidden_layers),
+        data=data_record(trainer.benches, tools_trained_on=lambda _, b: len(b.catalog)),
+        seed=config.seed,
+        tokenization={**trainer.encoder.describe(), "query_text": f"retrieval_text(history={config.history!r}, "
+                      f"turns={config.history_turns})", "tool_text": "magicselector.catalog.tool_text"},
+        counts=counts,
+        distillation=None if teacher is None else {**teacher.describe(), "weight": config.distill_weight},
+        rounds=rounds,
+        loss_summary=loss_summary(trainer.losses),
+        final_loss=trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
+        probe_loss_before=probe_before,
+        probe_loss_after=probe_after,
+        probe_pairs=len(probe),
+    )
 
 
 def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
@@ -627,26 +599,14 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
     if config.teacher:  # before anything is written
         check_teacher(config.teacher)
     benches, queries, available, rng = prepare_training_data(data_dirs, out_dir, config, overwrite, "train_reranker")
-    device = torch_device(config.device)
-    with torch_threads(config.threads), processes(device) as procs:
-        procs.barrier()  # every rank has checked the output folder before rank 0 writes into it
+    with run_context(config) as (device, procs):
         trainer = None
         try:
             if retrieve is None:
                 with procs.main_first():  # rank 0 builds the default bundle if it is missing
                     retrieve = dense_retriever(bundle, config.pool)
-            t_pool = time.perf_counter()
-            pools = _candidate_pools(queries, benches, retrieve, config.pool)
-            pool_seconds = time.perf_counter() - t_pool
-            pool_recall = float(np.mean([len(set(q.gold) & set(pools[q.id])) / len(q.gold) for q in queries]))
-
-            base = config.base_model or default_base_model()
-            seed_all(config.seed)
-            model = load_cross_encoder(base, config.layers, progress).to(device)
-            if procs.main:
-                out_dir.mkdir(parents=True, exist_ok=True)
-            tokenizer, tok_file = fast_tokenizer(base, out_dir, write=procs.main)
-            procs.barrier()
+            pools, pool_stats = _pools_with_stats(queries, benches, retrieve, config.pool)
+            base, model, tokenizer, tok_file = load_encoder_run(config, out_dir, procs, device, "score", progress)
             encoder = PairEncoder(tok_file, config.max_length, config.min_tool_tokens, config.truncation)
             teacher = load_teacher(config.teacher, config, device) if config.teacher else None
             trainer = _Trainer(config, model, encoder, benches, queries, pools, out_dir / "training_log.csv",
@@ -656,53 +616,13 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
             probe = trainer.pointwise_items(negatives)
             probe = [probe[int(i)] for i in sorted(rng.permutation(len(probe))[: config.probe_pairs])]
             probe_before = trainer.probe_loss(probe)
-            save = None
-            if config.save_stages and procs.main:
-                def save(stage: str) -> None:
-                    save_checkpoint(model, tokenizer, out_dir / "stages" / stage, progress)
-                    (out_dir / "stages" / stage / "train_config.json").write_text(json.dumps(
-                        {"kind": "reranker", "stage": stage, "config": asdict(config), "base_model": str(base),
-                         "layers": int(model.config.num_hidden_layers), "seed": config.seed,
-                         "tokenization": encoder.describe(), "step": trainer.step,
-                         "seconds": round(time.perf_counter() - t_start, 2)}, indent=2) + "\n", encoding="utf-8")
-            rounds = [{"round": 0, "negatives": "random (pool first)",
-                       **trainer.train_round(0, negatives, resample=True, save=save)}]
-            for r in range(1, config.rounds + 1):
-                negatives, mined = trainer.mine(r)
-                rounds.append({"round": r, "negatives": "hard (self-distillation)", "mining": mined,
-                               **trainer.train_round(r, negatives, resample=False, save=save)})
+            save = _stage_saver(trainer, tokenizer, base, out_dir, t_start, progress) if (
+                config.save_stages and procs.main) else None
+            rounds = _train_rounds(trainer, negatives, save)
             probe_after = trainer.probe_loss(probe)
-
-            counts = {
-                "queries_available": available, "queries": len(queries),
-                "turn_queries": sum(q.source == "turn" for q in queries),
-                "task_queries": sum(q.source == "task" for q in queries),
-                "steps": trainer.step, "pool_recall": pool_recall, "pool_seconds": round(pool_seconds, 2),
-            }
-            summary = {
-                "kind": "reranker",
-                "config": asdict(config),
-                "base_model": str(base),
-                "layers": int(model.config.num_hidden_layers),
-                "data": data_record(benches, tools_trained_on=lambda _, b: len(b.catalog)),
-                "seed": config.seed,
-                "tokenization": {**encoder.describe(), "query_text": f"retrieval_text(history={config.history!r}, "
-                                 f"turns={config.history_turns})", "tool_text": "magicselector.catalog.tool_text"},
-                "counts": counts,
-                "distillation": None if teacher is None else {**teacher.describe(), "weight": config.distill_weight},
-                "rounds": rounds,
-                "loss_summary": loss_summary(trainer.losses),
-                "final_loss": trainer.losses[-1]["loss"] if trainer.losses else float("nan"),
-                "probe_loss_before": probe_before,
-                "probe_loss_after": probe_after,
-                "probe_pairs": len(probe),
-                **run_record(procs, device, t_start, out_dir),
-            }
-            if procs.main:
-                save_checkpoint(model, tokenizer, out_dir, progress)
-                (out_dir / "train_config.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-            procs.barrier()
-            return summary
+            summary = _reranker_summary(trainer, base, available, pool_stats, rounds, probe, probe_before,
+                                        probe_after, device, t_start, out_dir)
+            return finish_run(procs, out_dir, summary, lambda: save_checkpoint(model, tokenizer, out_dir, progress))
         finally:
             if trainer is not None:
                 trainer.close()
