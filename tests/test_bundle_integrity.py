@@ -1,0 +1,142 @@
+"""Bundles are checked, then used from the very bytes that were checked, at load: a damaged model,
+index, catalog or lexical file is a BundleError naming it before any select; links are refused."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from magicselector import Selector
+from magicselector.bundle import MANIFEST, Bundle, write_manifest
+from magicselector.errors import BundleError
+
+
+@pytest.fixture()
+def copy(bundle_dir, tmp_path) -> Path:
+    out = tmp_path / "b"
+    shutil.copytree(bundle_dir, out)
+    return out
+
+
+def _rehash(root: Path) -> None:
+    """Re-hash the files into the manifest: a damaged file that the manifest vouches for (as a
+    careless or hostile builder would make it), so only the load's own checks can catch it."""
+    manifest = json.loads((root / MANIFEST).read_text())
+    write_manifest(root, {k: v for k, v in manifest.items() if k != "files"})
+
+
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 3])
+    elif how == "random":
+        path.write_bytes(os.urandom(len(data)))
+    else:
+        path.write_bytes(b"")
+
+
+MODEL_FILES = ["embedder/model.onnx", "reranker/model.onnx"]
+
+
+@pytest.mark.parametrize("rel", MODEL_FILES)
+@pytest.mark.parametrize("how", ["truncated", "random", "empty"])
+def test_damaged_model_is_a_bundle_error_at_load(copy, rel, how):
+    _damage(copy / rel, how)
+    _rehash(copy)
+    with pytest.raises(BundleError, match=rf"{rel}: not a loadable ONNX model") as e:
+        Selector.from_bundle(copy)
+    assert "onnxruntime" not in str(e.value).lower() and "protobuf" not in str(e.value).lower()
+
+
+@pytest.mark.parametrize("rel, match", [
+    ("index.usearch", "not a readable usearch index"),
+    ("lexical.npz", "not a readable lexical index"),
+    ("embedder/tokenizer.json", "not a readable tokenizer"),
+    ("reranker/tokenizer.json", "not a readable tokenizer"),
+])
+@pytest.mark.parametrize("how", ["truncated", "random"])
+def test_damaged_index_lexical_or_tokenizer_is_a_bundle_error_at_load(copy, rel, match, how):
+    _damage(copy / rel, how)
+    _rehash(copy)
+    with pytest.raises(BundleError, match=match) as e:
+        Selector.from_bundle(copy)
+    assert rel in str(e.value)
+
+
+def test_damaged_catalog_names_its_line(copy):
+    (copy / "catalog.jsonl").write_bytes(b"{not json\n")
+    _rehash(copy)
+    with pytest.raises(Exception, match=r"catalog.jsonl:1: not valid JSON") as e:
+        Selector.from_bundle(copy)
+    assert isinstance(e.value, __import__("magicselector").MagicSelectorError)
+
+
+@pytest.mark.parametrize("rel", ["embedder/model.onnx", "index.usearch", "lexical.npz", "golden.json"])
+def test_missing_file_is_named_at_load(copy, rel):
+    (copy / rel).unlink()
+    with pytest.raises(BundleError, match=rf"{rel}: missing from the bundle"):
+        Selector.from_bundle(copy)
+
+
+def test_altered_file_is_refused_even_when_its_size_holds(copy):
+    p = copy / "lexical.npz"
+    data = bytearray(p.read_bytes())
+    data[-10] ^= 0xFF
+    p.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"lexical.npz: sha256 .* does not match"):
+        Selector.from_bundle(copy)
+
+
+def test_model_swapped_after_load_is_never_run(copy):
+    """The sessions are made from the checked bytes at load: replacing the file afterwards (what
+    ran unsigned at the first select before) changes nothing the Selector runs."""
+    sel = Selector.from_bundle(copy)
+    before = sel.embedder.embed(["turn on bluetooth"])
+    (copy / "embedder" / "model.onnx").write_bytes(b"swapped")
+    (copy / "reranker" / "model.onnx").unlink()
+    after = sel.embedder.embed(["turn on bluetooth"])
+    assert (before == after).all()
+    assert sel.reranker.score("turn on bluetooth", ["bluetooth toggle", "set alarm"]).shape == (2,)
+    assert sel.select("turn on bluetooth").ids
+
+
+def test_models_are_loaded_before_any_select(copy):
+    sel = Selector.from_bundle(copy)
+    assert sel.embedder.model.loaded and sel.reranker.model.loaded
+
+
+def test_symlinked_manifest_is_refused(copy, tmp_path):
+    outside = tmp_path / "elsewhere.json"
+    shutil.move(copy / MANIFEST, outside)
+    (copy / MANIFEST).symlink_to(outside)
+    with pytest.raises(BundleError, match="manifest.json: a symbolic link"):
+        Bundle.open(copy)
+    with pytest.raises(BundleError, match="manifest.json: a symbolic link"):
+        Selector.from_bundle(copy)
+
+
+def test_symlinked_model_pointing_outside_is_refused(copy, tmp_path):
+    outside = tmp_path / "model.onnx"
+    shutil.move(copy / "embedder" / "model.onnx", outside)
+    (copy / "embedder" / "model.onnx").symlink_to(outside)
+    with pytest.raises(BundleError, match="outside the bundle folder"):
+        Selector.from_bundle(copy)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "magicselector", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_bundle_verify_exits_2_with_a_message_on_a_damaged_model(copy):
+    _damage(copy / "embedder" / "model.onnx", "truncated")
+    _rehash(copy)
+    proc = _cli("bundle", "verify", str(copy))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "embedder/model.onnx: not a loadable ONNX model" in proc.stderr
