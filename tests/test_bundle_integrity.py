@@ -140,3 +140,14 @@ def test_bundle_verify_exits_2_with_a_message_on_a_damaged_model(copy):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert "embedder/model.onnx: not a loadable ONNX model" in proc.stderr
+
+
+def test_serve_refuses_a_damaged_bundle_at_start_without_onnx_runtime_text(copy):
+    pytest.importorskip("mcp", reason="pip install -e .[serve]")
+    _damage(copy / "reranker" / "model.onnx", "random")
+    _rehash(copy)
+    proc = subprocess.run([sys.executable, "-m", "magicselector", "serve", "--bundle", str(copy)], input="",
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert "reranker/model.onnx: not a loadable ONNX model" in proc.stderr
+    assert "Traceback" not in proc.stderr and "onnxruntime" not in proc.stderr.lower()
