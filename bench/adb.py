@@ -2,8 +2,8 @@
 lean latency runner there (one process per run, so every run has its own cold start), pull the
 results back and merge them into the ``magicselector-latency/1`` schema of a local run.
 
-    from magicselector.bench.adb import run_latency_on_device
-    results = run_latency_on_device("path/to/bundle", serial=None, runs=5, warmup=2, out_dir="bench-out")
+    from magicselector.bench.adb import DeviceLatencyOptions, run_latency_on_device
+    results = run_latency_on_device("path/to/bundle", DeviceLatencyOptions(runs=5, warmup=2, out_dir="bench-out"))
 
 The phone needs a Python that ``adb shell`` can start, with the lean runtime installed
 (``pip install magicselector``); see ``android_demo/README.md``. The remote Python command, working
@@ -621,24 +621,236 @@ def _finished_runs(partial: Path, out: Path, key: Mapping[str, Any]
     return results, meta
 
 
-def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = None, runs: int = 20, warmup: int = 3,
-                          threads: int = 1, out_dir: str | os.PathLike = "bench-out", cool_down_s: float = 0.0,
-                          pin_big_cores: bool = False, *, passes_per_run: int = 1, python_cmd: str = "python",
-                          workdir: str | None = None, remote_env: Mapping[str, str] | None = None,
-                          remote_dir: str = DEFAULT_REMOTE_DIR, adb_path: str | os.PathLike | None = None,
-                          runner_module: str = RUNNER_MODULE, history_mode: str | None = None, decompose: str | None = None,
-                          rerank: bool | None = None, rerank_skip_margin: float | None = None,
-                          turns: str | os.PathLike | None = None, turns_limit: int | None = None, cool_down_below_c: float = 40.0, mem_probe: str = "runner", mem_poll_s: float = 0.5,
-                          run_timeout_s: float = 900.0, resume: bool = True,
-                          progress: Callable[[str], None] | None = _print_stderr) -> dict[str, Any]:
-    """Measure latency on an Android device: ``runs`` fresh runner processes, merged.
+@dataclass(frozen=True)
+class DeviceLatencyOptions:
+    """What ``run_latency_on_device`` measures and how (every field has a default).
+
+    serial: the device (None: the only one attached). runs: fresh runner processes; each makes
+    ``warmup`` untimed and ``passes_per_run`` timed passes with ``threads`` threads. out_dir: where
+    the results go. cool_down_s / cool_down_below_c: before every run but the first, wait until the
+    hottest thermal zone is below ``cool_down_below_c`` or ``cool_down_s`` has passed (0: no wait).
+    pin_big_cores: start the runner under ``taskset`` on the cores above the slowest cluster.
+    python_cmd / workdir / remote_env: how ``adb shell`` starts Python (``RemotePython``).
+    remote_dir: the device folder for the bundle and the runs. adb_path: the ``adb`` client.
+    runner_module: the module run with ``python -m``. history_mode / decompose / rerank /
+    rerank_skip_margin / turns / turns_limit: the runner's settings (None: the shipped
+    configuration, the fixed phone workload). mem_probe / mem_poll_s: the extra peak-memory probe
+    (``runner``: none; ``proc``; ``dumpsys``) and its period. run_timeout_s: the longest one run may
+    take. resume: keep the finished runs of an earlier, interrupted call into ``out_dir``.
+    progress: where progress lines go (None: nowhere).
+    """
+
+    serial: str | None = None
+    runs: int = 20
+    warmup: int = 3
+    threads: int = 1
+    out_dir: str | os.PathLike = "bench-out"
+    cool_down_s: float = 0.0
+    pin_big_cores: bool = False
+    passes_per_run: int = 1
+    python_cmd: str = "python"
+    workdir: str | None = None
+    remote_env: Mapping[str, str] | None = None
+    remote_dir: str = DEFAULT_REMOTE_DIR
+    adb_path: str | os.PathLike | None = None
+    runner_module: str = RUNNER_MODULE
+    history_mode: str | None = None
+    decompose: str | None = None
+    rerank: bool | None = None
+    rerank_skip_margin: float | None = None
+    turns: str | os.PathLike | None = None
+    turns_limit: int | None = None
+    cool_down_below_c: float = 40.0
+    mem_probe: str = "runner"
+    mem_poll_s: float = 0.5
+    run_timeout_s: float = 900.0
+    resume: bool = True
+    progress: Callable[[str], None] | None = _print_stderr
+
+    def check(self) -> None:
+        if self.runs < 1 or self.warmup < 0 or self.threads < 1 or self.passes_per_run < 1:
+            raise DeviceError("need runs >= 1, warmup >= 0, threads >= 1, passes_per_run >= 1")
+        if self.mem_probe not in MEM_PROBES:
+            raise DeviceError(f"mem_probe must be one of {MEM_PROBES}, got {self.mem_probe!r}")
+
+    def runner_argv(self, remote_bundle: str, remote_out: str, remote_turns: str | None) -> list[str]:
+        """The runner's command line on the device (``latency_runner.runner_argv``)."""
+        from magicselector.bench.latency_runner import runner_argv
+
+        return runner_argv(remote_bundle, remote_out, runs=self.passes_per_run, warmup=self.warmup,
+                           threads=self.threads, history_mode=self.history_mode or None, decompose=self.decompose,
+                           rerank=self.rerank, rerank_skip_margin=self.rerank_skip_margin, turns=remote_turns,
+                           turns_limit=self.turns_limit or None, module=self.runner_module)
+
+
+@dataclass
+class _Session:
+    """One device prepared for the runs: the bundle pushed, the Python checked, the harness record."""
+
+    adb: Adb
+    info: DeviceInfo
+    device: dict[str, Any]
+    python: RemotePython
+    remote_bundle: str
+    remote_runs: str
+    remote_turns: str | None
+    mask: str | None
+    harness: dict[str, Any]
+
+
+def _say(opts: DeviceLatencyOptions) -> Callable[[str], None]:
+    return opts.progress or (lambda line: None)
+
+
+def _push(adb: Adb, bundle_dir, opts: DeviceLatencyOptions, say) -> tuple[str, str, str | None, dict[str, Any]]:
+    """The bundle (and the turns file) on the device; (bundle, runs folder, turns file, what was pushed)."""
+    remote_bundle = posixpath.join(opts.remote_dir, "bundle")
+    remote_runs = posixpath.join(opts.remote_dir, "runs")
+    adb.shell(f"mkdir -p {shlex.quote(remote_runs)}", timeout_s=30)
+    pushed = push_bundle(adb, bundle_dir, remote_bundle, progress=say)
+    say(f"[adb] bundle at {remote_bundle}: pushed {len(pushed['pushed'])} file(s), "
+        f"{len(pushed['skipped'])} unchanged")
+    remote_turns = None
+    if opts.turns is not None:  # the runner reads the turns file on the device
+        remote_turns = posixpath.join(opts.remote_dir, "turns.jsonl")
+        adb.push(opts.turns, remote_turns)
+    return remote_bundle, remote_runs, remote_turns, pushed
+
+
+def _harness_record(opts: DeviceLatencyOptions, bundle_dir, info: DeviceInfo, device: Mapping[str, Any],
+                    remote_bundle: str, remote_py: dict[str, Any], mask: str | None,
+                    pushed: dict[str, Any]) -> dict[str, Any]:
+    """``config.adb`` of the results, with the ``resume_key`` that says what a run measured."""
+    from magicselector.files import sha256_file
+
+    o = opts
+    return {"serial": info.serial, "remote_dir": o.remote_dir, "remote_bundle": remote_bundle,
+            "python_cmd": o.python_cmd, "workdir": o.workdir or o.remote_dir, "remote_env": dict(o.remote_env or {}),
+            "remote_python": remote_py, "runner_module": o.runner_module,
+            "pinned_cores": device.get("big_cores") if mask else None, "taskset_mask": mask,
+            "cool_down_s": o.cool_down_s, "cool_down_below_c": o.cool_down_below_c, "mem_probe": o.mem_probe,
+            "runs_requested": o.runs, "push": pushed,
+            "resume_key": {"serial": info.serial,
+                           "bundle_manifest_sha256": sha256_file(Path(bundle_dir) / "manifest.json"),
+                           "runner_module": o.runner_module, "python_cmd": o.python_cmd, "warmup": o.warmup,
+                           "threads": o.threads, "passes_per_run": o.passes_per_run, "decompose": o.decompose,
+                           "rerank": o.rerank, "rerank_skip_margin": o.rerank_skip_margin,
+                           "history_mode": o.history_mode, "taskset_mask": mask, "mem_probe": o.mem_probe,
+                           "turns_sha256": sha256_file(o.turns) if o.turns is not None else None,
+                           "turns_limit": o.turns_limit},
+            "merge": "one runner process per run; cold_start_ms is the median over runs; stage p50/p90/p99 "
+                     "are medians of the per-run percentiles, mean is n-weighted, min/max/n exact"}
+
+
+def _prepare_session(bundle_dir, opts: DeviceLatencyOptions) -> _Session:
+    """The device picked and described, the bundle pushed, its Python checked."""
+    say = _say(opts)
+    info = pick_device(opts.serial, opts.adb_path)
+    adb = Adb(info.serial, adb_path=opts.adb_path)
+    device = {**describe_device(adb), "adb": info.to_dict()}
+    say(f"[adb] {info.serial}: {device.get('manufacturer') or ''} {device.get('model') or info.model or '?'}, "
+        f"{device.get('soc') or '?'}, Android {device.get('android_release') or '?'} (SDK {device.get('sdk')}), "
+        f"{device.get('cores')} cores, big cores {device.get('big_cores')}")
+    remote_bundle, remote_runs, remote_turns, pushed = _push(adb, bundle_dir, opts, say)
+    python = RemotePython(opts.python_cmd, opts.workdir, opts.remote_env)
+    remote_py = remote_preflight(adb, python, opts.remote_dir, opts.runner_module)
+    mask = device.get("big_cores_mask") if opts.pin_big_cores else None
+    if opts.pin_big_cores and not mask:
+        raise DeviceError(f"cannot pin to big cores on {adb.who}: no cpufreq information")
+    harness = _harness_record(opts, bundle_dir, info, device, remote_bundle, remote_py, mask, pushed)
+    return _Session(adb, info, device, python, remote_bundle, remote_runs, remote_turns, mask, harness)
+
+
+def _probe_peak(stdout: str, mem_probe: str) -> tuple[float | None, str | None]:
+    """The shell probe's peak memory (MB) and what it read, from the ``__MS_S`` lines of a run."""
+    samples = "\n".join(line[7:] for line in stdout.splitlines() if line.startswith("__MS_S "))
+    if mem_probe == "proc":
+        return parse_vmhwm_mb(samples), "/proc/PID/status VmHWM (sampled)"
+    if mem_probe == "dumpsys":
+        got = [parse_dumpsys_meminfo_mb(s) for s in samples.split("---")]
+        got = [g for g in got if g]
+        if got:
+            return max(g[0] for g in got), got[0][1] + " (sampled max)"
+    return None, None
+
+
+def _run_script(s: _Session, opts: DeviceLatencyOptions, remote_out: str) -> str:
+    argv = opts.runner_argv(s.remote_bundle, remote_out, s.remote_turns)
+    command = f"{s.python.command} {' '.join(shlex.quote(a) for a in argv)}"
+    if s.mask:
+        command = f"taskset {s.mask} {command}"
+    prefix = f"{s.python.prefix(opts.remote_dir)}; rm -f {shlex.quote(remote_out)}"
+    return (f"{prefix}; {command}" if opts.mem_probe == "runner"
+            else _wrap_with_probe(prefix, command, opts.mem_probe, opts.mem_poll_s))
+
+
+def _one_run(s: _Session, opts: DeviceLatencyOptions, i: int, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run ``i``: cool down, one runner process on the device, its results pulled and checked;
+    returns (the runner's results, the run's entry in ``runs``)."""
+    from magicselector.bench.latency import validate_results
+
+    say = _say(opts)
+    cool = None
+    if opts.cool_down_s > 0 and i > 1:
+        cool = wait_for_cool_down(s.adb, opts.cool_down_s, opts.cool_down_below_c)
+    remote_out = posixpath.join(s.remote_runs, f"run-{i}.json")
+    script = _run_script(s, opts, remote_out)
+    say(f"[adb] run {i}/{opts.runs}" + (f" (cooled {cool['waited_s']:.0f} s to {cool['hottest_after_c']} C)"
+                                        if cool else ""))
+    t0 = time.perf_counter()
+    try:
+        proc = s.adb.shell(script, timeout_s=opts.run_timeout_s)
+    except RemoteCommandError as e:
+        (out / "runs" / f"run-{i}.log").write_text(e.stderr + e.stdout, encoding="utf-8")
+        raise
+    wall = time.perf_counter() - t0
+    (out / "runs" / f"run-{i}.log").write_text(proc.stderr, encoding="utf-8")
+    local_out = out / "runs" / f"run-{i}.json"
+    s.adb.pull(remote_out, local_out, timeout_s=120)
+    data = json.loads(local_out.read_text(encoding="utf-8"))
+    problems = validate_results(data)
+    if problems:
+        raise DeviceError(f"run {i}: the runner's results do not follow the schema: {problems}")
+    probe_mb, probe_src = _probe_peak(proc.stdout, opts.mem_probe)
+    peak = data.get("peak_rss_mb")
+    meta = {"run": i, "cold_start_ms": data["cold_start_ms"], "cold_start_breakdown": data.get("cold_start_breakdown"),
+            "peak_rss_mb": peak if peak is not None else probe_mb,
+            "peak_rss_source": "runner VmHWM" if peak is not None else probe_src,
+            "probe_peak_mb": probe_mb, "probe": probe_src,
+            "total_p50_ms": data["stages"].get("total", {}).get("p50"),
+            "wall_s": round(wall, 3), "cool_down": cool, "file": f"runs/run-{i}.json"}
+    say(f"[adb] run {i}/{opts.runs}: cold start {data['cold_start_ms']:.0f} ms, total p50 "
+        f"{meta['total_p50_ms'] or 0:.2f} ms, peak RSS {meta['peak_rss_mb'] or 0:.0f} MB")
+    return data, meta
+
+
+def _save_partial(partial: Path, results: list, meta: list, s: _Session, **state: Any) -> None:
+    merged = merge_runs(results, meta, s.device, s.harness)
+    merged.update(complete=False, **state)
+    _write_json(partial, merged)
+
+
+def _options(options: DeviceLatencyOptions | None, legacy: dict[str, Any]) -> DeviceLatencyOptions:
+    """``options``, or (the old spelling, one more release) the keyword arguments as options."""
+    if not legacy:
+        return options if options is not None else DeviceLatencyOptions()
+    import warnings
+    from dataclasses import replace
+
+    warnings.warn("run_latency_on_device(bundle, key=value, ...) is deprecated and will be removed in the next "
+                  "release; pass run_latency_on_device(bundle, DeviceLatencyOptions(key=value, ...))",
+                  DeprecationWarning, stacklevel=3)
+    return replace(options if options is not None else DeviceLatencyOptions(), **legacy)
+
+
+def run_latency_on_device(bundle_dir: str | os.PathLike, options: DeviceLatencyOptions | None = None,
+                          **legacy: Any) -> dict[str, Any]:
+    """Measure latency on an Android device: ``options.runs`` fresh runner processes, merged.
 
     Each run is one ``python -m magicselector.bench.latency_runner`` process on the device with
     ``--runs passes_per_run --warmup warmup --threads threads``, so every run measures a cold start
-    and ``passes_per_run`` timed passes over the runner's workload. Before every run but the first,
-    with ``cool_down_s`` > 0, the harness waits until the hottest thermal zone is below
-    ``cool_down_below_c`` or ``cool_down_s`` has passed. ``pin_big_cores`` starts the runner under
-    ``taskset`` on the cores above the slowest cluster.
+    and ``passes_per_run`` timed passes over the runner's workload (see ``DeviceLatencyOptions``
+    for every setting; the keyword arguments of the old signature still work, deprecated).
 
     Peak memory: the runner's own VmHWM; ``mem_probe='proc'`` also samples ``/proc/PID/status``
     VmHWM from the shell every ``mem_poll_s``, ``'dumpsys'`` samples ``dumpsys meminfo PID`` (used
@@ -651,137 +863,35 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, serial: str | None = No
     (the default) a later call with the same device, bundle and runner settings into the same
     ``out_dir`` keeps those runs and starts at the first one missing.
     """
-    from magicselector.files import sha256_file
-
-    if runs < 1 or warmup < 0 or threads < 1 or passes_per_run < 1:
-        raise DeviceError("need runs >= 1, warmup >= 0, threads >= 1, passes_per_run >= 1")
-    if mem_probe not in MEM_PROBES:
-        raise DeviceError(f"mem_probe must be one of {MEM_PROBES}, got {mem_probe!r}")
-    say = progress or (lambda line: None)
-    out = Path(out_dir)
+    opts = _options(options, legacy)
+    opts.check()
+    say = _say(opts)
+    out = Path(opts.out_dir)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    info = pick_device(serial, adb_path)
-    adb = Adb(info.serial, adb_path=adb_path)
-    device = {**describe_device(adb), "adb": info.to_dict()}
-    say(f"[adb] {info.serial}: {device.get('manufacturer') or ''} {device.get('model') or info.model or '?'}, "
-        f"{device.get('soc') or '?'}, Android {device.get('android_release') or '?'} (SDK {device.get('sdk')}), "
-        f"{device.get('cores')} cores, big cores {device.get('big_cores')}")
-    remote_bundle = posixpath.join(remote_dir, "bundle")
-    remote_runs = posixpath.join(remote_dir, "runs")
-    adb.shell(f"mkdir -p {shlex.quote(remote_runs)}", timeout_s=30)
-    pushed = push_bundle(adb, bundle_dir, remote_bundle, progress=say)
-    say(f"[adb] bundle at {remote_bundle}: pushed {len(pushed['pushed'])} file(s), "
-        f"{len(pushed['skipped'])} unchanged")
-    remote_turns = None
-    if turns is not None:  # the runner reads the turns file on the device
-        remote_turns = posixpath.join(remote_dir, "turns.jsonl")
-        adb.push(turns, remote_turns)
-    python = RemotePython(python_cmd, workdir, remote_env)
-    remote_py = remote_preflight(adb, python, remote_dir, runner_module)
-    mask = device.get("big_cores_mask") if pin_big_cores else None
-    if pin_big_cores and not mask:
-        raise DeviceError(f"cannot pin to big cores on {adb.who}: no cpufreq information")
-    harness = {"serial": info.serial, "remote_dir": remote_dir, "remote_bundle": remote_bundle,
-               "python_cmd": python_cmd, "workdir": workdir or remote_dir, "remote_env": dict(remote_env or {}),
-               "remote_python": remote_py, "runner_module": runner_module,
-               "pinned_cores": device.get("big_cores") if mask else None, "taskset_mask": mask,
-               "cool_down_s": cool_down_s, "cool_down_below_c": cool_down_below_c, "mem_probe": mem_probe,
-               "runs_requested": runs, "push": pushed,
-               "resume_key": {"serial": info.serial,
-                              "bundle_manifest_sha256": sha256_file(Path(bundle_dir) / "manifest.json"),
-                              "runner_module": runner_module, "python_cmd": python_cmd, "warmup": warmup,
-                              "threads": threads, "passes_per_run": passes_per_run, "decompose": decompose, "rerank": rerank,
-                              "rerank_skip_margin": rerank_skip_margin, "history_mode": history_mode, "taskset_mask": mask, "mem_probe": mem_probe,
-                              "turns_sha256": sha256_file(turns) if turns is not None else None, "turns_limit": turns_limit},
-               "merge": "one runner process per run; cold_start_ms is the median over runs; stage p50/p90/p99 "
-                        "are medians of the per-run percentiles, mean is n-weighted, min/max/n exact"}
-
+    s = _prepare_session(bundle_dir, opts)
     partial = out / "partial.json"
-    results, meta = _finished_runs(partial, out, harness["resume_key"]) if resume else ([], [])
-    results, meta = results[:runs], meta[:runs]
+    results, meta = _finished_runs(partial, out, s.harness["resume_key"]) if opts.resume else ([], [])
+    results, meta = results[:opts.runs], meta[:opts.runs]
     if results:
         say(f"[adb] resuming: {len(results)} finished run(s) kept from {partial}")
-    for i in range(len(results) + 1, runs + 1):
+    for i in range(len(results) + 1, opts.runs + 1):
         try:
-            cool = None
-            if cool_down_s > 0 and i > 1:
-                cool = wait_for_cool_down(adb, cool_down_s, cool_down_below_c)
-            remote_out = posixpath.join(remote_runs, f"run-{i}.json")
-            argv = ["-m", runner_module, "--bundle", remote_bundle, "--runs", str(passes_per_run),
-                    "--warmup", str(warmup), "--threads", str(threads), "--out", remote_out]
-            if history_mode:
-                argv += ["--history-mode", history_mode]
-            if decompose is not None:  # else the runner measures the shipped configuration
-                argv += ["--decompose", decompose]
-            if rerank is not None:
-                argv += ["--rerank" if rerank else "--no-rerank"]
-            if rerank_skip_margin is not None:
-                argv += ["--rerank-skip-margin", str(rerank_skip_margin)]
-            if remote_turns is not None:
-                argv += ["--turns", remote_turns] + (["--turns-limit", str(turns_limit)] if turns_limit else [])
-            command = f"{python.command} {' '.join(shlex.quote(a) for a in argv)}"
-            if mask:
-                command = f"taskset {mask} {command}"
-            prefix = f"{python.prefix(remote_dir)}; rm -f {shlex.quote(remote_out)}"
-            script = (f"{prefix}; {command}" if mem_probe == "runner"
-                      else _wrap_with_probe(prefix, command, mem_probe, mem_poll_s))
-            say(f"[adb] run {i}/{runs}" + (f" (cooled {cool['waited_s']:.0f} s to {cool['hottest_after_c']} C)"
-                                            if cool else ""))
-            t0 = time.perf_counter()
-            try:
-                proc = adb.shell(script, timeout_s=run_timeout_s)
-            except RemoteCommandError as e:
-                (out / "runs" / f"run-{i}.log").write_text(e.stderr + e.stdout, encoding="utf-8")
-                raise
-            wall = time.perf_counter() - t0
-            (out / "runs" / f"run-{i}.log").write_text(proc.stderr, encoding="utf-8")
-            local_out = out / "runs" / f"run-{i}.json"
-            adb.pull(remote_out, local_out, timeout_s=120)
-            data = json.loads(local_out.read_text(encoding="utf-8"))
-            from magicselector.bench.latency import validate_results
-
-            problems = validate_results(data)
-            if problems:
-                raise DeviceError(f"run {i}: the runner's results do not follow the schema: {problems}")
-            samples = "\n".join(line[7:] for line in proc.stdout.splitlines() if line.startswith("__MS_S "))
-            probe_mb, probe_src = None, None
-            if mem_probe == "proc":
-                probe_mb, probe_src = parse_vmhwm_mb(samples), "/proc/PID/status VmHWM (sampled)"
-            elif mem_probe == "dumpsys":
-                got = [parse_dumpsys_meminfo_mb(s) for s in samples.split("---")]
-                got = [g for g in got if g]
-                if got:
-                    probe_mb, probe_src = max(g[0] for g in got), got[0][1] + " (sampled max)"
-            peak = data.get("peak_rss_mb")
+            data, entry = _one_run(s, opts, i, out)
             results.append(data)
-            meta.append({"run": i, "cold_start_ms": data["cold_start_ms"],
-                         "cold_start_breakdown": data.get("cold_start_breakdown"),
-                         "peak_rss_mb": peak if peak is not None else probe_mb,
-                         "peak_rss_source": "runner VmHWM" if peak is not None else probe_src,
-                         "probe_peak_mb": probe_mb, "probe": probe_src,
-                         "total_p50_ms": data["stages"].get("total", {}).get("p50"),
-                         "wall_s": round(wall, 3), "cool_down": cool, "file": f"runs/run-{i}.json"})
-            say(f"[adb] run {i}/{runs}: cold start {data['cold_start_ms']:.0f} ms, total p50 "
-                f"{meta[-1]['total_p50_ms'] or 0:.2f} ms, peak RSS {meta[-1]['peak_rss_mb'] or 0:.0f} MB")
-            checkpoint = merge_runs(results, meta, device, harness)
-            checkpoint.update(complete=False, error=None, failed_run=None)
-            _write_json(partial, checkpoint)  # every finished run is on the host before the next starts
+            meta.append(entry)
+            _save_partial(partial, results, meta, s, error=None, failed_run=None)  # on the host before the next
         except KeyboardInterrupt:
-            merged = merge_runs(results, meta, device, harness)
-            merged.update(complete=False, error="interrupted", failed_run=i)
-            _write_json(partial, merged)
+            _save_partial(partial, results, meta, s, error="interrupted", failed_run=i)
             raise
         except (DeviceError, OSError, ValueError) as e:
-            gone = isinstance(e, DeviceDisconnected) or not adb.is_connected()
-            merged = merge_runs(results, meta, device, harness)
-            merged.update(complete=False, error=str(e), failed_run=i)
-            _write_json(partial, merged)
+            gone = isinstance(e, DeviceDisconnected) or not s.adb.is_connected()
+            _save_partial(partial, results, meta, s, error=str(e), failed_run=i)
             kept = f"{len(results)} result{'s' if len(results) != 1 else ''} kept in {partial}"
             if gone:
-                raise DeviceDisconnected(f"device {info.serial} disconnected during run {i} of {runs}; {kept} "
-                                         f"({e})") from e
-            raise DeviceError(f"run {i} of {runs} on device {info.serial} failed: {e}; {kept}") from e
-    merged = merge_runs(results, meta, device, harness)
+                raise DeviceDisconnected(f"device {s.info.serial} disconnected during run {i} of {opts.runs}; "
+                                         f"{kept} ({e})") from e
+            raise DeviceError(f"run {i} of {opts.runs} on device {s.info.serial} failed: {e}; {kept}") from e
+    merged = merge_runs(results, meta, s.device, s.harness)
     merged.update(complete=True, error=None)
     _write_json(out / "latency.json", merged)
     if partial.exists():

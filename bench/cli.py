@@ -70,19 +70,12 @@ def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
               file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="ms-latency-") as tmp:
         out = Path(tmp) / "latency.json"
-        cmd = [sys.executable, "-m", "magicselector.bench.latency_runner", "--bundle", bundle,
-               "--runs", str(args.runs), "--warmup", str(args.warmup), "--threads", str(args.threads),
-               "--out", str(out), "--cool-down-s", str(args.cool_down_s)]
-        if args.decompose is not None:  # else the runner measures the shipped configuration
-            cmd += ["--decompose", args.decompose]
-        if args.rerank is not None:
-            cmd += ["--rerank" if args.rerank else "--no-rerank"]
-        if args.rerank_skip_margin is not None:
-            cmd += ["--rerank-skip-margin", str(args.rerank_skip_margin)]
-        if args.turns is not None:
-            cmd += ["--turns", str(args.turns)]
-            if args.turns_limit is not None:
-                cmd += ["--turns-limit", str(args.turns_limit)]
+        from magicselector.bench.latency_runner import runner_argv
+
+        cmd = [sys.executable] + runner_argv(
+            bundle, str(out), runs=args.runs, warmup=args.warmup, threads=args.threads, cool_down_s=args.cool_down_s,
+            decompose=args.decompose, rerank=args.rerank, rerank_skip_margin=args.rerank_skip_margin,
+            turns=None if args.turns is None else str(args.turns), turns_limit=args.turns_limit)
         proc = subprocess.run(cmd)  # progress lines stream straight to our stderr
         if proc.returncode != 0 or not out.is_file():
             raise RuntimeError(f"the latency runner failed (exit {proc.returncode}): {' '.join(cmd)}")
@@ -91,14 +84,13 @@ def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def _run_adb(bundle: str, serial: str | None, out_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     try:
-        from magicselector.bench.adb import run_latency_on_device
+        from magicselector.bench.adb import DeviceLatencyOptions, run_latency_on_device
     except ImportError as e:
         raise LookupError(f"the ADB harness is not installed (magicselector.bench.adb could not be imported: {e})")
-    return run_latency_on_device(bundle, serial=serial, runs=args.runs, warmup=args.warmup, threads=args.threads,
-                                 out_dir=out_dir, cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores,
-                                 decompose=args.decompose, rerank=args.rerank,
-                                 rerank_skip_margin=args.rerank_skip_margin, turns=args.turns,
-                                 turns_limit=args.turns_limit)
+    return run_latency_on_device(bundle, DeviceLatencyOptions(
+        serial=serial, runs=args.runs, warmup=args.warmup, threads=args.threads, out_dir=out_dir,
+        cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores, decompose=args.decompose, rerank=args.rerank,
+        rerank_skip_margin=args.rerank_skip_margin, turns=args.turns, turns_limit=args.turns_limit))
 
 
 def write_stage_csv(results: Mapping[str, Any], path: Path) -> None:

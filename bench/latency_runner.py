@@ -49,6 +49,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def runner_argv(bundle: str, out: str, *, runs: int, warmup: int, threads: int, cool_down_s: float | None = None,
+                history_mode: str | None = None, decompose: str | None = None, rerank: bool | None = None,
+                rerank_skip_margin: float | None = None, turns: str | None = None, turns_limit: int | None = None,
+                verify: bool = True, module: str = "magicselector.bench.latency_runner") -> list[str]:
+    """The runner's command line after the Python executable (``-m module --bundle ...``): the one
+    place its flags are spelled, for the local run (``bench latency``) and the phone's
+    (``bench.adb``). A None setting is left out, so the runner takes its default (the shipped
+    configuration); ``turns_limit`` goes with ``turns`` only."""
+    argv = ["-m", module, "--bundle", str(bundle), "--runs", str(runs), "--warmup", str(warmup),
+            "--threads", str(threads), "--out", str(out)]
+    optional = (("--cool-down-s", cool_down_s), ("--history-mode", history_mode), ("--decompose", decompose),
+                ("--rerank-skip-margin", rerank_skip_margin), ("--turns", turns),
+                ("--turns-limit", turns_limit if turns is not None else None))
+    if rerank is not None:
+        argv.append("--rerank" if rerank else "--no-rerank")
+    for flag, value in optional:
+        if value is not None:
+            argv += [flag, str(value)]
+    if not verify:
+        argv.append("--no-verify")
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.runs < 1 or args.warmup < 0 or args.threads < 1:

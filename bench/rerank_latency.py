@@ -169,6 +169,101 @@ def _load_torch_model(checkpoint: Path):
             hf_logging.enable_progress_bar()
 
 
+def _load_fp32(ckpt: Path, folder: Path, workload, tok8, bs: int, digest8: str, say):
+    """The FP32 checkpoint's torch, model, pair tokenizer and input digest; refused when it encodes
+    the workload otherwise than the INT8 reranker (not the checkpoint it was exported from)."""
+    import torch
+
+    from magicselector.export.onnx import checkpoint_pair_window
+    from magicselector.stages.rerank import PairTokenizer
+
+    if not (ckpt / "config.json").is_file():
+        raise InputError(f"{ckpt}: not a Hugging Face checkpoint (no config.json)")
+    tok32 = PairTokenizer(ckpt / "tokenizer.json", **checkpoint_pair_window(ckpt))
+    enc32 = [rerank_inputs(tok32, q, texts, bs) for q, texts in workload]
+    digest32 = inputs_digest(b for lst in enc32 for b in lst)
+    if digest32 != digest8:
+        raise InputError(f"{ckpt} and {folder} encode the workload differently (pair window "
+                         f"{tok32.describe()} vs {tok8.describe()}, or another tokenizer): is this "
+                         "checkpoint the one the reranker was exported from?")
+    say(f"rerank latency: loading the FP32 checkpoint {ckpt}")
+    return torch, _load_torch_model(ckpt), tok32, digest32
+
+
+class _Timings:
+    """Per backend and thread count, the list timings and per-pair timings; the INT8-FP32 agreement
+    of the first timed run at the first thread count."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, dict[str, list[float]]] = {"int8": {}, "fp32": {}}
+        self.per_pair: dict[str, dict[str, list[float]]] = {"int8": {}, "fp32": {}}
+        self.rhos: list[float] = []
+        self.max_diff = 0.0
+
+    def start(self, backend: str, key: str) -> None:
+        self.samples[backend][key], self.per_pair[backend][key] = [], []
+
+    def timed_list(self, order, q: str, texts: list[str], key: str, agree: bool) -> None:
+        got = {}
+        for b, fn in order:
+            t0 = time.perf_counter()
+            got[b] = fn(q, texts)
+            ms = (time.perf_counter() - t0) * 1e3
+            self.samples[b][key].append(ms)
+            self.per_pair[b][key].append(ms / len(texts))
+        if agree and "fp32" in got:
+            if len(texts) > 1:  # a one-pair list has no ranking to agree on
+                self.rhos.append(spearman(got["int8"], got["fp32"]))
+            self.max_diff = max(self.max_diff, float(np.max(np.abs(got["int8"] - got["fp32"]))))
+
+    def stats(self, backend: str) -> dict[str, Any]:
+        return {k: _stats(self.samples[backend][k], self.per_pair[backend][k]) for k in self.samples[backend]}
+
+
+def _time_backends(folder: Path, probe, threads: list[int], workload, runs: int, warmup: int, torch, run_fp32,
+                   say) -> _Timings:
+    """Per thread count: warm-up passes, then ``runs`` passes, the backends interleaved list by
+    list (the order flips every run); torch's thread count is restored afterwards."""
+    from magicselector.stages.rerank import CrossEncoder
+
+    timings = _Timings()
+    prev_threads = torch.get_num_threads() if torch is not None else None
+    try:
+        with torch.inference_mode() if torch is not None else contextlib.nullcontext():
+            for n in threads:
+                key = str(n)
+                enc = probe if n == threads[0] else CrossEncoder.from_dir(folder, threads=n)
+                backends: list[tuple[str, Callable[[str, list[str]], np.ndarray]]] = [("int8", enc.score)]
+                if run_fp32 is not None:
+                    torch.set_num_threads(n)
+                    backends.append(("fp32", run_fp32))
+                for b, _ in backends:
+                    timings.start(b, key)
+                say(f"rerank latency: {folder.name}, {n} thread(s), {warmup} warm-up + {runs} runs x "
+                    f"{len(workload)} lists ({'int8 + fp32' if run_fp32 is not None else 'int8'})")
+                for _ in range(warmup):
+                    for q, texts in workload:
+                        for _b, fn in backends:
+                            fn(q, texts)
+                for r in range(runs):
+                    order = backends if r % 2 == 0 else backends[::-1]
+                    for q, texts in workload:
+                        timings.timed_list(order, q, texts, key, r == 0 and n == threads[0])
+    finally:
+        if prev_threads is not None:
+            torch.set_num_threads(prev_threads)
+    return timings
+
+
+def _check_settings(threads: Sequence[int], runs: int, warmup: int) -> list[int]:
+    threads = list(dict.fromkeys(int(n) for n in threads))  # in order, without repeats
+    if not threads or any(n < 1 for n in threads):
+        raise InputError(f"threads must be positive integers, got {list(threads)}")
+    if runs < 1 or warmup < 0:
+        raise InputError(f"runs must be >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+    return threads
+
+
 def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | None = None, *,
                            queries: Sequence[str] | None = None, catalog: Iterable[Any] | None = None,
                            candidates: int = 20, threads: Sequence[int] = (1, 2), runs: int = 30, warmup: int = 3,
@@ -177,15 +272,11 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
     """Time the rerank stage (one ``score(query, texts)`` call per list) for the INT8 reranker
     folder and, given its FP32 ``checkpoint``, for PyTorch on the same token ids; see the module
     docstring for the result. torch's thread count is restored afterwards."""
-    from magicselector.stages.rerank import CrossEncoder, PairTokenizer, read_reranker_meta
+    from magicselector.stages.rerank import CrossEncoder, read_reranker_meta
 
     folder = Path(reranker_dir)
     meta = read_reranker_meta(folder)
-    threads = list(dict.fromkeys(int(n) for n in threads))  # in order, without repeats
-    if not threads or any(n < 1 for n in threads):
-        raise InputError(f"threads must be positive integers, got {list(threads)}")
-    if runs < 1 or warmup < 0:
-        raise InputError(f"runs must be >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+    threads = _check_settings(threads, runs, warmup)
     say = progress or (lambda _m: None)
     workload = build_workload(queries, catalog, candidates, seed)
     loadavg_start = _loadavg()
@@ -194,77 +285,22 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
     tok8, bs = probe.tokenizer, probe.batch_size
     enc8 = [rerank_inputs(tok8, q, texts, bs) for q, texts in workload]
     digest8 = inputs_digest(b for lst in enc8 for b in lst)
-    masks = np.concatenate([b["attention_mask"] for lst in enc8 for b in lst])
-    lens = masks.sum(axis=1)
+    lens = np.concatenate([b["attention_mask"] for lst in enc8 for b in lst]).sum(axis=1)
     widths = [b["input_ids"].shape[1] for lst in enc8 for b in lst]
 
-    torch = model = tok32 = None
-    digest32 = None
+    torch = model = run_fp32 = digest32 = None
     ckpt = Path(checkpoint) if checkpoint is not None else None
-    if ckpt is not None:
-        import torch  # noqa: F811  (only with a checkpoint: the runtime stays torch-free)
+    if ckpt is not None:  # only with a checkpoint: the runtime stays torch-free
+        torch, model, tok32, digest32 = _load_fp32(ckpt, folder, workload, tok8, bs, digest8, say)
 
-        from magicselector.export.onnx import checkpoint_pair_window
+        def run_fp32(query: str, texts: list[str]) -> np.ndarray:
+            out = []
+            for batch in rerank_inputs(tok32, query, texts, bs):
+                logits = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits
+                out.append(logits[:, 0].float().numpy())
+            return np.concatenate(out)
 
-        if not (ckpt / "config.json").is_file():
-            raise InputError(f"{ckpt}: not a Hugging Face checkpoint (no config.json)")
-        tok32 = PairTokenizer(ckpt / "tokenizer.json", **checkpoint_pair_window(ckpt))
-        enc32 = [rerank_inputs(tok32, q, texts, bs) for q, texts in workload]
-        digest32 = inputs_digest(b for lst in enc32 for b in lst)
-        if digest32 != digest8:
-            raise InputError(f"{ckpt} and {folder} encode the workload differently (pair window "
-                             f"{tok32.describe()} vs {tok8.describe()}, or another tokenizer): is this "
-                             "checkpoint the one the reranker was exported from?")
-        say(f"rerank latency: loading the FP32 checkpoint {ckpt}")
-        model = _load_torch_model(ckpt)
-
-    def run_fp32(query: str, texts: list[str]) -> np.ndarray:
-        out = []
-        for batch in rerank_inputs(tok32, query, texts, bs):
-            logits = model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits
-            out.append(logits[:, 0].float().numpy())
-        return np.concatenate(out)
-
-    samples: dict[str, dict[str, list[float]]] = {"int8": {}, "fp32": {}}
-    per_pair: dict[str, dict[str, list[float]]] = {"int8": {}, "fp32": {}}
-    rhos: list[float] = []
-    max_diff = 0.0
-    prev_threads = torch.get_num_threads() if torch is not None else None
-    try:
-        with torch.inference_mode() if torch is not None else contextlib.nullcontext():
-            for n in threads:
-                key = str(n)
-                enc = probe if n == threads[0] else CrossEncoder.from_dir(folder, threads=n)
-                backends: list[tuple[str, Callable[[str, list[str]], np.ndarray]]] = [("int8", enc.score)]
-                if model is not None:
-                    torch.set_num_threads(n)
-                    backends.append(("fp32", run_fp32))
-                for b, _ in backends:
-                    samples[b][key], per_pair[b][key] = [], []
-                say(f"rerank latency: {folder.name}, {n} thread(s), {warmup} warm-up + {runs} runs x "
-                    f"{len(workload)} lists ({'int8 + fp32' if model is not None else 'int8'})")
-                for _ in range(warmup):
-                    for q, texts in workload:
-                        for _b, fn in backends:
-                            fn(q, texts)
-                for r in range(runs):
-                    order = backends if r % 2 == 0 else backends[::-1]
-                    for q, texts in workload:
-                        got = {}
-                        for b, fn in order:
-                            t0 = time.perf_counter()
-                            got[b] = fn(q, texts)
-                            ms = (time.perf_counter() - t0) * 1e3
-                            samples[b][key].append(ms)
-                            per_pair[b][key].append(ms / len(texts))
-                        if r == 0 and n == threads[0] and "fp32" in got:
-                            if len(texts) > 1:  # a one-pair list has no ranking to agree on
-                                rhos.append(spearman(got["int8"], got["fp32"]))
-                            max_diff = max(max_diff, float(np.max(np.abs(got["int8"] - got["fp32"]))))
-    finally:
-        if prev_threads is not None:
-            torch.set_num_threads(prev_threads)
-
+    timings = _time_backends(folder, probe, threads, workload, runs, warmup, torch, run_fp32, say)
     host = _host(torch.__version__ if torch is not None else None)
     host["loadavg"] = loadavg_start
     host["loadavg_end"] = _loadavg()
@@ -287,15 +323,15 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
                   "model_mb": _mb(probe.model_path),
                   "checkpoint_mb": _mb(ckpt / "model.safetensors") if ckpt is not None else None,
                   "quantization": _quantization_of(meta, probe.model_path)},
-        "int8": {k: _stats(samples["int8"][k], per_pair["int8"][k]) for k in samples["int8"]},
+        "int8": timings.stats("int8"),
         "input_sha256": {"int8": digest8, "fp32": digest32},
     }
     if model is not None:
-        result["fp32"] = {k: _stats(samples["fp32"][k], per_pair["fp32"][k]) for k in samples["fp32"]}
+        result["fp32"] = timings.stats("fp32")
         result["speedup"] = {k: (result["fp32"][k]["p50"] / result["int8"][k]["p50"]
                                  if result["int8"][k]["p50"] > 0 else None) for k in result["int8"]}
-        result["agreement"] = {"spearman_per_list_mean": float(np.mean(rhos)) if rhos else None,
-                               "max_abs_diff": max_diff}
+        result["agreement"] = {"spearman_per_list_mean": float(np.mean(timings.rhos)) if timings.rhos else None,
+                               "max_abs_diff": timings.max_diff}
     return result
 
 

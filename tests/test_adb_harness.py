@@ -13,7 +13,8 @@ import pytest
 
 from magicselector.bench.adb import (Adb, DeviceDisconnected, DeviceError, describe_device, list_devices,
                                      parse_devices, parse_dumpsys_meminfo_mb, parse_vmhwm_mb, pick_device,
-                                     push_bundle, read_thermal, run_latency_on_device, wait_for_cool_down)
+                                     push_bundle, read_thermal, run_latency_on_device, wait_for_cool_down,
+                                     DeviceLatencyOptions)
 
 FAKE_ADB_DIR = Path(__file__).parent / "fake_adb"
 REPO = Path(__file__).resolve().parents[1]
@@ -206,8 +207,8 @@ def test_runs_the_real_runner_and_merges_like_a_local_run(fake, bundle_dir, tmp_
 
     fake.add("R58M30ABCDE")
     out = tmp_path / "out"
-    res = run_latency_on_device(bundle_dir, runs=2, warmup=0, out_dir=out, python_cmd=PY, pin_big_cores=True,
-                                mem_probe="proc", mem_poll_s=0.1, progress=None)
+    res = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=2, warmup=0, out_dir=out, python_cmd=PY, pin_big_cores=True,
+                                mem_probe="proc", mem_poll_s=0.1, progress=None))
     assert validate_results(res) == []
     local = measure_latency(bundle_dir, runs=1, warmup=0)
     assert set(local) <= set(res) and set(local["stages"]) == set(res["stages"])
@@ -229,8 +230,8 @@ def test_runs_the_real_runner_and_merges_like_a_local_run(fake, bundle_dir, tmp_
         assert validate_results(json.loads((out / "runs" / f"run-{i}.json").read_text())) == []
     assert not (out / "partial.json").exists()
     assert res["config"]["adb"]["push"]["skipped"] == []  # the first session pushed everything
-    again = run_latency_on_device(bundle_dir, runs=1, warmup=0, out_dir=tmp_path / "out2", python_cmd=PY,
-                                  mem_probe="dumpsys", mem_poll_s=0.1, progress=None)
+    again = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, warmup=0, out_dir=tmp_path / "out2", python_cmd=PY,
+                                  mem_probe="dumpsys", mem_poll_s=0.1, progress=None))
     assert again["config"]["adb"]["push"]["pushed"] == []  # the second pushed nothing
     assert "dumpsys" in again["runs"][0]["probe"] and again["runs"][0]["probe_peak_mb"] > 10
 
@@ -242,8 +243,8 @@ def test_a_turns_file_is_pushed_and_timed_on_the_device(fake, bundle_dir, tmp_pa
     turns = tmp_path / "queries.jsonl"
     turns.write_text("".join(json.dumps({"query": q, "history": []}) + "\n"
                              for q in ("call mom", "set a timer for 5 minutes", "turn on wifi")), encoding="utf-8")
-    res = run_latency_on_device(bundle_dir, runs=1, warmup=0, out_dir=tmp_path / "out", python_cmd=PY,
-                                turns=turns, turns_limit=2, progress=None)
+    res = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, warmup=0, out_dir=tmp_path / "out", python_cmd=PY,
+                                turns=turns, turns_limit=2, progress=None))
     assert res["config"]["turns"] == 2 and res["stages"]["total"]["n"] == 2
     assert res["config"]["workload"]["sha256"] == sha256_file(turns)
     assert res["config"]["workload"]["name"].endswith("turns.jsonl (2 rows, seed 0)")
@@ -259,7 +260,7 @@ def test_disconnect_mid_run_keeps_partial_results(fake, bundle_dir, tmp_path, mo
     monkeypatch.setenv("FAKE_ADB_DISCONNECT_MATCH", "-m magicselector.bench.latency_runner")
     out = tmp_path / "out"
     with pytest.raises(DeviceDisconnected) as err:
-        run_latency_on_device(bundle_dir, runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=None)
+        run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=None))
     partial = out / "partial.json"
     assert str(err.value).startswith(
         f"device R58M30ABCDE disconnected during run 3 of 3; 2 results kept in {partial}")
@@ -289,7 +290,7 @@ def test_a_dropped_device_resumes_where_it_stopped(fake, bundle_dir, tmp_path, m
             seen.append(len(json.loads(partial.read_text())["runs"]) if partial.exists() else 0)
 
     with pytest.raises(DeviceDisconnected, match="2 results kept"):
-        run_latency_on_device(bundle_dir, runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=progress)
+        run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=progress))
     assert seen == [0, 1, 2]
     first = json.loads(partial.read_text())
     # the cable goes back in
@@ -298,7 +299,7 @@ def test_a_dropped_device_resumes_where_it_stopped(fake, bundle_dir, tmp_path, m
     (fake.root / ".state" / "R58M30ABCDE.json").unlink()
     runner_calls = len([c for c in fake.calls() if "-m magicselector.bench.latency_runner" in json.dumps(c)])
     lines = []
-    res = run_latency_on_device(bundle_dir, runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=lines.append)
+    res = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=lines.append))
     assert any("resuming: 2 finished run(s)" in line for line in lines)
     started = [c for c in fake.calls() if "-m magicselector.bench.latency_runner" in json.dumps(c)]
     assert len(started) - runner_calls == 1  # only run 3 ran again
@@ -310,15 +311,15 @@ def test_a_dropped_device_resumes_where_it_stopped(fake, bundle_dir, tmp_path, m
     fresh = tmp_path / "fresh"
     shutil.copytree(out, fresh)
     (fresh / "partial.json").write_text(json.dumps(first))
-    res = run_latency_on_device(bundle_dir, runs=1, warmup=0, threads=2, out_dir=fresh, python_cmd=PY, progress=None)
+    res = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, warmup=0, threads=2, out_dir=fresh, python_cmd=PY, progress=None))
     assert res["complete"] and res["runs"][0]["run"] == 1 and res["config"]["adb"]["resume_key"]["threads"] == 2
 
 
 def test_a_device_without_python_gets_a_clear_error(fake, bundle_dir, tmp_path):
     fake.add("R58M30ABCDE")
     with pytest.raises(DeviceError, match=r"Python `no-such-python` not found in adb shell's PATH.*python_cmd"):
-        run_latency_on_device(bundle_dir, runs=1, out_dir=tmp_path / "o", python_cmd="no-such-python",
-                              progress=None)
+        run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, out_dir=tmp_path / "o", python_cmd="no-such-python",
+                              progress=None))
 
 
 def test_memory_parsers():
@@ -359,3 +360,32 @@ def test_android_demo_runs_the_dialogue_on_the_fake_device(fake, bundle_dir, cap
     fake.write()
     assert run_demo.main(["--bundle", str(bundle_dir)]) == 2
     assert "no Android device found" in capsys.readouterr().err
+
+
+def test_the_old_keyword_spelling_still_runs_with_a_deprecation_warning(fake, bundle_dir, tmp_path):
+    fake.add("R58M30ABCDE")
+    with pytest.warns(DeprecationWarning, match="DeviceLatencyOptions"):
+        res = run_latency_on_device(bundle_dir, runs=1, warmup=0, threads=2, out_dir=tmp_path / "old",
+                                    python_cmd=PY, progress=None)
+    assert res["complete"] and res["config"]["adb"]["resume_key"]["threads"] == 2
+
+
+def test_the_runner_flags_are_spelled_once_for_the_phone_and_the_local_run():
+    """``runner_argv`` (which the phone's command and ``bench latency``'s local run both use) gives
+    a command line the runner's own parser reads back as the settings it was given."""
+    from magicselector.bench.latency_runner import _parser, runner_argv
+
+    argv = runner_argv("B", "o.json", runs=4, warmup=1, threads=2, cool_down_s=0.5, history_mode="all",
+                       decompose="rules", rerank=False, rerank_skip_margin=0.25, turns="t.jsonl", turns_limit=7,
+                       verify=False)
+    assert argv[:2] == ["-m", "magicselector.bench.latency_runner"]
+    args = _parser().parse_args(argv[2:])
+    assert (args.bundle, args.out, args.runs, args.warmup, args.threads, args.cool_down_s) == ("B", "o.json", 4, 1, 2, 0.5)
+    assert (args.history_mode, args.decompose, args.rerank, args.rerank_skip_margin) == ("all", "rules", False, 0.25)
+    assert (args.turns, args.turns_limit, args.no_verify) == ("t.jsonl", 7, True)
+    shipped = _parser().parse_args(runner_argv("B", "-", runs=1, warmup=0, threads=1, turns_limit=3)[2:])
+    assert shipped.rerank is None and shipped.decompose is None and shipped.turns_limit is None  # no --turns
+    phone = DeviceLatencyOptions(passes_per_run=3, warmup=2, threads=4, rerank=True, history_mode="", turns_limit=0)
+    args = _parser().parse_args(phone.runner_argv("/d/bundle", "/d/run-1.json", None)[2:])
+    assert (args.runs, args.warmup, args.threads, args.rerank, args.history_mode) == (3, 2, 4, True, None)
+    assert args.cool_down_s == 0.0  # the harness cools between runs, not the runner
