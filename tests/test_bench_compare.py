@@ -36,9 +36,9 @@ QUERIES = [
 def tiny_reranker_bundle(tmp_path_factory, home) -> tuple[Path, Path]:
     """(bundle with a 1-layer trained reranker, the reranker's FP32 checkpoint): the shipped embedder and
     phone catalog, the reranker trained for one epoch on a 4-tool set (window 32 tokens), INT8 exported."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("onnx")
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
+    pytest.importorskip("transformers", reason="needs the train extra: pip install -e .[train]")
+    pytest.importorskip("onnx", reason="needs the train extra: pip install -e .[train]")
     from magicselector.bundle_writer import build_bundle
     from magicselector.catalog import load_phone_catalog
     from magicselector.default_bundle import shipped_embedder

@@ -15,6 +15,7 @@ from magicselector.bench.quality import (CONFIGURATIONS, FP32, QualityConfig, de
                                          format_markdown, run_quality, write_report)
 
 
+@pytest.mark.extra("bench", "export")
 def test_every_configuration_on_every_set_and_rows_match_evaluate(bundle_dir, tiny_benchmark, tmp_path):
     config = QualityConfig(limit=5)
     notes: list[str] = []

@@ -70,6 +70,7 @@ def test_not_a_bundle(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra("llm", modules=("llama_cpp",))
 def test_a_bundles_decomposer_and_its_prompt_are_the_selectors(tmp_path, bundle_dir, home):
     """A bundle with a decomposer section: Selector.from_bundle decomposes with that GGUF and the
     prompt style its manifest records, unless the config names another model."""

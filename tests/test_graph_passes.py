@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+onnx = pytest.importorskip("onnx", reason="needs the export extra: pip install -e .[export]")
+torch = pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
+transformers = pytest.importorskip("transformers", reason="needs the export extra: pip install -e .[export]")
 
 import onnxruntime as ort  # noqa: E402
 

@@ -40,7 +40,7 @@ def _queries(name: str) -> tuple[object, list[str]]:
 
 
 def _reference(tokens: list[list[str]], idf: str):
-    rank_bm25 = pytest.importorskip("rank_bm25")
+    rank_bm25 = pytest.importorskip("rank_bm25", reason="needs the bench extra: pip install -e .[bench]")
     if idf == "okapi":
         return rank_bm25.BM25Okapi(tokens, k1=1.2, b=0.75)
 

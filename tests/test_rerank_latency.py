@@ -22,9 +22,9 @@ FAST = dict(queries=DEFAULT_QUERIES[:2] + DEFAULT_QUERIES[-1:], candidates=5, th
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[Path, Path]:
     """(FP32 checkpoint, INT8 reranker folder) of a 1-layer MiniLM cross-encoder, window 32 tokens."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("onnx")
+    torch = pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
+    pytest.importorskip("transformers", reason="needs the export extra: pip install -e .[export]")
+    pytest.importorskip("onnx", reason="needs the export extra: pip install -e .[export]")
     from transformers import AutoTokenizer
 
     from magicselector.catalog import load_phone_catalog
@@ -108,7 +108,7 @@ def test_quantization_is_read_per_file_in_a_per_target_folder():
 
 
 def test_fp32_rows_and_identical_inputs(tiny):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
     from magicselector.export.onnx import checkpoint_pair_window
     from magicselector.stages.rerank import CrossEncoder, PairTokenizer
 
@@ -145,7 +145,7 @@ def test_fp32_rows_and_identical_inputs(tiny):
 
 
 def test_checkpoint_with_another_window_is_refused(tiny, tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
     ckpt, folder = tiny
     other = tmp_path / "other"
     other.mkdir()
@@ -159,7 +159,7 @@ def test_checkpoint_with_another_window_is_refused(tiny, tmp_path):
 
 
 def test_format_has_a_row_per_model_backend_threads(tiny):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
     ckpt, folder = tiny
     fast = {**FAST, "threads": (1,), "runs": 1, "warmup": 0}
     both = measure_rerank_latency(folder, ckpt, name="with-fp32", **fast)
@@ -172,7 +172,7 @@ def test_format_has_a_row_per_model_backend_threads(tiny):
 
 
 def test_cli_writes_json_and_md(tiny, tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
     from magicselector.cli import main
 
     ckpt, folder = tiny

@@ -78,7 +78,7 @@ def test_a_query_longer_than_the_window_keeps_the_tool_side(reranker, shipped):
 
 
 def test_query_capped_matches_training(shipped):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
     from magicselector.train.reranker import PairEncoder
 
     meta = read_reranker_meta(shipped)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("mcp")  # the serve extra (installed by the dev extra)
+pytest.importorskip("mcp", reason="needs the serve extra: pip install -e .[serve]")
 
 import anyio  # noqa: E402
 from mcp.client.session import ClientSession  # noqa: E402

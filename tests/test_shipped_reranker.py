@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
+pytest.importorskip("transformers", reason="needs the export extra: pip install -e .[export]")
 
 from magicselector import targets  # noqa: E402
 from magicselector.catalog import Catalog, load_phone_catalog  # noqa: E402

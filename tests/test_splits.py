@@ -130,6 +130,7 @@ def test_split_command_shared_splits_both_public_sets(tmp_path, capsys):
         _check_no_eval_tool_in_train(tmp_path / "cmd" / name)
 
 
+@pytest.mark.extra("train")
 def test_trainers_refuse_a_split_eval_part(tiny_benchmark, tmp_path):
     from magicselector.train.queries import prepare_training_data
     from magicselector.train.reranker import RerankerTrainConfig
@@ -142,6 +143,7 @@ def test_trainers_refuse_a_split_eval_part(tiny_benchmark, tmp_path):
     assert queries and len(benches) == 1
 
 
+@pytest.mark.extra("train")
 def test_per_folder_cap_balances_a_mix(tiny_benchmark, tmp_path):
     from magicselector.train.queries import prepare_training_data
     from magicselector.train.reranker import RerankerTrainConfig

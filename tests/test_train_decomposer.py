@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
+pytest.importorskip("transformers", reason="needs the train extra: pip install -e .[train]")
 
 from magicselector.dialogue import validate_history  # noqa: E402
 from magicselector.errors import InputError  # noqa: E402
@@ -522,7 +522,7 @@ def test_zero_shot_prompt_is_shared_by_training_runtime_and_export(data, tiny_lm
 
 
 def test_plot_draws_sft_and_grpo_curves(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="needs the bench extra: pip install -e .[bench]")
     from magicselector.train.plots import plot_training_logs, read_log, trailing_mean
 
     assert trailing_mean(np.array([1.0, 3.0, 5.0]), 2).tolist() == [1.0, 2.0, 4.0]

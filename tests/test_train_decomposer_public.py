@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
+pytest.importorskip("transformers", reason="needs the train extra: pip install -e .[train]")
 
 from magicselector.data.datasets import load_benchmark  # noqa: E402
 from magicselector.data.splits import ToolSplitConfig, write_tool_disjoint_split  # noqa: E402

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
+pytest.importorskip("transformers", reason="needs the train extra: pip install -e .[train]")
 
 from magicselector.errors import InputError  # noqa: E402
 from magicselector.train import embedder as emb_mod  # noqa: E402

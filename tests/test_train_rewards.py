@@ -272,7 +272,7 @@ def test_grouped_advantages():
 # embedder: InfoNCE (eq. 13) and hard negatives
 # ---------------------------------------------------------------------------------------------
 def _loop_info_nce(q, p, n, tau, in_batch, excluded=()):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
     losses = []
     for i in range(q.shape[0]):
         cos = lambda a, b: torch.dot(a, b) / (a.norm() * b.norm())  # noqa: E731
@@ -287,7 +287,7 @@ def _loop_info_nce(q, p, n, tau, in_batch, excluded=()):
 
 
 def test_info_nce_matches_a_loop():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
     from magicselector.train.embedder_losses import info_nce
 
     g = torch.Generator().manual_seed(0)
@@ -321,7 +321,7 @@ def test_info_nce_matches_a_loop():
 
 
 def test_info_nce_prefers_the_positive():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
     from magicselector.train.embedder_losses import info_nce
 
     q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
@@ -331,7 +331,7 @@ def test_info_nce_prefers_the_positive():
 
 
 def test_mine_embedder_negatives():
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
     from magicselector.train.embedder_losses import mine_embedder_negatives
 
     ids = ["t0", "t1", "t2", "t3", "t4"]
