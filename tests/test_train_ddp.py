@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
+pytest.importorskip("transformers", reason="needs the train extra: pip install -e .[train]")
 if not torch.distributed.is_available():
     pytest.skip("this torch build has no torch.distributed", allow_module_level=True)
 
@@ -135,7 +135,7 @@ def _log(out: Path) -> list[dict]:
                                                   ("embedder", "accelerate", EMBEDDER)])
 def test_two_processes_train_like_one(kind, launcher, config, tiny_benchmark, base_without_dropout, tmp_path):
     if launcher == "accelerate":
-        pytest.importorskip("accelerate")
+        pytest.importorskip("accelerate", reason="needs the train extra: pip install -e .[train]")
     from safetensors.torch import load_file
 
     out = tmp_path / "ddp"
