@@ -14,12 +14,22 @@ HEAVY = ("torch", "transformers", "sentence_transformers", "optimum", "executorc
 
 
 def _check_stats(st: dict, n: int | None = None) -> None:
-    for f in ("p50", "p90", "p99", "mean", "n"):
+    for f in ("p50", "p90", "p99", "mean", "min", "max", "n"):
         assert f in st
-    assert st["p50"] >= 0 and st["mean"] >= 0
-    assert st["p50"] <= st["p90"] <= st["p99"]
+    # order statistics of one sample: each lies within its range, and a stage that ran took time
+    assert st["min"] <= st["p50"] <= st["p90"] <= st["p99"] <= st["max"]
+    assert st["min"] <= st["mean"] <= st["max"] and st["max"] > 0
     if n is not None:
         assert st["n"] == n
+
+
+def test_percentiles_by_hand():
+    from magicselector.bench.latency import percentiles
+
+    # numpy's linear interpolation: p90 of 1..5 sits 0.6 of the way from 4 to 5
+    assert percentiles([4.0, 1.0, 3.0, 2.0, 5.0]) == pytest.approx(
+        {"p50": 3.0, "p90": 4.6, "p99": 4.96, "mean": 3.0, "min": 1.0, "max": 5.0, "n": 5})
+    assert percentiles([])["n"] == 0
 
 
 def test_workload_is_fixed_and_phone_shaped():
@@ -83,7 +93,7 @@ def test_runner_writes_json_and_imports_no_torch(bundle_dir, tmp_path):
     res = json.loads(out.read_text())
     assert validate_results(res) == [] and res["config"]["fresh_process"] is True
     assert res["config"]["heavy_modules_loaded"] == []
-    assert res["cold_start_breakdown"]["import_ms"] >= 0
+    assert res["cold_start_breakdown"]["import_ms"] > 0  # the fresh process timed its imports
 
 
 def test_runner_reports_a_missing_bundle(tmp_path):
@@ -94,6 +104,7 @@ def test_runner_reports_a_missing_bundle(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra("bench", modules=("matplotlib",))
 def test_bench_latency_cli_writes_outputs(bundle_dir, tmp_path, capsys):
     from magicselector.cli import main
 
@@ -158,12 +169,13 @@ def test_scaling_small_n_recall_and_fit():
     for r in res["search"]:
         assert r["build_s"] >= 0 and r["file_bytes"] > 0
         for s in r["settings"]:
-            assert 0.0 <= s["recall@50"] <= 1.0
+            # f16 keeps (nearly) the exact top 50 at these sizes; i8 loses a few percent, not more
+            assert s["recall@50"] >= (0.99 if r["dtype"] == "f16" else 0.9), (r["n"], r["dtype"], s)
             assert 0 <= s["p50_ms"] <= s["p90_ms"]
         assert r["chosen"] in r["settings"]
     for key in ("slope_us_per_item", "intercept_us", "r2", "loglog_slope", "loglog_slope_n_ge_1000"):
         assert key in res["cut"]["fit"]
-    assert res["cut"]["fit"]["r2"] <= 1.0
+    assert 0.5 < res["cut"]["fit"]["r2"] <= 1.0  # the cut's time grows linearly with the candidates
     json.dumps(res)
 
 

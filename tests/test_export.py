@@ -89,6 +89,7 @@ def minilm_pte(tmp_path_factory) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.extra("export", "release")
 def test_minilm_pte_parity(minilm_pte):
     from magicselector.export.bundle import PROBE_QUERIES
     from magicselector.export.executorch import pte_embedder_parity
@@ -104,6 +105,7 @@ def test_minilm_pte_parity(minilm_pte):
 
 
 @pytest.mark.slow
+@pytest.mark.extra("export", "release")
 def test_pte_embedder_picks_the_same_top_tool_as_onnx(minilm_pte, selector, tmp_path):
     from magicselector.export.onnx import export_encoder_onnx
     from magicselector.stages.embed import TextEmbedder
@@ -121,6 +123,7 @@ def test_pte_embedder_picks_the_same_top_tool_as_onnx(minilm_pte, selector, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.extra("export", "release")
 def test_tiny_reranker_pte_fixed_shapes(tiny_reranker, tmp_path):
     """The fixed-shape form (padding to max_batch x max_length) through the runtime's CrossEncoder."""
     from magicselector.export.executorch import export_encoder_pte, pte_reranker_parity
@@ -133,6 +136,7 @@ def test_tiny_reranker_pte_fixed_shapes(tiny_reranker, tmp_path):
     assert parity["spearman"] > 0.99 and parity["top1_agreement"] == 1.0, parity
 
 
+@pytest.mark.extra("export", "release")
 def test_pte_reranker_module_computes_the_last_layer_for_the_first_token(tiny_reranker, tmp_path):
     """ExecuTorch exports the cross-encoder through first_token_cross_encoder: the same logits as the
     Hugging Face model (padded rows and token types included), and a dynamic-shape program keeps them."""
@@ -165,6 +169,7 @@ def test_pte_reranker_module_computes_the_last_layer_for_the_first_token(tiny_re
 
 # -- ONNX reranker -------------------------------------------------------------------------------
 
+@pytest.mark.extra("export")
 def test_tiny_reranker_onnx_int8_parity_and_static_qdq(tiny_reranker, tmp_path):
     from magicselector.export.onnx import (export_encoder_onnx, quantize_onnx_int8, quantize_onnx_static,
                                            reranker_parity)
@@ -193,6 +198,7 @@ def test_spearman_and_ranks():
 # -- GGUF ----------------------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.extra("export", "llm", "release")
 def test_tiny_lm_to_gguf_q8_0_and_q4_k_m(tiny_lm, tmp_path, home):
     from magicselector.export.gguf import export_decomposer, quantize_gguf
     from magicselector.backends.llama import greedy, load_llama
@@ -208,9 +214,16 @@ def test_tiny_lm_to_gguf_q8_0_and_q4_k_m(tiny_lm, tmp_path, home):
     ids = llm.tokenize(b"User: turn on bluetooth\nSub-tasks:", add_bos=False)
     out = greedy(llm, ids, 6)
     assert 1 <= len(out) <= 6 and all(isinstance(t, int) for t in out)
-    assert llm.detokenize(out) is not None
+    # the GGUF carries the checkpoint's tokenizer: the prompt's ids are the source tokenizer's, and
+    # they detokenize back to the prompt's bytes
+    from transformers import AutoTokenizer
+
+    prompt = "User: turn on bluetooth\nSub-tasks:"
+    assert ids == AutoTokenizer.from_pretrained(str(tiny_lm))(prompt, add_special_tokens=False)["input_ids"]
+    assert llm.detokenize(ids) == prompt.encode()
 
 
+@pytest.mark.extra("llm", modules=("llama_cpp",))
 def test_unknown_gguf_quantization_lists_valid_names():
     from magicselector.export.gguf import check_quant_name, quant_ftype
 
@@ -235,6 +248,7 @@ def release_bundle(tmp_path_factory, bundle_dir, tiny_reranker, home) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.extra("export")
 def test_export_bundle_round_trip(release_bundle, selector, tiny_reranker):
     from magicselector.export.onnx import reranker_scores_torch
 
@@ -274,6 +288,7 @@ def test_export_bundle_round_trip(release_bundle, selector, tiny_reranker):
 
 
 @pytest.mark.slow
+@pytest.mark.extra("export")
 def test_tampered_reranker_fails_verify(release_bundle, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(release_bundle, copy)
@@ -308,6 +323,7 @@ def _no_output(out: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extra("export")
 def test_failure_unsupported_architecture(tiny_reranker, bundle_dir, tmp_path):
     from magicselector.export.bundle import export_bundle
 
@@ -326,6 +342,7 @@ def test_failure_unsupported_architecture(tiny_reranker, bundle_dir, tmp_path):
     _no_output(out)
 
 
+@pytest.mark.extra("llm", modules=("llama_cpp",))
 def test_failure_unsupported_llama_cpp_architecture(tmp_path, home, monkeypatch):
     from magicselector.export import gguf
 
@@ -344,6 +361,7 @@ def test_failure_unsupported_llama_cpp_architecture(tmp_path, home, monkeypatch)
 
 
 @pytest.mark.slow
+@pytest.mark.extra("export")
 def test_failure_checkpoint_without_tokenizer(tiny_reranker, bundle_dir, tmp_path):
     from magicselector.export.bundle import export_bundle
 
@@ -380,6 +398,7 @@ def test_failure_unknown_quantization_names(tmp_path, bundle_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.extra("export")
 def test_failure_parity_below_threshold(tiny_reranker, bundle_dir, tmp_path):
     from magicselector.export.bundle import export_bundle
 
