@@ -30,7 +30,7 @@ import torch
 
 import magicselector.train.reranker as rr
 import magicselector.train.embedder as em
-from magicselector.train import toolkit
+from magicselector.train import toolkit, training
 
 kind, data, out, base, record = sys.argv[1:6]
 saves = []
@@ -42,9 +42,9 @@ shard = toolkit.Processes.shard
 toolkit.Processes.shard = lambda self, batch: (lambda got: (shards.append(repr(got[0])), got)[1])(shard(self, batch))
 models = []
 load = toolkit.load_encoder
-for module in (rr, em):
-    module.load_encoder = lambda *a, _l=load, **k: (lambda m: (models.append((m, {n: v.detach().clone() for n, v in
-                                                                             m.state_dict().items()})), m)[1])(_l(*a, **k))
+# both trainers load their base through train.training.load_encoder_run
+training.load_encoder = lambda *a, _l=load, **k: (lambda m: (models.append((m, {n: v.detach().clone() for n, v in
+                                                                           m.state_dict().items()})), m)[1])(_l(*a, **k))
 
 config = json.loads(Path(record).with_name("config.json").read_text())
 if kind == "reranker":
@@ -180,18 +180,19 @@ from pathlib import Path
 import torch
 
 import magicselector.train.decomposer as dm
+import magicselector.train.decomposer_run as dr
 from magicselector.train import toolkit
 
 data, out, base, record = sys.argv[1:5]
 saves, shards, models = [], [], []
 key = lambda item: item.id if isinstance(item, dm.DecompositionExample) else item[1]
-save = dm.save_checkpoint
-dm.save_checkpoint = lambda *a, **k: (saves.append(str(a[2])), save(*a, **k))[1]
+save = dr.save_checkpoint  # the stages save and load through decomposer_run
+dr.save_checkpoint = lambda *a, **k: (saves.append(str(a[2])), save(*a, **k))[1]
 shard = toolkit.Processes.shard
 toolkit.Processes.shard = lambda self, batch: (lambda got: (shards.append(
     {"batch": [key(i) for i in batch], "mine": [key(i) for i in got[0]], "share": got[1]}), got)[1])(shard(self, batch))
-load = dm._load_lm
-dm._load_lm = lambda *a, **k: (lambda got: (models.append(got[0]), got)[1])(load(*a, **k))
+load = dr.load_lm
+dr.load_lm = lambda *a, **k: (lambda got: (models.append(got[0]), got)[1])(load(*a, **k))
 
 configs = json.loads(Path(record).with_name("config.json").read_text())
 summary = dm.train_decomposer_sft(base, [data], out, dm.DecomposerSFTConfig(**configs["sft"]), progress=False)

@@ -68,15 +68,32 @@ def cmd_train_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers) -> None:
-    """Add ``train`` (with ``train reranker`` and ``train embedder``) to the ``magicselector``
-    command's subparsers."""
-    tp = subparsers.add_parser("train", help="train models (needs the train extra)")
-    tsub = tp.add_subparsers(dest="train_command", required=True)
-    sp = tsub.add_parser("reranker", help="train the cross-encoder reranker (point-wise, list-wise, "
-                                          "self-distillation hard-negative mining)")
+def _add_run_flags(sp) -> None:
+    """The flags every encoder trainer has at the end: where torch trains, --force, --quiet."""
+    sp.add_argument("--device", choices=["cpu", "cuda", "auto"], help="where torch trains (default cpu)")
+    sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
+    sp.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _add_data_flags(sp) -> None:
+    """The flags every encoder trainer starts with: the data folders and the output folder."""
     sp.add_argument("--data", nargs="+", required=True, metavar="DIR", help="benchmark folders to train on")
     sp.add_argument("--out", required=True, metavar="DIR", help="output checkpoint folder")
+
+
+def _add_sampling_flags(sp) -> None:
+    """The sampling, threads and history flags both encoder trainers have."""
+    sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
+    sp.add_argument("--max-queries-per-folder", type=int, metavar="N",
+                    help="first sample at most N queries from each --data folder (seeded; keeps a mix balanced)")
+    sp.add_argument("--threads", type=int, help="torch threads")
+    add_history_mode_option(sp, old_spelling="--history", default_help="'user' (the training default)")
+
+
+def _add_reranker_parser(tsub) -> None:
+    sp = tsub.add_parser("reranker", help="train the cross-encoder reranker (point-wise, list-wise, "
+                                          "self-distillation hard-negative mining)")
+    _add_data_flags(sp)
     sp.add_argument("--bundle", help="bundle whose dense retriever gives the candidate pools (default bundle)")
     sp.add_argument("--base-model", help="BERT-style checkpoint to start from (default: the packaged MiniLM)")
     sp.add_argument("--teacher", metavar="DIR",
@@ -99,24 +116,19 @@ def register(subparsers) -> None:
     sp.add_argument("--lr", type=float)
     sp.add_argument("--layers", type=int, help="keep only the first N encoder layers")
     sp.add_argument("--max-length", type=int, help="tokens per (query, tool) pair (default 96)")
-    sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
-    sp.add_argument("--max-queries-per-folder", type=int, metavar="N",
-                    help="first sample at most N queries from each --data folder (seeded; keeps a mix balanced)")
-    sp.add_argument("--threads", type=int, help="torch threads")
-    add_history_mode_option(sp, old_spelling="--history", default_help="'user' (the training default)")
+    _add_sampling_flags(sp)
     sp.add_argument("--truncation", choices=["query_capped", "longest_first"])
     sp.add_argument("--catalog-scope", choices=["gold", "all"],
                     help="train against the tools some training query needs (gold, default) or the whole catalog")
     sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")
-    sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
-    sp.add_argument("--device", choices=["cpu", "cuda", "auto"], help="where torch trains (default cpu)")
-    sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_run_flags(sp)
     sp.set_defaults(func=cmd_train_reranker)
 
+
+def _add_embedder_parser(tsub) -> None:
     sp = tsub.add_parser("embedder", help="train the dense embedder (InfoNCE, self-distillation hard-negative "
-                                          "mining); measure it with export + eval --no-rerank")
-    sp.add_argument("--data", nargs="+", required=True, metavar="DIR", help="benchmark folders to train on")
-    sp.add_argument("--out", required=True, metavar="DIR", help="output checkpoint folder")
+                                          "mining); measure it with bundle build + eval --no-rerank")
+    _add_data_flags(sp)
     sp.add_argument("--base-model", help="BERT-style checkpoint to start from (default: the packaged MiniLM)")
     sp.add_argument("--seed", type=int)
     sp.add_argument("--epochs", type=int, help="epochs per round")
@@ -129,20 +141,23 @@ def register(subparsers) -> None:
     sp.add_argument("--in-batch", action="store_true", help="also use the batch's other positives as negatives")
     sp.add_argument("--layers", type=int, help="keep only the first N encoder layers")
     sp.add_argument("--max-length", type=int, help="tokens per text (default 128, the runtime's window)")
-    sp.add_argument("--max-queries", type=int, help="train on a seeded sample of at most N queries")
-    sp.add_argument("--max-queries-per-folder", type=int, metavar="N",
-                    help="first sample at most N queries from each --data folder (seeded; keeps a mix balanced)")
-    sp.add_argument("--threads", type=int, help="torch threads")
-    add_history_mode_option(sp, old_spelling="--history", default_help="'user' (the training default)")
+    _add_sampling_flags(sp)
     sp.add_argument("--catalog-scope", choices=["gold", "all"],
                     help="train against the tools some training query needs (gold, default) or the whole catalog")
     sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")
     sp.add_argument("--freeze-embeddings", action="store_true",
                     help="keep the word-embedding table fixed (unseen words keep their pre-trained vectors)")
-    sp.add_argument("--device", choices=["cpu", "cuda", "auto"], help="where torch trains (default cpu)")
-    sp.add_argument("--force", action="store_true", help="write into a non-empty output folder")
-    sp.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_run_flags(sp)
     sp.set_defaults(func=cmd_train_embedder)
+
+
+def register(subparsers) -> None:
+    """Add ``train`` (with ``train reranker`` and ``train embedder``) to the ``magicselector``
+    command's subparsers."""
+    tp = subparsers.add_parser("train", help="train models (needs the train extra)")
+    tsub = tp.add_subparsers(dest="train_command", required=True)
+    _add_reranker_parser(tsub)
+    _add_embedder_parser(tsub)
 
     from .decomposer_cli import add_decomposer_parser, add_merge_lora_parser
 
