@@ -1,6 +1,7 @@
-"""The run mechanics every trainer shares: seeding, devices and processes (one, or many under
-``torchrun`` / ``accelerate launch``), AdamW and its learning-rate schedules, progress bars, quiet
-model loading, checkpoint saving, the CSV log and the run record (data hashes, versions, losses).
+"""The run mechanics every trainer shares (``training`` builds the trainer skeleton on them):
+seeding, devices and processes (one, or many under ``torchrun`` / ``accelerate launch``), AdamW
+and its learning-rate schedules, progress bars, quiet model loading, checkpoint saving, the CSV
+log and the run record (data hashes, versions, losses).
 
 Several processes: a launcher that sets ``WORLD_SIZE`` > 1 (``torchrun --nproc_per_node N`` or
 ``accelerate launch --num_processes N``) makes ``processes()`` join the process group (``gloo`` on
@@ -220,8 +221,8 @@ def _leave_process_group() -> None:
 # ---------------------------------------------------------------------------------------------
 def adamw(model: torch.nn.Module, lr: float, weight_decay: float, fused: bool = False) -> torch.optim.AdamW:
     """AdamW over the trainable parameters, without weight decay on biases and norms (1-D).
-    ``fused``: the fused kernel where torch has it (on the CPU ~7x faster on MiniLM's embedding
-    table), else the default one."""
+    ``fused``: the fused kernel where torch has it (much faster on the CPU; measured in
+    docs/bench/training.md), else the default one."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() > 1]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() <= 1]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
