@@ -151,3 +151,42 @@ def test_serve_refuses_a_damaged_bundle_at_start_without_onnx_runtime_text(copy)
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
     assert "reranker/model.onnx: not a loadable ONNX model" in proc.stderr
     assert "Traceback" not in proc.stderr and "onnxruntime" not in proc.stderr.lower()
+
+
+@pytest.mark.parametrize("data", [b"", os.urandom(4096), b"\x00\x00\x00\x00ET12" + os.urandom(4000),
+                                  b"\x1c\x00\x00\x00ET12" + os.urandom(40)], ids=["empty", "random", "body", "short"])
+def test_damaged_pte_from_bytes_is_a_bundle_error(tmp_path, data):
+    """Random bytes once aborted the whole process inside executorch; now they never reach it."""
+    pytest.importorskip("executorch", reason="bash tools/install_release_deps.sh")
+    from magicselector.backends import open_model
+
+    with pytest.raises(BundleError, match=r"b/embedder/model.pte: not a loadable ExecuTorch program"):
+        open_model(tmp_path / "model.pte", data=data, name="b/embedder/model.pte")
+
+
+def test_a_load_racing_a_rebuild_reads_the_new_bundle_whole(copy, tmp_path, monkeypatch):
+    """A rebuild swaps the folder after the manifest was read: the stale manifest's hashes fail on
+    the new files, so from_bundle starts again from the new manifest instead of failing."""
+    from magicselector import sections
+    from magicselector.bundle_writer import rewrite_bundle
+    from magicselector.files import swap_into_place
+
+    newer = tmp_path / "newer"
+    src = Selector.from_bundle(copy)
+    src.remove_tool(src.catalog.ids[0])
+    src.save(newer, release=777)
+    real, calls = sections.load_artifacts, []
+
+    def racing(bundle, **kw):
+        calls.append(bundle.release)
+        if len(calls) == 1:
+            staging = copy.with_name(".b.staging-swap")
+            shutil.copytree(newer, staging)
+            swap_into_place(staging, copy)
+        return real(bundle, **kw)
+
+    monkeypatch.setattr(sections, "load_artifacts", racing)
+    sel = Selector.from_bundle(copy)
+    assert calls[0] != 777 and calls[-1] == 777 and len(calls) == 2
+    assert sel.bundle.release == 777 and len(sel.catalog) == len(src.catalog)
+    assert rewrite_bundle  # the writer the save used

@@ -29,6 +29,14 @@ def _runtime() -> Any:
     return Runtime.get()
 
 
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(8)
+    except OSError as e:
+        raise BundleError(f"{path}: cannot be read ({e.strerror})") from None
+
+
 class _Program:
     """One loaded ``.pte``: the forward method plus the shape facts it carries."""
 
@@ -38,6 +46,10 @@ class _Program:
         self._torch = torch
         name = name or str(model_path)
         runtime = _runtime()
+        head = data[:8] if data is not None else _head(model_path)
+        if len(head) < 8 or head[4:6] != b"ET":  # the flatbuffer's file identifier ("ET12"): executorch
+            # aborts the whole process on some bytes that are not a program, so look before handing them over
+            raise BundleError(f"{name}: not a loadable ExecuTorch program (no ExecuTorch header); rebuild the bundle")
         try:
             program = runtime.load_program(data if data is not None else str(model_path))
             names = set(program.method_names)
