@@ -81,7 +81,8 @@ def build_prefix(system: str = SYSTEM_PROMPT, examples=FEW_SHOT) -> str:
 
 
 # For a model fine-tuned on the task (``magicselector train decomposer --prompt zero_shot``): the
-# training taught the format, so the prompt only names the task (about 40 tokens instead of 612).
+# training taught the format, so the prompt only names the task (its length against the few-shot
+# prompt's: docs/bench/training.md).
 ZERO_SHOT_SYSTEM = ("Rewrite the user's current request as short, self-contained tasks for a phone assistant, "
                     "one per line, resolving references from the dialogue.")
 
@@ -91,8 +92,8 @@ PROMPT_STYLES = ("few_shot", "zero_shot")
 def prompt_prefix(style: str = "few_shot") -> str:
     """The fixed part of the decomposer's prompt: the system prompt with the few-shot examples
     (``few_shot``, what an instruction model needs), or a one-sentence task statement
-    (``zero_shot``, for a model fine-tuned on the task: a fifteenth of the tokens to evaluate and
-    keep in the KV cache)."""
+    (``zero_shot``, for a model fine-tuned on the task: far fewer tokens to evaluate and keep in
+    the KV cache)."""
     if style not in PROMPT_STYLES:
         raise InputError(f"unknown decomposer prompt {style!r}; choose one of {PROMPT_STYLES}")
     return build_prefix() if style == "few_shot" else build_prefix(ZERO_SHOT_SYSTEM, examples=())

@@ -4,15 +4,9 @@ Keys are a stable 63-bit hash of the tool id, so the index file needs no side ta
 gives the ids, and loading checks that the index holds exactly those ids. A viewed (memory-mapped)
 index is immutable; the first add or remove copies it into memory (copy-on-write).
 
-Search is exact (a scan of every tool vector) up to ``EXACT_SEARCH_MAX`` tools, the graph search
-above it. A phone catalog of hundreds to a few thousand tools scans quickly, and the HNSW graph,
-built on several threads, is neither exact nor the same from one build to the next: it missed part
-of the true top 10 on the dev catalogs (docs/bench/decomposition.md, "What changed").
-
-The graph's settings (``GRAPH``) were measured at 1,000,000 clustered tools
-(docs/bench/scaling-1M-expansion-add-160.md): built with ``expansion_add`` 64 the graph links its
-clusters too sparsely, and recall@50 stayed near 0.94 at any search width; with 160 it reaches 0.999
-at ``expansion_search`` 128, in 1.9 ms per query (1 thread). usearch's default (128) was not measured.
+Search is exact (a scan of every tool vector) up to ``EXACT_SEARCH_MAX`` tools, and above it the
+HNSW graph built and searched with ``GRAPH``: the graph is neither exact nor the same from one
+build to the next. What these values rest on: docs/bench/tool-index.md.
 """
 from __future__ import annotations
 
@@ -26,7 +20,7 @@ from ..errors import BundleError, InputError, UnknownToolError
 
 DTYPES = ("f32", "f16", "i8")
 EXACT_SEARCH_MAX = 50_000
-GRAPH = {"connectivity": 16, "expansion_add": 160, "expansion_search": 128}  # see the module docstring
+GRAPH = {"connectivity": 16, "expansion_add": 160, "expansion_search": 128}  # docs/bench/tool-index.md
 
 
 def usearch_index_class():
