@@ -52,7 +52,8 @@ def cmd_export_bundle(args: argparse.Namespace) -> int:
          "`magicselector bundle build --embedder ... --catalog ... --out DIR` (--format is --model-format there)")
     return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog, reranker=args.reranker,
                              decomposer=args.decomposer, fmt=args.format, preset=args.preset, quant=args.quant,
-                             verify=not args.no_verify, signing_key=args.signing_key, target=args.target)
+                             verify=not args.no_verify, signing_key=args.signing_key, target=args.target,
+                             release=None)  # the deprecated spelling takes no --release (bundle build does)
 
 
 def register(subparsers) -> None:
