@@ -275,11 +275,21 @@ def eval_config(args: argparse.Namespace):
 def cmd_eval(args: argparse.Namespace) -> int:
     from magicselector.bench.evaluate import evaluate, format_report
 
-    report = evaluate(args.dataset, eval_config(args), bundle=args.bundle, progress=not args.quiet)
+    config = eval_config(args)
+    if args.json:  # an unwritable --json fails before the evaluation runs, not after it
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            with open(args.json, "a", encoding="utf-8"):
+                pass
+        except OSError as e:
+            raise InputError(f"--json: cannot write {args.json}: {e.strerror or e}") from None
+    report = evaluate(args.dataset, config, bundle=args.bundle, progress=not args.quiet)
     print(format_report(report))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        try:
+            Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"--json: cannot write {args.json}: {e.strerror or e}") from None
     return 0
 
 

@@ -47,3 +47,14 @@ def test_duplicate_line_rate_reads_the_raw_llm_text():
     assert _duplicate_line_rate("turn on wifi\nplay jazz") == 0.0
     assert _duplicate_line_rate("turn on wifi\n Turn  on WiFi \nturn on wifi\n\nplay jazz") == pytest.approx(0.5)
     assert _duplicate_line_rate("") == 0.0
+
+
+def test_eval_json_to_an_unwritable_path_is_a_clear_error(tmp_path, capsys):
+    from magicselector.cli.main import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    # the --json folder cannot be made (a file stands where it would go): exit 2 before the evaluation
+    assert main(["eval", str(tmp_path / "no-such-set"), "--json", str(blocker / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--json" in err and "Traceback" not in err
