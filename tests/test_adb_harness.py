@@ -16,6 +16,8 @@ from magicselector.bench.adb import (Adb, DeviceDisconnected, DeviceError, descr
                                      push_bundle, read_thermal, run_latency_on_device, wait_for_cool_down,
                                      DeviceLatencyOptions)
 
+Options = DeviceLatencyOptions
+
 FAKE_ADB_DIR = Path(__file__).parent / "fake_adb"
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable  # the "device's" Python: this one, which has magicselector installed
@@ -207,7 +209,7 @@ def test_runs_the_real_runner_and_merges_like_a_local_run(fake, bundle_dir, tmp_
 
     fake.add("R58M30ABCDE")
     out = tmp_path / "out"
-    res = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=2, warmup=0, out_dir=out, python_cmd=PY, pin_big_cores=True,
+    res = run_latency_on_device(bundle_dir, Options(runs=2, warmup=0, out_dir=out, python_cmd=PY, pin_big_cores=True,
                                 mem_probe="proc", mem_poll_s=0.1, progress=None))
     assert validate_results(res) == []
     local = measure_latency(bundle_dir, runs=1, warmup=0)
@@ -230,7 +232,7 @@ def test_runs_the_real_runner_and_merges_like_a_local_run(fake, bundle_dir, tmp_
         assert validate_results(json.loads((out / "runs" / f"run-{i}.json").read_text())) == []
     assert not (out / "partial.json").exists()
     assert res["config"]["adb"]["push"]["skipped"] == []  # the first session pushed everything
-    again = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, warmup=0, out_dir=tmp_path / "out2", python_cmd=PY,
+    again = run_latency_on_device(bundle_dir, Options(runs=1, warmup=0, out_dir=tmp_path / "out2", python_cmd=PY,
                                   mem_probe="dumpsys", mem_poll_s=0.1, progress=None))
     assert again["config"]["adb"]["push"]["pushed"] == []  # the second pushed nothing
     assert "dumpsys" in again["runs"][0]["probe"] and again["runs"][0]["probe_peak_mb"] > 10
@@ -243,7 +245,7 @@ def test_a_turns_file_is_pushed_and_timed_on_the_device(fake, bundle_dir, tmp_pa
     turns = tmp_path / "queries.jsonl"
     turns.write_text("".join(json.dumps({"query": q, "history": []}) + "\n"
                              for q in ("call mom", "set a timer for 5 minutes", "turn on wifi")), encoding="utf-8")
-    res = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, warmup=0, out_dir=tmp_path / "out", python_cmd=PY,
+    res = run_latency_on_device(bundle_dir, Options(runs=1, warmup=0, out_dir=tmp_path / "out", python_cmd=PY,
                                 turns=turns, turns_limit=2, progress=None))
     assert res["config"]["turns"] == 2 and res["stages"]["total"]["n"] == 2
     assert res["config"]["workload"]["sha256"] == sha256_file(turns)
@@ -260,7 +262,7 @@ def test_disconnect_mid_run_keeps_partial_results(fake, bundle_dir, tmp_path, mo
     monkeypatch.setenv("FAKE_ADB_DISCONNECT_MATCH", "-m magicselector.bench.latency_runner")
     out = tmp_path / "out"
     with pytest.raises(DeviceDisconnected) as err:
-        run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=None))
+        run_latency_on_device(bundle_dir, Options(runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=None))
     partial = out / "partial.json"
     assert str(err.value).startswith(
         f"device R58M30ABCDE disconnected during run 3 of 3; 2 results kept in {partial}")
@@ -290,7 +292,7 @@ def test_a_dropped_device_resumes_where_it_stopped(fake, bundle_dir, tmp_path, m
             seen.append(len(json.loads(partial.read_text())["runs"]) if partial.exists() else 0)
 
     with pytest.raises(DeviceDisconnected, match="2 results kept"):
-        run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=progress))
+        run_latency_on_device(bundle_dir, Options(runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=progress))
     assert seen == [0, 1, 2]
     first = json.loads(partial.read_text())
     # the cable goes back in
@@ -299,7 +301,8 @@ def test_a_dropped_device_resumes_where_it_stopped(fake, bundle_dir, tmp_path, m
     (fake.root / ".state" / "R58M30ABCDE.json").unlink()
     runner_calls = len([c for c in fake.calls() if "-m magicselector.bench.latency_runner" in json.dumps(c)])
     lines = []
-    res = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=3, warmup=0, out_dir=out, python_cmd=PY, progress=lines.append))
+    res = run_latency_on_device(bundle_dir, Options(runs=3, warmup=0, out_dir=out, python_cmd=PY,
+                                                    progress=lines.append))
     assert any("resuming: 2 finished run(s)" in line for line in lines)
     started = [c for c in fake.calls() if "-m magicselector.bench.latency_runner" in json.dumps(c)]
     assert len(started) - runner_calls == 1  # only run 3 ran again
@@ -311,14 +314,15 @@ def test_a_dropped_device_resumes_where_it_stopped(fake, bundle_dir, tmp_path, m
     fresh = tmp_path / "fresh"
     shutil.copytree(out, fresh)
     (fresh / "partial.json").write_text(json.dumps(first))
-    res = run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, warmup=0, threads=2, out_dir=fresh, python_cmd=PY, progress=None))
+    res = run_latency_on_device(bundle_dir, Options(runs=1, warmup=0, threads=2, out_dir=fresh, python_cmd=PY,
+                                                    progress=None))
     assert res["complete"] and res["runs"][0]["run"] == 1 and res["config"]["adb"]["resume_key"]["threads"] == 2
 
 
 def test_a_device_without_python_gets_a_clear_error(fake, bundle_dir, tmp_path):
     fake.add("R58M30ABCDE")
     with pytest.raises(DeviceError, match=r"Python `no-such-python` not found in adb shell's PATH.*python_cmd"):
-        run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, out_dir=tmp_path / "o", python_cmd="no-such-python",
+        run_latency_on_device(bundle_dir, Options(runs=1, out_dir=tmp_path / "o", python_cmd="no-such-python",
                               progress=None))
 
 
@@ -380,7 +384,8 @@ def test_the_runner_flags_are_spelled_once_for_the_phone_and_the_local_run():
                        verify=False)
     assert argv[:2] == ["-m", "magicselector.bench.latency_runner"]
     args = _parser().parse_args(argv[2:])
-    assert (args.bundle, args.out, args.runs, args.warmup, args.threads, args.cool_down_s) == ("B", "o.json", 4, 1, 2, 0.5)
+    assert (args.bundle, args.out, args.runs, args.warmup, args.threads) == ("B", "o.json", 4, 1, 2)
+    assert args.cool_down_s == 0.5
     assert (args.history_mode, args.decompose, args.rerank, args.rerank_skip_margin) == ("all", "rules", False, 0.25)
     assert (args.turns, args.turns_limit, args.no_verify) == ("t.jsonl", 7, True)
     shipped = _parser().parse_args(runner_argv("B", "-", runs=1, warmup=0, threads=1, turns_limit=3)[2:])

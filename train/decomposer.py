@@ -168,14 +168,8 @@ from .decomposer_tokens import (  # noqa: F401
     token_logprobs,
 )
 from .rewards import (  # noqa: F401
-    CounterfactualReward,
-    PreferenceScorer,
-    SimilarityScorer,
-    char_ngram_embed,
-    duplicate_task_rate,
-    grpo_advantages,
-    joint_reward,
-    preference_reward,
+    CounterfactualReward, PreferenceScorer, SimilarityScorer, char_ngram_embed, duplicate_task_rate, grpo_advantages,
+    joint_reward, preference_reward,
 )
 from .toolkit import (  # noqa: F401
     adamw, check_out_dir, clip_and_step, CsvLog, data_record, DEVICES, linear_schedule, processes, Processes,

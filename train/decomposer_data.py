@@ -266,4 +266,5 @@ def prepare_run(data_dirs, out_dir, overwrite, stage: str, config) -> PreparedRu
                          ", and public multi-tool queries join GRPO only"))
     rng = np.random.default_rng(config.seed)
     available = len(examples)
-    return PreparedRun(t0, out_dir, benches, dec, seeded_sample(examples, config.max_examples, rng), sources, rng, available)
+    return PreparedRun(t0, out_dir, benches, dec, seeded_sample(examples, config.max_examples, rng), sources, rng,
+                       available)

@@ -67,12 +67,12 @@ from magicselector.stages.embed import TextTokenizer
 
 from .embedder_losses import info_nce, mine_embedder_negatives  # noqa: F401 - info_nce: public here too
 from .losses import InfoNCELoss
-from .queries import TrainQuery, check_negatives_exist, fill_negatives, prepare_training_data, tool_texts
+from .queries import TrainQuery, prepare_training_data
 from .toolkit import (  # noqa: F401 - training_versions: public here too
-    adamw, clip_and_step, CsvLog, data_record, linear_schedule, load_encoder, loss_summary, Processes, Progress,
+    adamw, data_record, linear_schedule, load_encoder, loss_summary, Processes, Progress,
     save_checkpoint, training_versions,
 )
-from .training import EncoderTrainConfig, finish_run, load_encoder_run, run_context, run_summary
+from .training import EncoderTrainConfig, EncoderTrainer, finish_run, load_encoder_run, run_context, run_summary
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,37 +177,19 @@ def embed_texts(model, tokenizer: TextTokenizer, texts: Sequence[str], batch_siz
 Item = tuple[int, str]  # (query index, positive tool id)
 
 
-class _Trainer:
+class _Trainer(EncoderTrainer):
     """The state of one run: model, data, negatives, log. Not part of the public API."""
 
     def __init__(self, config: EmbedderTrainConfig, model, tokenizer: TextTokenizer, benches: list[Benchmark],
                  queries: list[TrainQuery], log_path: Path, progress: bool, procs: Processes = Processes(),
                  device: torch.device = torch.device("cpu"), loss: InfoNCELoss | None = None) -> None:
-        check_negatives_exist(queries, benches)
         self.loss = loss if loss is not None else InfoNCELoss(config.temperature, config.in_batch)
         if self.loss.in_batch and procs.distributed:
             raise InputError("EmbedderTrainConfig: in_batch negatives span the whole batch, which one process "
                              "of several does not see; train with in_batch=False (--in-batch off) or one process")
-        self.c = config
-        self.model = model  # embedded with and saved as it is
-        self.net = procs.wrap(model, device)  # trained through (DDP with several processes)
-        self.procs = procs
+        super().__init__(config, model, benches, queries, log_path, ["round", "loss", "lr"], progress, procs, device)
         self.tokenizer = tokenizer
-        self.benches = benches
-        self.queries = queries
-        self.texts = [tool_texts(b.catalog) for b in benches]
-        self.ids = [b.catalog.ids for b in benches]
         self.items: list[Item] = [(qi, t) for qi, q in enumerate(queries) for t in q.gold]
-        self.rng = np.random.default_rng(config.seed)
-        self.progress = progress and procs.main
-        self.step = 0
-        self.t0 = time.perf_counter()
-        self.losses: list[dict[str, Any]] = []
-        self.log = CsvLog(log_path, ["step", "round", "loss", "lr", "seconds"], enabled=procs.main,
-                          formats={"loss": "{:.6f}", "lr": "{:.3e}", "seconds": "{:.3f}"}, flush_every=20)
-
-    def close(self) -> None:
-        self.log.close()
 
     def _embed(self, texts: Sequence[str], bar: Progress) -> np.ndarray:
         """Unit vectors of ``texts`` by the current model, the work split over the processes."""
@@ -249,9 +231,6 @@ class _Trainer:
         return out, {"teacher_top1": float(np.mean(top1)), f"teacher_recall@{c.pool}": float(np.mean(recall))}
 
     # -- negatives ------------------------------------------------------------------------------
-    def _fill(self, q: TrainQuery, chosen: list[str], n: int) -> list[str]:
-        return fill_negatives(q, chosen, n, self.ids[q.bench], self.rng)
-
     def random_negatives(self, pools: dict[str, list[str]]) -> dict[str, list[str]]:
         """Algorithm 1 line 2: per query, a random pick of ``negatives`` non-gold tools of its pool."""
         n = self.c.negatives
@@ -294,12 +273,6 @@ class _Trainer:
         return self.loss({"query": query_emb, "positive": pos_emb, "negatives": neg_emb},
                          {"pos_ids": [t for _, t in chunk], "gold": [q.gold for q in qs]}, in_batch=in_batch)
 
-    def _record(self, r: int, loss: float, lr: float) -> None:
-        row = {"step": self.step, "round": r, "loss": loss, "lr": lr,
-               "seconds": round(time.perf_counter() - self.t0, 3)}
-        self.losses.append(row)
-        self.log.write(row)
-
     def train_round(self, r: int, negatives: dict[str, list[str]],
                     pools: dict[str, list[str]] | None = None) -> dict[str, Any]:
         """One model: ``epochs`` passes over the items, one AdamW + linear schedule. With ``pools``
@@ -318,12 +291,8 @@ class _Trainer:
             order = self.rng.permutation(len(self.items))
             for start in range(0, len(order), c.batch_size):
                 chunk, share = self.procs.shard([self.items[int(i)] for i in order[start:start + c.batch_size]])
-                backprop, value = self.procs.weighted(self._loss(chunk, negatives), share)
-                opt.zero_grad(set_to_none=True)
-                backprop.backward()
-                lr = clip_and_step(self.model, opt, sched, c.grad_clip)
-                self.step += 1
-                self._record(r, value, lr)
+                lr, value = self._update(self._loss(chunk, negatives), share, opt, sched)
+                self._record(round=r, loss=value, lr=lr)
                 losses.append(value)
                 bar.update(1, loss=f"{value:.4f}")
         bar.close()

@@ -4,8 +4,8 @@ called as ``loss(outputs, labels)`` with the model's outputs for a batch and the
 
 ``InfoNCELoss``: the embedder's eq. 13 with explicit (hard) negatives and, optionally, in-batch ones
 (``embedder_losses.info_nce``). ``PointwiseBCELoss`` / ``ListwiseCELoss``: the reranker's eq. 16 and
-eq. 18-19 (``pointwise_bce`` / ``listwise_ce``, here; ``reranker`` re-exports them), distilled from a teacher's logits when the
-labels carry them (``teacher_logits``) and ``distill_weight`` is set.
+eq. 18-19 (``pointwise_bce`` / ``listwise_ce``, here; ``reranker`` re-exports them), distilled from
+a teacher's logits when the labels carry them (``teacher_logits``) and ``distill_weight`` is set.
 """
 from __future__ import annotations
 

@@ -73,17 +73,18 @@ from .losses import (  # noqa: F401 - the loss functions: public here too
 from .queries import (  # noqa: F401 - TrainQuery, build_training_queries, mine_hard_negatives: public here too
     TrainQuery,
     build_training_queries,
-    check_negatives_exist,
-    fill_negatives,
     mine_hard_negatives,
     prepare_training_data,
     tool_texts,
 )
 from .toolkit import (  # noqa: F401 - training_versions: public here too
-    adamw, clip_and_step, CsvLog, data_record, linear_schedule, load_encoder, loss_summary, Processes, Progress,
+    adamw, data_record, linear_schedule, load_encoder, loss_summary, Processes, Progress,
     save_checkpoint, training_versions,
 )
-from .training import EncoderTrainConfig, check_at_least, finish_run, load_encoder_run, run_context, run_summary, write_json
+from .training import (
+    EncoderTrainConfig, EncoderTrainer, check_at_least, finish_run, load_encoder_run, run_context, run_summary,
+    write_json,
+)
 
 Retriever = Callable[[Sequence[str], Catalog], Sequence[Sequence[str]]]
 
@@ -306,43 +307,23 @@ def _candidate_pools(queries: list[TrainQuery], benches: list[Benchmark], retrie
 # ---------------------------------------------------------------------------------------------
 # training
 # ---------------------------------------------------------------------------------------------
-class _Trainer:
+class _Trainer(EncoderTrainer):
     """The state of one run: model, data, negatives, log. Not part of the public API."""
 
     def __init__(self, config: RerankerTrainConfig, model, encoder: PairEncoder, benches: list[Benchmark],
                  queries: list[TrainQuery], pools: dict[str, list[str]], log_path: Path, progress: bool,
                  procs: Processes = Processes(), device: torch.device = torch.device("cpu"),
                  teacher: Teacher | None = None) -> None:
-        check_negatives_exist(queries, benches)
-        self.c = config
+        super().__init__(config, model, benches, queries, log_path, ["stage", "round", "loss", "lr"], progress,
+                         procs, device)
         self.teacher = teacher
         weight = config.distill_weight if teacher is not None else None
         self.pointwise_loss = PointwiseBCELoss(weight)
         self.listwise_loss = ListwiseCELoss(weight)
-        self.model = model  # scored and saved as it is
-        self.net = procs.wrap(model, device)  # trained through (DDP with several processes)
-        self.device = device
-        self.procs = procs
         self.encoder = encoder
-        self.benches = benches
-        self.queries = queries
         self.pools = pools
-        self.texts = [tool_texts(b.catalog) for b in benches]
-        self.ids = [b.catalog.ids for b in benches]
-        self.rng = np.random.default_rng(config.seed)
-        self.progress = progress and procs.main
-        self.step = 0
-        self.t0 = time.perf_counter()
-        self.losses: list[dict[str, Any]] = []
-        self.log = CsvLog(log_path, ["step", "stage", "round", "loss", "lr", "seconds"], enabled=procs.main,
-                          formats={"loss": "{:.6f}", "lr": "{:.3e}", "seconds": "{:.3f}"}, flush_every=20)
-
-    def close(self) -> None:
-        self.log.close()
 
     # -- negatives ------------------------------------------------------------------------------
-    def _fill(self, q: TrainQuery, chosen: list[str], n: int) -> list[str]:
-        return fill_negatives(q, chosen, n, self.ids[q.bench], self.rng)
 
     def random_negatives(self, n: int) -> dict[str, list[str]]:
         """Algorithm 1 line 2: random non-gold tools, from the retriever's pool first."""
@@ -406,21 +387,6 @@ class _Trainer:
     def _steps(self, n_items: int, per_step: int, epochs: int) -> int:
         return epochs * math.ceil(n_items / per_step) if n_items else 0
 
-    def _record(self, stage: str, r: int, loss: float, lr: float) -> None:
-        row = {"step": self.step, "stage": stage, "round": r, "loss": loss, "lr": lr,
-               "seconds": round(time.perf_counter() - self.t0, 3)}
-        self.losses.append(row)
-        self.log.write(row)
-
-    def _update(self, loss: torch.Tensor, share: float, opt, sched) -> tuple[float, float]:
-        """One optimizer step on this rank's slice loss; (the lr used, the whole batch's loss)."""
-        backprop, value = self.procs.weighted(loss, share)
-        opt.zero_grad(set_to_none=True)
-        backprop.backward()
-        lr = clip_and_step(self.model, opt, sched, self.c.grad_clip)
-        self.step += 1
-        return lr, value
-
     def _forward(self, queries: list[str], texts: list[str]) -> torch.Tensor:
         batch = self.encoder.encode(queries, texts)
         return self.net(**{k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}).logits[:, 0]
@@ -435,7 +401,7 @@ class _Trainer:
         labels = {"labels": torch.tensor([y for _, _, y in chunk], device=logits.device),
                   "teacher_logits": self._teacher_logits(qs, ts)}
         lr, value = self._update(self.pointwise_loss({"logits": logits}, labels), share, opt, sched)
-        self._record("pointwise", r, value, lr)
+        self._record(stage="pointwise", round=r, loss=value, lr=lr)
         bar.update(1, loss=f"{value:.4f}")
 
     def _list_batch(self, chunk: list[tuple[int, list[str]]]):
@@ -462,7 +428,7 @@ class _Trainer:
         labels = {"targets": targets, "mask": mask,
                   "teacher_logits": None if teacher is None else teacher.reshape(len(chunk), width)}
         lr, value = self._update(self.listwise_loss({"logits": logits}, labels), share, opt, sched)
-        self._record("listwise", r, value, lr)
+        self._record(stage="listwise", round=r, loss=value, lr=lr)
         bar.update(1, loss=f"{value:.4f}")
 
     def _epochs(self, items: list, per_step: int, epochs: int, resample: Callable[[], list] | None, step) -> None:

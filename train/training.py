@@ -15,13 +15,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 
 from magicselector.errors import InputError
 
+from .queries import check_negatives_exist, fill_negatives, tool_texts
 from .toolkit import (
-    DEVICES, Processes, default_base_model, fast_tokenizer, load_encoder, processes, run_record, seed_all,
-    torch_device, torch_threads,
+    DEVICES, CsvLog, Processes, clip_and_step, default_base_model, fast_tokenizer, load_encoder, processes,
+    run_record, seed_all, torch_device, torch_threads,
 )
 
 Need = Callable[[bool, str], None]
@@ -106,7 +108,8 @@ class EncoderTrainConfig(TrainConfig):
 
         need = self._need
         need(self.history in HISTORY_MODES, f"history must be one of {HISTORY_MODES}, got {self.history!r}")
-        need(self.catalog_scope in ("gold", "all"), f"catalog_scope must be 'gold' or 'all', got {self.catalog_scope!r}")
+        need(self.catalog_scope in ("gold", "all"),
+             f"catalog_scope must be 'gold' or 'all', got {self.catalog_scope!r}")
         need(self.rounds >= 0, "rounds must be >= 0")
         check_at_least(self, need, 1, "negatives", "pool", "batch_size", "layers", "max_queries",
                        "max_queries_per_folder")
@@ -145,6 +148,54 @@ def load_encoder_run(config: Any, out_dir: Path, procs: Processes, device: torch
     tokenizer, tok_file = fast_tokenizer(base, out_dir, write=procs.main)
     procs.barrier()
     return base, model, tokenizer, tok_file
+
+
+class EncoderTrainer:
+    """The state both encoder trainers' runs share: the config, the model (kept as it is for
+    scoring and saving) and the one trained through (DDP with several processes), the data and
+    its tool texts, the seeded generator, the step count, the loss rows and the CSV log with
+    ``log_columns`` (``step`` first, ``seconds`` last). Not part of the public API."""
+
+    def __init__(self, config: Any, model, benches: list, queries: list, log_path: Path,
+                 log_columns: list[str], progress: bool, procs: Processes, device: torch.device) -> None:
+        check_negatives_exist(queries, benches)
+        self.c = config
+        self.model = model
+        self.net = procs.wrap(model, device)
+        self.device = device
+        self.procs = procs
+        self.benches = benches
+        self.queries = queries
+        self.texts = [tool_texts(b.catalog) for b in benches]
+        self.ids = [b.catalog.ids for b in benches]
+        self.rng = np.random.default_rng(config.seed)
+        self.progress = progress and procs.main
+        self.step = 0
+        self.t0 = time.perf_counter()
+        self.losses: list[dict[str, Any]] = []
+        self.log = CsvLog(log_path, ["step", *log_columns, "seconds"], enabled=procs.main,
+                          formats={"loss": "{:.6f}", "lr": "{:.3e}", "seconds": "{:.3f}"}, flush_every=20)
+
+    def close(self) -> None:
+        self.log.close()
+
+    def _fill(self, q, chosen: list[str], n: int) -> list[str]:
+        return fill_negatives(q, chosen, n, self.ids[q.bench], self.rng)
+
+    def _record(self, **fields: Any) -> None:
+        """One log row: this step, ``fields`` in the log's column order, the seconds since the start."""
+        row = {"step": self.step, **fields, "seconds": round(time.perf_counter() - self.t0, 3)}
+        self.losses.append(row)
+        self.log.write(row)
+
+    def _update(self, loss: torch.Tensor, share: float, opt, sched) -> tuple[float, float]:
+        """One optimizer step on this rank's slice loss; (the lr used, the whole batch's loss)."""
+        backprop, value = self.procs.weighted(loss, share)
+        opt.zero_grad(set_to_none=True)
+        backprop.backward()
+        lr = clip_and_step(self.model, opt, sched, self.c.grad_clip)
+        self.step += 1
+        return lr, value
 
 
 def write_json(path: Path, content: Any) -> None:
