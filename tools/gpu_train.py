@@ -87,7 +87,7 @@ def _meta(out: Path, work: Path, record: dict) -> None:
                     tar.add(d / name, arcname=f"{stage}/{name}")
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf", required=True, type=Path)
     ap.add_argument("--minilm", required=True, type=Path)
@@ -107,23 +107,85 @@ def main() -> int:
     ap.add_argument("--grpo-seconds", type=float, default=180)
     ap.add_argument("--grpo-prompts", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    return ap
 
-    os.environ.setdefault("MAGICSELECTOR_HOME", str(args.work / "home"))
+
+def _stage_done(args: argparse.Namespace, record: dict, stage: str, entry: dict) -> None:
+    record["stages"][stage] = entry
+    _meta(args.out, args.work, record)
+    print(json.dumps(entry), flush=True)
+
+
+def _emb_stage(args: argparse.Namespace, emb_base: Path, record: dict) -> None:
+    from safetensors.torch import load_file
+
+    from magicselector.train.embedder import EmbedderTrainConfig, train_embedder
+
+    t = time.perf_counter()
+    cfg = EmbedderTrainConfig(seed=args.seed, epochs=1, rounds=args.emb_rounds, negatives=7, pool=20,
+                              batch_size=64, lr=2e-5, in_batch=True, max_queries=args.emb_queries,
+                              base_model=str(emb_base), freeze_embeddings=True, device=args.device,
+                              encode_batch_size=256)
+    summary = train_embedder([args.data], args.work / "emb", cfg, progress=False, overwrite=True)
+    weights = load_file(str(args.work / "emb" / "model.safetensors"))
+    changed = {k: v for k, v in weights.items() if not k.endswith("word_embeddings.weight")}
+    files = _save_fp16_chunks(changed, args.out, "emb")
+    _stage_done(args, record, "emb", {
+        "seconds": round(time.perf_counter() - t, 1), "files": files,
+        "probe_loss": [summary["probe_loss_before"], summary["probe_loss_after"]],
+        "train_retrieval": [summary["train_retrieval_before"], summary["train_retrieval_after"]]})
+
+
+def _sft_stage(args: argparse.Namespace, base_lm: Path, cuda: bool, record: dict) -> None:
+    from safetensors.torch import load_file
+
+    from magicselector.train.decomposer import DecomposerSFTConfig, train_decomposer_sft
+    from magicselector.train.lora import ADAPTER_WEIGHTS
+
+    t = time.perf_counter()
+    cfg = DecomposerSFTConfig(seed=args.seed, steps=args.sft_steps, batch_size=args.sft_batch, lr=2e-4,
+                              warmup_ratio=0.05, max_examples=args.sft_examples, device=args.device, bf16=cuda,
+                              lora_rank=16, lora_alpha=32.0, max_seconds=args.sft_seconds)
+    summary = train_decomposer_sft(base_lm, [args.data], args.work / "sft", cfg, progress=False, overwrite=True)
+    files = _save_fp16_chunks(load_file(str(args.work / "sft" / "adapter" / ADAPTER_WEIGHTS)), args.out, "sft_lora")
+    _stage_done(args, record, "sft", {
+        "seconds": round(time.perf_counter() - t, 1), "files": files, "counts": summary["counts"],
+        "loss": [summary["loss_first_10pct_mean"], summary["loss_last_10pct_mean"]]})
+
+
+def _grpo_stage(args: argparse.Namespace, emb_base: Path, device, record: dict) -> None:
+    from safetensors.torch import load_file
+
     from magicselector.data.datasets import load_benchmark
     from magicselector.stages.embed import TextTokenizer
-    from magicselector.train.decomposer import (
-        DecomposerSFTConfig,
-        GRPOConfig,
-        embedding_retriever,
-        resolve_base_model,
-        torch_device,
-        train_decomposer_grpo,
-        train_decomposer_sft,
-    )
-    from magicselector.train.embedder import EmbedderTrainConfig, embed_texts, load_embedder, train_embedder
+    from magicselector.train.decomposer import GRPOConfig, embedding_retriever, train_decomposer_grpo
+    from magicselector.train.embedder import embed_texts, load_embedder
     from magicselector.train.lora import ADAPTER_WEIGHTS
     from magicselector.train.rewards import SimilarityScorer
+
+    t = time.perf_counter()
+    encoder = load_embedder(emb_base).to(device).eval()
+    text_tok = TextTokenizer(emb_base / "tokenizer.json", 128)
+
+    def embed(texts):
+        return embed_texts(encoder, text_tok, list(texts), 256)
+
+    retrieve = embedding_retriever(load_benchmark(args.data).catalog, embed, candidates=30)
+    cfg = GRPOConfig(seed=args.seed, steps=args.grpo_steps, prompts_per_step=args.grpo_prompts, group_size=8,
+                     updates_per_batch=2, lr=2e-5, kl_coef=0.04, micro_batch=args.grpo_micro, device=args.device,
+                     lora_rank=16, lora_alpha=32.0, max_seconds=args.grpo_seconds)
+    summary = train_decomposer_grpo(args.work / "sft", [args.data], args.work / "grpo", cfg, retrieve=retrieve,
+                                    scorer=SimilarityScorer(embed=embed), progress=False, overwrite=True)
+    files = _save_fp16_chunks(load_file(str(args.work / "grpo" / "adapter" / ADAPTER_WEIGHTS)), args.out,
+                              "grpo_lora")
+    _stage_done(args, record, "grpo", {"seconds": round(time.perf_counter() - t, 1), "files": files,
+                                       "counts": summary["counts"], "trends": summary["trends"]})
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    os.environ.setdefault("MAGICSELECTOR_HOME", str(args.work / "home"))
+    from magicselector.train.decomposer import resolve_base_model, torch_device
 
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -138,65 +200,13 @@ def main() -> int:
     if cuda:
         record["gpu"] = torch.cuda.get_device_name(0)
     emb_base = _fp32_copy(args.minilm, args.work / "minilm32")
-
     if "emb" in stages:
-        t = time.perf_counter()
-        cfg = EmbedderTrainConfig(seed=args.seed, epochs=1, rounds=args.emb_rounds, negatives=7, pool=20,
-                                  batch_size=64, lr=2e-5, in_batch=True, max_queries=args.emb_queries,
-                                  base_model=str(emb_base), freeze_embeddings=True, device=args.device,
-                                  encode_batch_size=256)
-        summary = train_embedder([args.data], args.work / "emb", cfg, progress=False, overwrite=True)
-        from safetensors.torch import load_file
-
-        weights = load_file(str(args.work / "emb" / "model.safetensors"))
-        changed = {k: v for k, v in weights.items() if not k.endswith("word_embeddings.weight")}
-        files = _save_fp16_chunks(changed, args.out, "emb")
-        record["stages"]["emb"] = {"seconds": round(time.perf_counter() - t, 1), "files": files,
-                                   "probe_loss": [summary["probe_loss_before"], summary["probe_loss_after"]],
-                                   "train_retrieval": [summary["train_retrieval_before"],
-                                                       summary["train_retrieval_after"]]}
-        _meta(args.out, args.work, record)
-        print(json.dumps(record["stages"]["emb"]), flush=True)
-
+        _emb_stage(args, emb_base, record)
     base_lm = resolve_base_model(args.gguf)
     if "sft" in stages:
-        t = time.perf_counter()
-        cfg = DecomposerSFTConfig(seed=args.seed, steps=args.sft_steps, batch_size=args.sft_batch, lr=2e-4, warmup_ratio=0.05,
-                                  max_examples=args.sft_examples, device=args.device, bf16=cuda, lora_rank=16,
-                                  lora_alpha=32.0, max_seconds=args.sft_seconds)
-        summary = train_decomposer_sft(base_lm, [args.data], args.work / "sft", cfg, progress=False, overwrite=True)
-        from safetensors.torch import load_file
-
-        files = _save_fp16_chunks(load_file(str(args.work / "sft" / "adapter" / ADAPTER_WEIGHTS)), args.out,
-                                  "sft_lora")
-        record["stages"]["sft"] = {"seconds": round(time.perf_counter() - t, 1), "files": files,
-                                   "counts": summary["counts"], "loss": [summary["loss_first_10pct_mean"],
-                                                                         summary["loss_last_10pct_mean"]]}
-        _meta(args.out, args.work, record)
-        print(json.dumps(record["stages"]["sft"]), flush=True)
-
+        _sft_stage(args, base_lm, cuda, record)
     if "grpo" in stages:
-        t = time.perf_counter()
-        encoder = load_embedder(emb_base).to(device).eval()
-        text_tok = TextTokenizer(emb_base / "tokenizer.json", 128)
-
-        def embed(texts):
-            return embed_texts(encoder, text_tok, list(texts), 256)
-
-        retrieve = embedding_retriever(load_benchmark(args.data).catalog, embed, candidates=30)
-        cfg = GRPOConfig(seed=args.seed, steps=args.grpo_steps, prompts_per_step=args.grpo_prompts, group_size=8,
-                         updates_per_batch=2, lr=2e-5, kl_coef=0.04, micro_batch=args.grpo_micro, device=args.device,
-                         lora_rank=16, lora_alpha=32.0, max_seconds=args.grpo_seconds)
-        summary = train_decomposer_grpo(args.work / "sft", [args.data], args.work / "grpo", cfg, retrieve=retrieve,
-                                        scorer=SimilarityScorer(embed=embed), progress=False, overwrite=True)
-        from safetensors.torch import load_file
-
-        files = _save_fp16_chunks(load_file(str(args.work / "grpo" / "adapter" / ADAPTER_WEIGHTS)), args.out,
-                                  "grpo_lora")
-        record["stages"]["grpo"] = {"seconds": round(time.perf_counter() - t, 1), "files": files,
-                                    "counts": summary["counts"], "trends": summary["trends"]}
-        _meta(args.out, args.work, record)
-        print(json.dumps(record["stages"]["grpo"]), flush=True)
+        _grpo_stage(args, emb_base, device, record)
 
     record["seconds"] = round(time.perf_counter() - t0, 1)
     if cuda:

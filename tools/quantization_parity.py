@@ -220,7 +220,7 @@ def how_run(target: str, cmd: list[str], native: str, arm_cpu: str) -> str:
     return f"emulated: qemu-x86_64 {' '.join(cmd[1:3])}"
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mobile", type=Path, help="the generated mobile dev split (magicselector generate --out DIR)")
     ap.add_argument("--shared", type=Path, help="folder with bfcl/ and metatool/ benchmark folders")
@@ -253,23 +253,22 @@ def main(argv=None) -> int:
     ap.add_argument("--update-meta", action="store_true",
                     help="record the per-target parity in the measured folder's metadata "
                          "(runtime/models/embedder/embedder.json, or the reranker folder's reranker.json)")
-    args = ap.parse_args(argv)
-    if args.role == "reranker":
-        if args.checkpoint is None:
-            ap.error("--role reranker needs --checkpoint (the FP32 source of the reranker files)")
-        from magicselector.bundle import SHIPPED_RERANKER_DIR
+    return ap
 
-        from magicselector.stages.rerank import read_reranker_meta
 
-        folder = args.reranker_folder or SHIPPED_RERANKER_DIR
-        check_source(read_reranker_meta(folder).get("source"), args.checkpoint, str(folder))
+def _check_reranker_source(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.checkpoint is None:
+        ap.error("--role reranker needs --checkpoint (the FP32 source of the reranker files)")
+    from magicselector.bundle import SHIPPED_RERANKER_DIR
+    from magicselector.stages.rerank import read_reranker_meta
 
-    from magicselector.catalog import tool_text
-    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, shipped_reranker
-    from magicselector.export.bundle import minilm_checkpoint, rerank_probe_groups
-    from magicselector.export.onnx import export_encoder_onnx
-    from magicselector.stages.embed import TextEmbedder, TextTokenizer
-    from magicselector.stages.rerank import pair_window, read_reranker_meta
+    folder = args.reranker_folder or SHIPPED_RERANKER_DIR
+    check_source(read_reranker_meta(folder).get("source"), args.checkpoint, str(folder))
+
+
+def _embedder_meta(ap: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """The shipped embedder's metadata, once its FP32 reference is known to be the right checkpoint."""
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
 
     meta = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text())
     trained = (meta.get("source") or {}).get("checkpoint")
@@ -278,15 +277,14 @@ def main(argv=None) -> int:
                  "--embedder-checkpoint (its FP32 reference)")
     if args.embedder_checkpoint is not None:
         check_source(meta.get("source"), args.embedder_checkpoint, str(SHIPPED_EMBEDDER_DIR))
-    sets = probe_sets(args.mobile, args.shared, args.per_set)
-    work = Path(tempfile.mkdtemp(prefix="quant-parity-"))
-    print(f"[parity] exporting the FP32 reference to {work}", file=sys.stderr, flush=True)
-    fp32 = export_encoder_onnx(args.embedder_checkpoint or minilm_checkpoint(), work / "model.fp32.onnx",
-                               kind="embedder").output
-    tok = TextTokenizer(SHIPPED_EMBEDDER_DIR / "tokenizer.json", meta["max_length"])
-    ref_model = TextEmbedder(fp32, tok, dim=meta["dim"], threads=2)
+    return meta
 
-    # probe lists: the FP32 top-k of each query within its set's catalog
+
+def _probe_plan(sets, ref_model, candidates: int) -> tuple[list[str], list]:
+    """The probe lists: the FP32 top-k of each query within its set's catalog, as slots into one
+    list of distinct texts."""
+    from magicselector.catalog import tool_text
+
     texts: list[str] = []
     index: dict[str, int] = {}
 
@@ -300,28 +298,26 @@ def main(argv=None) -> int:
     for name, queries, catalog in sets:
         tool_texts = [tool_text(t) for t in catalog]
         qv, tv = ref_model.embed(queries), ref_model.embed(tool_texts)
-        top = np.argsort(-(qv @ tv.T), axis=1)[:, :args.candidates]
+        top = np.argsort(-(qv @ tv.T), axis=1)[:, :candidates]
         q_slots = [slot(q) for q in queries]
         lists = [[slot(tool_texts[j]) for j in row] for row in top]
         plan.append((name, q_slots, lists))
-    print(f"[parity] {len(texts)} distinct texts in {sum(len(p[1]) for p in plan)} probe lists",
-          file=sys.stderr, flush=True)
-    if args.role == "reranker":
-        report = measure_reranker(args, plan, texts, work)
-        if args.json:
-            args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(json.dumps(report, indent=2))
-        shutil.rmtree(work, ignore_errors=True)
-        return 0
-    ref_vecs = ref_model.embed(texts)
+    return texts, plan
+
+
+def _embedder_job(args: argparse.Namespace, meta: dict, texts: list[str]) -> tuple[dict, list]:
+    """The worker's job for the embedder role (and the single-file shipped reranker, unless
+    ``--no-reranker``), and the reranker's probe groups."""
+    from magicselector.catalog import load_phone_catalog
+    from magicselector.default_bundle import SHIPPED_EMBEDDER_DIR, shipped_reranker
+    from magicselector.export.bundle import rerank_probe_groups
+    from magicselector.stages.rerank import pair_window, read_reranker_meta
 
     rr = None if args.no_reranker else shipped_reranker()
     if rr is not None and "targets" in read_reranker_meta(Path(rr["file"]).parent):
         print("[parity] the shipped reranker has a file per target; measure it with --role reranker",
               file=sys.stderr, flush=True)
         rr = None
-    from magicselector.catalog import load_phone_catalog
-
     groups = list(rerank_probe_groups(load_phone_catalog()).items()) if rr else []
     wanted = set(args.files or meta["files"])
     job = {"tokenizer": str(SHIPPED_EMBEDDER_DIR / "tokenizer.json"), "max_length": meta["max_length"],
@@ -329,16 +325,18 @@ def main(argv=None) -> int:
            "embedders": {name: str(SHIPPED_EMBEDDER_DIR / name) for name in meta["files"] if name in wanted},
            "reranker": {"file": rr["file"], "tokenizer": rr["tokenizer"], "window": pair_window(rr["meta"]),
                         "groups": groups} if rr else None}
+    return job, groups
+
+
+def _measure_embedders(args: argparse.Namespace, meta: dict, job: dict, plan: list, ref_vecs, work: Path,
+                       report: dict) -> dict:
+    """Each target's run of the worker; its per-file list metrics go into ``report['targets']``.
+    Returns each measured target's raw results."""
     job_path = work / "job.json"
     job_path.write_text(json.dumps(job))
-
-    report = {"fp32_reference": "FP32 ONNX export of the same checkpoint, onnxruntime on the measuring host",
-              "host": platform.processor() or platform.machine(), "candidates": args.candidates,
-              "per_set": args.per_set, "sets": [p[0] for p in plan], "targets": {}, "reranker_vs_host": {}}
-    commands = qemu_commands(args.arm_root, args.arm_site, args.arm_cpu, args.avx2_via)
     native = host_target_name()
     results = {}
-    for target, cmd in commands.items():
+    for target, cmd in qemu_commands(args.arm_root, args.arm_site, args.arm_cpu, args.avx2_via).items():
         if args.targets and target not in args.targets:
             continue
         if cmd is None:
@@ -348,10 +346,9 @@ def main(argv=None) -> int:
         out = work / f"{target}.npz"
         info = run_worker(cmd, job_path, out, work)
         results[target] = dict(np.load(out))
-        shipped = meta["targets"].get(target, {}).get("file")
-        how = how_run(target, cmd, native, args.arm_cpu)
-        entry = {"measured": True, "how": how, "per_set": args.per_set, "candidates": args.candidates,
-                 "run": info, "shipped_file": shipped, "files": {}}
+        entry = {"measured": True, "how": how_run(target, cmd, native, args.arm_cpu), "per_set": args.per_set,
+                 "candidates": args.candidates, "run": info,
+                 "shipped_file": meta["targets"].get(target, {}).get("file"), "files": {}}
         for name in job["embedders"]:
             vecs = results[target][f"emb:{name}"]
             per_set = {}
@@ -362,30 +359,82 @@ def main(argv=None) -> int:
                                                  [[pos[s] for s in row] for row in lists])
             entry["files"][name] = per_set
         report["targets"][target] = entry
-    if native in results and groups:
-        from magicselector.ranks import spearman
+    return results
 
-        for target, res in results.items():
-            rho, top1 = [], []
-            for i in range(len(groups)):
-                a, b = results[native][f"rr:{i}"], res[f"rr:{i}"]
-                rho.append(spearman(a, b))
-                top1.append(int(np.argmax(a)) == int(np.argmax(b)))
-            report["reranker_vs_host"][target] = {"spearman_per_list_mean": round(float(np.mean(rho)), 4),
-                                                  "spearman_per_list_min": round(float(np.min(rho)), 4),
-                                                  "top1_agreement": round(float(np.mean(top1)), 4),
-                                                  "lists": len(groups)}
+
+def _reranker_vs_host(results: dict, groups: list) -> dict:
+    """Each target's single-file reranker scores against the measuring host's."""
+    from magicselector.ranks import spearman
+
+    native = host_target_name()
+    if native not in results or not groups:
+        return {}
+    out = {}
+    for target, res in results.items():
+        rho, top1 = [], []
+        for i in range(len(groups)):
+            a, b = results[native][f"rr:{i}"], res[f"rr:{i}"]
+            rho.append(spearman(a, b))
+            top1.append(int(np.argmax(a)) == int(np.argmax(b)))
+        out[target] = {"spearman_per_list_mean": round(float(np.mean(rho)), 4),
+                       "spearman_per_list_min": round(float(np.min(rho)), 4),
+                       "top1_agreement": round(float(np.mean(top1)), 4), "lists": len(groups)}
+    return out
+
+
+def _record_parity(meta: dict, report: dict, args: argparse.Namespace, meta_file: Path) -> None:
+    """``--update-meta``: the measured targets' parity of their shipped file into the folder's metadata."""
+    by_target = meta.get("parity_by_target") or {}
+    for target, entry in report["targets"].items():
+        if entry.get("measured") and entry["shipped_file"] in entry["files"]:
+            by_target[target] = {"how": entry["how"], "against": "fp32-onnx", "per_set": args.per_set,
+                                 "candidates": args.candidates, "sets": entry["files"][entry["shipped_file"]]}
+    meta["parity_by_target"] = by_target
+    meta_file.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def _write_report(args: argparse.Namespace, report: dict) -> None:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+
+
+def main(argv=None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.role == "reranker":
+        _check_reranker_source(ap, args)
+
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
+    from magicselector.export.bundle import minilm_checkpoint
+    from magicselector.export.onnx import export_encoder_onnx
+    from magicselector.stages.embed import TextEmbedder, TextTokenizer
+
+    meta = _embedder_meta(ap, args)
+    sets = probe_sets(args.mobile, args.shared, args.per_set)
+    work = Path(tempfile.mkdtemp(prefix="quant-parity-"))
+    print(f"[parity] exporting the FP32 reference to {work}", file=sys.stderr, flush=True)
+    fp32 = export_encoder_onnx(args.embedder_checkpoint or minilm_checkpoint(), work / "model.fp32.onnx",
+                               kind="embedder").output
+    tok = TextTokenizer(SHIPPED_EMBEDDER_DIR / "tokenizer.json", meta["max_length"])
+    ref_model = TextEmbedder(fp32, tok, dim=meta["dim"], threads=2)
+    texts, plan = _probe_plan(sets, ref_model, args.candidates)
+    print(f"[parity] {len(texts)} distinct texts in {sum(len(p[1]) for p in plan)} probe lists",
+          file=sys.stderr, flush=True)
+    if args.role == "reranker":
+        _write_report(args, measure_reranker(args, plan, texts, work))
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
+    ref_vecs = ref_model.embed(texts)
+    job, groups = _embedder_job(args, meta, texts)
+    report = {"fp32_reference": "FP32 ONNX export of the same checkpoint, onnxruntime on the measuring host",
+              "host": platform.processor() or platform.machine(), "candidates": args.candidates,
+              "per_set": args.per_set, "sets": [p[0] for p in plan], "targets": {}, "reranker_vs_host": {}}
+    results = _measure_embedders(args, meta, job, plan, ref_vecs, work, report)
+    report["reranker_vs_host"] = _reranker_vs_host(results, groups)
+    _write_report(args, report)
     if args.update_meta:
-        by_target = meta.get("parity_by_target") or {}
-        for target, entry in report["targets"].items():
-            if entry.get("measured") and entry["shipped_file"] in entry["files"]:
-                by_target[target] = {"how": entry["how"], "against": "fp32-onnx", "per_set": args.per_set,
-                                     "candidates": args.candidates, "sets": entry["files"][entry["shipped_file"]]}
-        meta["parity_by_target"] = by_target
-        (SHIPPED_EMBEDDER_DIR / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        _record_parity(meta, report, args, SHIPPED_EMBEDDER_DIR / EMBEDDER_META)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
@@ -458,13 +507,7 @@ def measure_reranker(args: argparse.Namespace, plan: list, texts: list[str], wor
         if not per_target:
             raise SystemExit(f"{folder}: a single-file reranker folder has no per-target parity to record; "
                              "export it per target first (python3 -m magicselector.export.shipped_reranker)")
-        by_target = meta.get("parity_by_target") or {}
-        for target, entry in report["targets"].items():
-            if entry.get("measured") and entry["shipped_file"] in entry["files"]:
-                by_target[target] = {"how": entry["how"], "against": "fp32-onnx", "per_set": args.per_set,
-                                     "candidates": args.candidates, "sets": entry["files"][entry["shipped_file"]]}
-        meta["parity_by_target"] = by_target
-        (folder / RERANKER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        _record_parity(meta, report, args, folder / RERANKER_META)
     return report
 
 
