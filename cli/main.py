@@ -93,10 +93,11 @@ def cmd_select(args: argparse.Namespace) -> int:
 
         selector = selector.with_catalog(load_catalogs(args.catalog))
     sel = selector.select(args.utterance, history)
-    if args.format:  # the definitions alone, as the caller's LLM API takes them
+    if args.json:  # the whole selection, its definitions in --format's shape (MCP by default)
+        fmt = args.format or "mcp"
+        print(json.dumps({**sel.to_dict(), "format": fmt, "schemas": selector.schemas(sel, format=fmt)}, indent=2))
+    elif args.format:  # the definitions alone, as the caller's LLM API takes them
         print(json.dumps(selector.schemas(sel, format=args.format), indent=2))
-    elif args.json:
-        print(json.dumps({**sel.to_dict(), "schemas": selector.schemas(sel)}, indent=2))
     else:
         _print_selection(sel, indent="")
     return 0
@@ -360,6 +361,7 @@ def _add_bundle_rewrite_parser(bp) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_runtime.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     sp = sub.add_parser("demo", help="a scripted multi-turn phone dialogue: tools, K and stage times per turn")
@@ -370,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("select", help="select tools for one utterance")
     sp.add_argument("utterance")
     add_history_file_option(sp, old_spelling="--history")
-    sp.add_argument("--json", action="store_true", help="print the selection (and tool schemas) as JSON")
+    sp.add_argument("--json", action="store_true", help="print the selection as JSON, with its tools' definitions "
+                                                        "('schemas') in --format's shape (default MCP)")
     sp.add_argument("--catalog", nargs="+", metavar="[SERVER=]FILE",
                     help="select among these tools instead of the bundle's: MCP tools/list results (JSON-RPC "
                          "response or result) or any catalog file; with several, tools are named SERVER__TOOL")
@@ -458,13 +461,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # what `serve --workers` starts again
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here at the latest, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _quiet_closed_stdout()
+        return 0
     except MagicSelectorError as e:
         print(f"magicselector: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _quiet_closed_stdout() -> None:
+    """The reader of stdout went away (``| head -1``): what is still buffered goes to the null
+    device, so neither this exit nor the interpreter's final flush prints a BrokenPipeError."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":
