@@ -14,7 +14,7 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .bundle import Bundle, default_bundle_dir  # noqa: E402
-from .catalog import Catalog, Tool, load_catalog, load_phone_catalog, tool_text
+from .catalog import Catalog, Tool, load_catalog, load_catalogs, load_phone_catalog, mcp_catalog, tool_text
 from .config import SelectorConfig
 from .default_bundle import ensure_default_bundle
 from .errors import BundleError, CatalogError, InputError, MagicSelectorError, UnknownToolError
@@ -26,6 +26,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Bundle", "BundleError", "Catalog", "CatalogError", "Cut", "CutConfig", "InputError",
     "MagicSelectorError", "SelectedTool", "Selection", "Selector", "SelectorConfig", "Tool",
-    "UnknownToolError", "default_bundle_dir", "ensure_default_bundle", "load_catalog",
-    "load_phone_catalog", "paper_cut", "tool_text",
+    "UnknownToolError", "default_bundle_dir", "ensure_default_bundle", "load_catalog", "load_catalogs",
+    "load_phone_catalog", "mcp_catalog", "paper_cut", "tool_text",
 ]

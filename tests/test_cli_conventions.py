@@ -1,9 +1,12 @@
 """Command-line conventions, through a real subprocess: ``--version``, a quiet exit 0 when the reader
-of stdout goes away (``| head -1``), and ``--json`` together with ``--format``."""
+of stdout goes away (``| head -1``), and ``--json`` together with ``--format``; and the package's:
+``py.typed`` shipped, the LICENSE pyproject declares, a CHANGELOG, the README's ``mcp_catalog``."""
 import json
 import os
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +69,37 @@ def test_json_with_format_gives_the_selection_with_definitions_in_that_format(fm
     assert document["schemas"] != mcp["schemas"]
     assert [t["name"] for t in document["tools"]] == [t["name"] for t in mcp["tools"]]
     assert set(document) >= {"tools", "k", "subtasks", "timings_ms"}
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_package_is_marked_typed_and_ships_the_marker():
+    package = Path(magicselector.__file__).resolve().parent
+    assert (package / "py.typed").is_file()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "py.typed" in project["tool"]["setuptools"]["package-data"]["magicselector"]
+
+
+def test_the_license_pyproject_declares_is_there_in_full():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == {"text": "Apache-2.0"}
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text and text.count("\n") > 150  # the full text, not a pointer
+
+
+def test_the_changelog_has_this_version():
+    assert f"## [{magicselector.__version__}]" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_mcp_catalog_as_the_readme_shows_it():
+    from magicselector import mcp_catalog
+
+    github = {"tools": [{"name": "create_issue", "description": "Open an issue.",
+                         "inputSchema": {"type": "object", "properties": {"title": {"type": "string"}}}}]}
+    slack = {"tools": [{"name": "send_message", "description": "Post to a channel.",
+                        "inputSchema": {"type": "object"}}]}
+    catalog = mcp_catalog({"github": github, "slack": slack})
+    assert sorted(t.name for t in catalog) == ["github__create_issue", "slack__send_message"]
+    assert "mcp_catalog" in magicselector.__all__ and "mcp_catalog(" in (ROOT / "README.md").read_text()
