@@ -6,28 +6,26 @@ Anthropic Messages.
 - ``openai``: a Chat Completions tool, ``{"type": "function", "function": {"name", "description",
   "parameters"}}``;
 - ``openai-responses``: a Responses API function tool, ``{"type": "function", "name",
-  "description", "parameters"}``;
+  "description", "parameters", "strict": false}``;
 - ``anthropic``: a Messages API client tool, ``{"name", "description", "input_schema"}``.
 
-OpenAI function names are at most 64 of ``[A-Za-z0-9_-]``, Anthropic tool names at most 128; a
-tool whose name a format cannot carry raises CatalogError naming it (the API would refuse the whole
-request).
+Every definition validates against the SDK's published type (``openai.types.chat.
+ChatCompletionFunctionToolParam``, ``openai.types.responses.FunctionToolParam``, which requires
+``strict``: sent as ``false``, since a strict function must close every object schema, and
+``anthropic.types.ToolParam``, whose ``input_schema`` is an object schema). Tool names go out
+through the one mapping of ``magicselector.names``: a name the API takes is sent unchanged, any
+other (``ws__files.read``, a name over 64 characters) as a sanitized name with a short hash; map a
+name the model calls back with ``catalog_name(wire_name, tools)`` or a ``NameMap``.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable
 
 from .catalog import Tool
-from .errors import CatalogError, InputError
+from .errors import InputError
+from .names import NameMap, wire_name
 
 FORMATS = ("mcp", "openai", "openai-responses", "anthropic")
-
-_NAME_RULES = {
-    "openai": (re.compile(r"^[A-Za-z0-9_-]{1,64}$"), "1-64 letters, digits, '_' or '-'"),
-    "openai-responses": (re.compile(r"^[A-Za-z0-9_-]{1,64}$"), "1-64 letters, digits, '_' or '-'"),
-    "anthropic": (re.compile(r"^[A-Za-z0-9_-]{1,128}$"), "1-128 letters, digits, '_' or '-'"),
-}
 
 
 def check_format(format: Any) -> str:
@@ -36,27 +34,38 @@ def check_format(format: Any) -> str:
     return format
 
 
-def _checked_name(tool: Tool, format: str) -> str:
-    rule = _NAME_RULES.get(format)
-    if rule and not rule[0].match(tool.name):
-        raise CatalogError(f"tool {tool.name!r} cannot be sent as a {format} tool: names there are {rule[1]}")
-    return tool.name
-
-
-def tool_definition(tool: Tool, format: str = "mcp") -> dict[str, Any]:
-    """One tool as the API named by ``format`` takes it (see the module docstring)."""
+def tool_definition(tool: Tool, format: str = "mcp", name: str | None = None) -> dict[str, Any]:
+    """One tool as the API named by ``format`` takes it (see the module docstring); ``name`` is its
+    wire name when a ``NameMap`` gave one (by default ``wire_name(tool.name, format)``)."""
     check_format(format)
     if format == "mcp":
         return tool.to_mcp()
-    name = _checked_name(tool, format)
+    name = wire_name(tool.name, format) if name is None else name
     schema = dict(tool.parameters) or {"type": "object", "properties": {}}
+    schema.setdefault("type", "object")  # the APIs take object schemas only; MCP's are objects too
     if format == "openai":
         return {"type": "function", "function": {"name": name, "description": tool.description, "parameters": schema}}
     if format == "openai-responses":
-        return {"type": "function", "name": name, "description": tool.description, "parameters": schema}
+        return {"type": "function", "name": name, "description": tool.description, "parameters": schema,
+                "strict": False}
     return {"name": name, "description": tool.description, "input_schema": schema}
 
 
 def tool_definitions(tools: Iterable[Tool], format: str = "mcp") -> list[dict[str, Any]]:
+    """The definitions of ``tools`` in ``format``, their wire names distinct (one ``NameMap``)."""
     check_format(format)
-    return [tool_definition(t, format) for t in tools]
+    tools = list(tools)
+    names = NameMap(tools, format)
+    return [tool_definition(t, format, names.wire(t.name)) for t in tools]
+
+
+def catalog_name(wire: str, tools: Iterable[Any]) -> str:
+    """The catalog name of the tool a model called as ``wire`` (its name in an OpenAI or Anthropic
+    tool call), among ``tools`` (Tools, names, a Catalog). A name that went out unchanged comes
+    back as it is; UnknownToolError when no tool of ``tools`` goes out as ``wire``."""
+    tools = list(tools)
+    for fmt in ("openai", "mcp"):  # every API format shares one name rule; mcp sends names as they are
+        names = NameMap(tools, fmt)
+        if wire in names:
+            return names.catalog_name(wire)
+    return NameMap(tools, "openai").catalog_name(wire)  # raises, naming the wire name

@@ -2,12 +2,14 @@
 of the hosted tool search, end to end against recorded request/response fixtures."""
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from magicselector import CatalogError, InputError, Tool
-from magicselector.formats import FORMATS, tool_definition, tool_definitions
+from conftest import needs
+from magicselector import CatalogError, InputError, Tool, load_catalog, load_phone_catalog
+from magicselector.formats import FORMATS, catalog_name, tool_definition, tool_definitions
 from magicselector.tool_search import ToolSearch, next_openai_input
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tool_search"
@@ -24,7 +26,8 @@ def test_each_format_has_its_published_shape():
     assert tool_definition(ALARM, "openai") == {"type": "function", "function": {
         "name": "set_alarm", "description": "Set an alarm.", "parameters": SCHEMA}}
     assert tool_definition(ALARM, "openai-responses") == {"type": "function", "name": "set_alarm",
-                                                          "description": "Set an alarm.", "parameters": SCHEMA}
+                                                          "description": "Set an alarm.", "parameters": SCHEMA,
+                                                          "strict": False}
     assert tool_definition(ALARM, "anthropic") == {"name": "set_alarm", "description": "Set an alarm.",
                                                    "input_schema": SCHEMA}
     bare = Tool(id="ping", name="ping", description="Ping.")  # no parameters: still an object schema
@@ -32,18 +35,93 @@ def test_each_format_has_its_published_shape():
     assert tool_definition(bare, "mcp")["inputSchema"] == {"type": "object"}
 
 
-def test_names_a_format_cannot_carry_are_refused_by_name():
+def test_names_a_format_cannot_carry_go_out_mapped_not_refused():
     dotted = Tool(id="calendar.list", name="calendar.list", description="List events.")
     assert tool_definition(dotted, "mcp")["name"] == "calendar.list"  # MCP allows dots
-    for fmt in ("openai", "openai-responses", "anthropic"):
-        with pytest.raises(CatalogError, match="'calendar.list' cannot be sent as a"):
-            tool_definition(dotted, fmt)
-    long = Tool(id="x", name="s__" + "a" * 70, description="")
-    assert tool_definition(long, "anthropic")["name"] == long.name
-    with pytest.raises(CatalogError, match="1-64"):
-        tool_definition(long, "openai")
+    sent = tool_definition(dotted, "openai")["function"]["name"]
+    assert re.match(r"^calendar_list_[0-9a-f]{8}$", sent)
+    assert tool_definition(dotted, "openai-responses")["name"] == tool_definition(dotted, "anthropic")["name"] == sent
+    assert catalog_name(sent, [dotted, ALARM]) == "calendar.list"
+    long = Tool(id="x", name="s__" + "a" * 70, description="")  # 73 characters: over the APIs' 64
+    for fmt in ("openai-responses", "anthropic"):
+        name = tool_definition(long, fmt)["name"]
+        assert len(name) == 64 and catalog_name(name, [long]) == long.name
     with pytest.raises(InputError, match="format must be one of"):
         tool_definitions([ALARM], "gemini")
+
+
+def sdk_types():
+    """The SDKs' published types of one tool definition per format (the dev extra)."""
+    pytest.importorskip("openai", reason=needs("dev"))
+    pytest.importorskip("anthropic", reason=needs("dev"))
+    from anthropic.types import ToolParam
+    from openai.types.chat import ChatCompletionFunctionToolParam
+    from openai.types.responses import FunctionToolParam
+    return {"openai": ChatCompletionFunctionToolParam, "openai-responses": FunctionToolParam, "anthropic": ToolParam}
+
+
+def check_against_sdk(definition, kind):
+    """``definition`` validates as the TypedDict ``kind`` and carries no key the type lacks (pydantic
+    ignores extra keys of a TypedDict; the APIs refuse them)."""
+    from pydantic import TypeAdapter
+
+    TypeAdapter(kind).validate_python(definition)
+    assert kind.__required_keys__ <= set(definition) <= kind.__required_keys__ | kind.__optional_keys__, definition
+    if "function" in definition:  # Chat Completions: the FunctionDefinition inside
+        from openai.types.shared_params import FunctionDefinition
+        check_against_sdk(definition["function"], FunctionDefinition)
+
+
+MCP_TOOLS = {"jsonrpc": "2.0", "id": 2, "result": {"tools": [
+    {"name": "read_text_file", "description": "Read a file as text.", "inputSchema": {
+        "type": "object", "properties": {"path": {"type": "string"}, "head": {"type": "number"}},
+        "required": ["path"], "additionalProperties": False, "$schema": "http://json-schema.org/draft-07/schema#"}},
+    {"name": "files.read", "description": "Read a file (dotted, as SEP-986 allows).",
+     "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+    {"name": "admin.tools.list", "description": "List the admin tools.", "inputSchema": {"type": "object"}},
+    {"name": "get_current_time", "title": "Current time", "description": "The time in a timezone.",
+     "inputSchema": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]},
+     "annotations": {"readOnlyHint": True}, "outputSchema": {"type": "object"}},
+    {"name": "git_log", "description": "Show the commit log.", "inputSchema": {
+        "type": "object", "properties": {"max_count": {"type": "integer", "default": 10}}}},
+    {"name": "srv__" + "very_long_tool_name_" * 6, "description": "A 125-character name (MCP allows 128).",
+     "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "Create Event", "description": "An older server's name with a space.",
+     "inputSchema": {"type": "object", "properties": {"title": {"type": "string"}}}},
+]}}
+
+
+def test_every_format_validates_against_the_sdk_types_over_phone_and_mcp_catalogs(tmp_path):
+    kinds = sdk_types()
+    (tmp_path / "tools.json").write_text(json.dumps(MCP_TOOLS))
+    for catalog in (load_phone_catalog(), load_catalog(tmp_path / "tools.json")):
+        assert len(catalog) >= 7
+        for fmt, kind in kinds.items():
+            defs = tool_definitions(catalog, fmt)
+            for d in defs:
+                check_against_sdk(d, kind)
+            names = [d["function"]["name"] if fmt == "openai" else d["name"] for d in defs]
+            assert len(set(names)) == len(names)
+            assert [catalog_name(n, catalog) for n in names] == [t.name for t in catalog]
+            if fmt == "anthropic":
+                assert all(d["input_schema"]["type"] == "object" for d in defs)
+            if fmt == "openai-responses":  # Required[Optional[bool]]; false: MCP schemas are not strict-mode schemas
+                assert all(d["strict"] is False for d in defs)
+
+
+@pytest.mark.slow
+def test_a_dotted_mcp_catalog_selects_in_every_format(selector, tmp_path):
+    """Issue 26: ``tool 'ws__files.read' cannot be sent as a openai tool`` broke the whole selection."""
+    (tmp_path / "tools.json").write_text(json.dumps(MCP_TOOLS))
+    mcp = selector.with_catalog(load_catalog(tmp_path / "tools.json"))
+    sel = mcp.select("read the file notes.txt")
+    assert "files.read" in sel.ids or "read_text_file" in sel.ids
+    for fmt in FORMATS:
+        defs = mcp.schemas(sel, format=fmt)
+        names = [d["function"]["name"] if fmt == "openai" else d["name"] for d in defs]
+        assert [catalog_name(n, mcp.catalog) for n in names] == [t.name for t in sel.tools]
+        if fmt != "mcp":
+            assert all(re.match(r"^[a-zA-Z0-9_-]{1,64}$", n) for n in names)
 
 
 @pytest.mark.slow
