@@ -644,8 +644,9 @@ def register(subparsers: Any) -> None:
 
     from .serve_bench import add_arguments as add_serve_arguments, cmd_bench_serve  # standard library only
 
-    sp = bsub.add_parser("serve", help="throughput and p50/p90/p99 of `magicselector serve` (spawned over stdio) "
-                                       "at 1, 2 and 4 concurrent callers, with and without the reranker")
+    sp = bsub.add_parser("serve", help="throughput and p50/p90/p99 of `magicselector serve` (spawned; over stdio, "
+                                       "or streamable HTTP with 1 and 2 processes on one port) at 1, 2 and 4 "
+                                       "concurrent callers (or --callers), with and without the reranker")
     add_serve_arguments(sp)
     sp.set_defaults(func=cmd_bench_serve)
 

@@ -13,13 +13,21 @@ Every answer of a configuration is checked against the same turn's answer with o
 tool names must be the same unless the variant batches an INT8 reranker (whose scores then depend on
 the other callers, ``magicselector.stages.rerank_batch``); the share that agreed is reported.
 
+``--transport http`` drives the streamable HTTP transport instead (``serve --transport
+streamable-http``, stateless): for each variant one server process and one of two processes behind
+one port (``--workers 2``, SO_REUSEPORT), all on loopback and started first; a caller is an HTTP
+client with its own keep-alive connection, POSTing ``tools/call`` JSON-RPC requests and reading the
+JSON answer (no MCP session: the server is stateless), so the kernel spreads callers over the
+processes. A row then also names its ``processes``.
+
 Results schema ``magicselector-serve-bench/1``::
 
     {"schema": ..., "started": ISO time, "device": machine_description(),
      "loadavg_after": [1, 5, 15 min], "config": {callers, requests_per_caller, rounds, warmup, threads,
                                                  variants: {name: server args}, bundle, ...},
      "results": [{"variant", "callers", "requests", "wall_s", "selects_per_s", "p50_ms", "p90_ms",
-                  "p99_ms", "mean_ms", "select_p50_ms", "errors", "same_tools"}]}
+                  "p99_ms", "mean_ms", "select_p50_ms", "errors", "same_tools", "transport",
+                  "processes"}]}
 """
 from __future__ import annotations
 
@@ -57,6 +65,8 @@ class ServeBenchConfig:
     rounds: int = 4
     rerank_skip_margin: float | None = None
     server_timeout_s: float = 120.0
+    transport: str = "stdio"
+    processes: tuple[int, ...] = (1, 2)
 
     def __post_init__(self) -> None:
         from magicselector.errors import InputError
@@ -74,6 +84,10 @@ class ServeBenchConfig:
             raise InputError("ServeBenchConfig: no variant to run")
         if self.rerank_batch_ms is not None and self.rerank_batch_ms < 0:
             raise InputError("ServeBenchConfig.rerank_batch_ms must be >= 0")
+        if self.transport not in TRANSPORTS:
+            raise InputError(f"ServeBenchConfig.transport must be one of {list(TRANSPORTS)}, got {self.transport!r}")
+        if not self.processes or any(not isinstance(n, int) or not 1 <= n <= 16 for n in self.processes):
+            raise InputError(f"ServeBenchConfig.processes must be integers 1..16, got {self.processes!r}")
 
     def server_variants(self) -> dict[str, list[str]]:
         """variant name -> the ``magicselector serve`` arguments it adds."""
@@ -89,6 +103,7 @@ class ServeBenchConfig:
 
 
 BASE_VARIANTS: dict[str, tuple[str, ...]] = {"shipped": (), "rerank": ("--rerank",)}
+TRANSPORTS = ("stdio", "http")
 
 
 def requests_for(workload: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -108,31 +123,75 @@ def _percentile(sorted_ms: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(sorted_ms, dtype=np.float64), q)) if len(sorted_ms) else float("nan")
 
 
+def _samples() -> dict[str, Any]:
+    return {"latencies": [], "selects": [], "errors": [], "names": []}
+
+
+def _record(got: dict[str, Any], which: int, latency_ms: float, error: str | None, payload: Mapping[str, Any]) -> None:
+    got["latencies"].append(latency_ms)
+    if error is not None:
+        got["errors"].append(error)
+        return
+    got["selects"].append(float((payload.get("timings_ms") or {}).get("total", float("nan"))))
+    got["names"].append((which, [tool["name"] for tool in payload.get("tools", [])]))
+
+
+async def _concurrently(callers: int, caller: Callable[[int], Any]) -> float:
+    """Run ``caller(k)`` for k < ``callers`` at once; the wall time in seconds."""
+    import anyio
+
+    t0 = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for k in range(callers):
+            tg.start_soon(caller, k)
+    return time.perf_counter() - t0
+
+
 async def _drive(session: Any, requests: list[dict[str, Any]], callers: int, per_caller: int,
                  offset: int = 0) -> dict[str, Any]:
     """``callers`` concurrent loops of ``per_caller`` requests each over one session: the raw samples."""
-    import anyio
-
-    got: dict[str, Any] = {"latencies": [], "selects": [], "errors": [], "names": []}
+    got = _samples()
 
     async def caller(k: int) -> None:
         for i in range(per_caller):
             which = (k * len(requests) // callers + offset + i) % len(requests)
             t = time.perf_counter()
             result = await session.call_tool("search_tools", requests[which])
-            got["latencies"].append((time.perf_counter() - t) * 1e3)
-            if result.is_error:
-                got["errors"].append(result.content[0].text if result.content else "error")
-                continue
-            payload = result.structured_content or {}
-            got["selects"].append(float((payload.get("timings_ms") or {}).get("total", float("nan"))))
-            got["names"].append((which, [tool["name"] for tool in payload.get("tools", [])]))
+            error = (result.content[0].text if result.content else "error") if result.is_error else None
+            _record(got, which, (time.perf_counter() - t) * 1e3, error, result.structured_content or {})
 
-    t0 = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for k in range(callers):
-            tg.start_soon(caller, k)
-    got["wall_s"] = time.perf_counter() - t0
+    got["wall_s"] = await _concurrently(callers, caller)
+    return got
+
+
+HTTP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def _drive_http(url: str, requests: list[dict[str, Any]], callers: int, per_caller: int,
+                      offset: int = 0) -> dict[str, Any]:
+    """``callers`` HTTP clients, each on its own keep-alive connection, sending ``per_caller``
+    ``tools/call`` requests one after another: the raw samples."""
+    import httpx2
+
+    got = _samples()
+
+    async def caller(k: int) -> None:
+        async with httpx2.AsyncClient(timeout=120.0, headers=HTTP_HEADERS) as client:
+            for i in range(per_caller):
+                which = (k * len(requests) // callers + offset + i) % len(requests)
+                body = {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                        "params": {"name": "search_tools", "arguments": requests[which]}}
+                t = time.perf_counter()
+                response = await client.post(url, json=body)
+                latency = (time.perf_counter() - t) * 1e3
+                answer = response.json() if response.content else {}
+                result = answer.get("result") or {}
+                error = None
+                if response.status_code != 200 or "error" in answer or result.get("isError"):
+                    error = f"HTTP {response.status_code}: {json.dumps(answer)[:300]}"
+                _record(got, which, latency, error, result.get("structuredContent") or {})
+
+    got["wall_s"] = await _concurrently(callers, caller)
     return got
 
 
@@ -188,29 +247,112 @@ async def _bench_all(commands: Mapping[str, list[str]], config: ServeBenchConfig
                                  f"{errlog.read()[-2000:]}") from e
             sessions[name] = (session, errlog)
             progress(f"[serve] {name}: server up ({' '.join(command[4:]) or 'no flags'})")
-        rows: list[dict[str, Any]] = []
-        references: dict[str, dict[int, list[str]] | None] = {name: None for name in sessions}
-        for n in config.callers:
-            parts: dict[str, list[dict[str, Any]]] = {name: [] for name in sessions}
-            offset = 0
-            for size in _round_sizes(config.requests, config.rounds):
-                for name, (session, _) in sessions.items():
-                    parts[name].append(await _drive(session, requests, n, size, offset))
-                offset += size
-            for name in sessions:
-                row = {"variant": name, **_row(parts[name], n, references[name])}
-                if references[name] is None:  # the first count's answers are what later counts must match
-                    references[name] = {}
-                    for which, got in (x for p in parts[name] for x in p["names"]):
-                        references[name].setdefault(which, got)
-                rows.append(row)
-                progress(f"[serve] {name}: {n} caller(s): {row['selects_per_s']} selects/s, "
-                         f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, errors {row['errors']}")
+        rows = await _run_counts({(name, None): (lambda n, size, offset, session=session:
+                                                 _drive(session, requests, n, size, offset))
+                                  for name, (session, _) in sessions.items()}, config, progress)
         tails = {}
         for name, (_, errlog) in sessions.items():
             if any(r["errors"] for r in rows if r["variant"] == name):
                 errlog.seek(0)
                 tails[name] = errlog.read()[-2000:]
+    return rows, tails
+
+
+async def _run_counts(drivers: Mapping[tuple[str, int | None], Callable[[int, int, int], Any]],
+                     config: ServeBenchConfig, progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """For each caller count, every server (``(variant, processes)`` -> its driver) in turn, round
+    after round; one row per server and count, each checked against its one-caller answers."""
+    rows: list[dict[str, Any]] = []
+    references: dict[Any, dict[int, list[str]] | None] = {key: None for key in drivers}
+    for n in config.callers:
+        parts: dict[Any, list[dict[str, Any]]] = {key: [] for key in drivers}
+        offset = 0
+        for size in _round_sizes(config.requests, config.rounds):
+            for key, drive in drivers.items():
+                parts[key].append(await drive(n, size, offset))
+            offset += size
+        for key in drivers:
+            name, processes = key
+            row = {"variant": name, **_row(parts[key], n, references[key]),
+                   "transport": "stdio" if processes is None else "streamable-http", "processes": processes or 1}
+            if references[key] is None:  # the first count's answers are what later counts must match
+                references[key] = {}
+                for which, got in (x for p in parts[key] for x in p["names"]):
+                    references[key].setdefault(which, got)
+            rows.append(row)
+            label = name if processes is None else f"{name} x{processes}"
+            progress(f"[serve] {label}: {n} caller(s): {row['selects_per_s']} selects/s, "
+                     f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, errors {row['errors']}")
+    return rows
+
+
+class _HTTPServer:
+    """``magicselector serve --transport streamable-http`` on a free loopback port, with
+    ``processes`` replicas behind it (``--workers``); its stderr goes to ``errpath``."""
+
+    def __init__(self, command: list[str], processes: int, errpath: Path) -> None:
+        import socket
+        import subprocess
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        extra = ["--transport", "streamable-http", "--host", "127.0.0.1", "--port", str(self.port)]
+        if processes > 1:
+            extra += ["--workers", str(processes)]
+        self.processes, self.errpath = processes, errpath
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        with open(errpath, "ab") as err:
+            self.proc = subprocess.Popen(command + extra, stdout=subprocess.DEVNULL, stderr=err)
+
+    def stderr(self) -> str:
+        return self.errpath.read_text(encoding="utf-8", errors="replace")
+
+    def wait_listening(self, timeout_s: float) -> None:
+        from magicselector.errors import InputError
+
+        deadline = time.monotonic() + timeout_s
+        while self.stderr().count("listening on http://") < self.processes:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise InputError(f"bench serve: the HTTP server on port {self.port} did not start; its stderr:\n"
+                                 f"{self.stderr()[-2000:]}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def _bench_all_http(commands: Mapping[str, list[str]], config: ServeBenchConfig,
+                          requests: list[dict[str, Any]], progress: Callable[[str], None]
+                          ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """One HTTP server per (variant, process count), all started and warmed first; then the counts."""
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        servers: dict[tuple[str, int | None], _HTTPServer] = {}
+        try:
+            for name, command in commands.items():
+                for n in config.processes:
+                    servers[(name, n)] = _HTTPServer(command, n, Path(tmp) / f"{name}-{n}.err")
+            for (name, n), server in servers.items():
+                server.wait_listening(config.server_timeout_s)
+                if config.warmup:  # several connections, so that every replica warms up
+                    await _drive_http(server.url, requests, 2 * n, config.warmup)
+                progress(f"[serve] {name} x{n}: HTTP server up on port {server.port}")
+            rows = await _run_counts({key: (lambda c, size, offset, url=server.url:
+                                            _drive_http(url, requests, c, size, offset))
+                                      for key, server in servers.items()}, config, progress)
+            tails = {f"{name} x{n}": servers[(name, n)].stderr()[-2000:] for name, n in servers
+                     if any(r["errors"] for r in rows if (r["variant"], r["processes"]) == (name, n))}
+        finally:
+            for server in servers.values():
+                server.stop()
     return rows, tails
 
 
@@ -232,9 +374,10 @@ def bench_serve(bundle: str | None = None, config: ServeBenchConfig = ServeBench
     if config.threads is not None:
         base += ["--threads", str(config.threads)]
     variants = config.server_variants()
-    results, tails = anyio.run(_bench_all, {name: base + extra for name, extra in variants.items()}, config,
-                               requests, progress)
-    results.sort(key=lambda r: list(variants).index(r["variant"]))  # stable: callers stay in order
+    run = _bench_all if config.transport == "stdio" else _bench_all_http
+    results, tails = anyio.run(run, {name: base + extra for name, extra in variants.items()}, config, requests,
+                               progress)
+    results.sort(key=lambda r: (list(variants).index(r["variant"]), r["processes"]))  # callers stay in order
     try:
         load_after = [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
@@ -244,7 +387,10 @@ def bench_serve(bundle: str | None = None, config: ServeBenchConfig = ServeBench
                        "rounds": config.rounds, "warmup": config.warmup,
                        "threads": config.threads if config.threads is not None else SelectorConfig().threads,
                        "variants": variants, "bundle": str(bundle) if bundle is not None else "default",
-                       "workload_turns": len(requests), "transport": "stdio, one session per server"},
+                       "workload_turns": len(requests),
+                       "transport": ("stdio, one session per server" if config.transport == "stdio" else
+                                     "streamable HTTP on loopback, stateless; one connection per caller"),
+                       **({"processes": list(config.processes)} if config.transport == "http" else {})},
             "results": results, **({"server_stderr": tails} if tails else {})}
 
 
@@ -252,17 +398,21 @@ def format_markdown(report: Mapping[str, Any], command: str | None = None) -> st
     from .latency import isa_summary
 
     dev, cfg = report["device"], report["config"]
-    lines = ["| variant | callers | selects/s | p50 ms | p90 ms | p99 ms | select p50 ms | errors | same tools |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    http = "processes" in cfg
+    lines = ["| variant | " + ("processes | " if http else "") + "callers | selects/s | p50 ms | p90 ms | p99 ms | "
+             "select p50 ms | errors | same tools |", "|---|" + ("---:|" if http else "") + "---:|" * 8]
     for r in report["results"]:
         same = "–" if r["same_tools"] is None else f"{r['same_tools']:.2f}"
         sel = "–" if r["select_p50_ms"] is None else f"{r['select_p50_ms']:.1f}"
-        lines.append(f"| {r['variant']} | {r['callers']} | {r['selects_per_s']:.1f} | {r['p50_ms']:.1f} | "
+        lines.append(f"| {r['variant']} | " + (f"{r['processes']} | " if http else "") +
+                     f"{r['callers']} | {r['selects_per_s']:.1f} | {r['p50_ms']:.1f} | "
                      f"{r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {sel} | {r['errors']} | {same} |")
+    where = ("over stdio" if not http else "over streamable HTTP on loopback (stateless; one keep-alive connection "
+             "per caller; 2 processes: `--workers 2`, SO_REUSEPORT)")
     head = [f"Machine: {isa_summary(dev)}; load avg {dev.get('loadavg')} at the start, "
             f"{report.get('loadavg_after')} at the end; onnxruntime "
             f"{dev.get('onnxruntime')} ({dev.get('onnxruntime_build')}); python {dev.get('python')}.",
-            f"Server: `magicselector serve` over stdio, {cfg['threads']} inference thread(s); "
+            f"Server: `magicselector serve` {where}, {cfg['threads']} inference thread(s) per process; "
             f"{cfg['requests_per_caller']} requests per caller after {cfg['warmup']} warm-up requests, the "
             f"variants taking turns in {cfg.get('rounds', 1)} rounds, "
             f"{cfg['workload_turns']} phone turns; variants: "
@@ -307,6 +457,12 @@ def add_arguments(sp: Any) -> None:
     sp.add_argument("--rerank-skip-margin", type=float, metavar="S",
                     help="pass --rerank-skip-margin S to the reranking variants (default: the shipped skip; "
                          "negative: every turn reranks, to see what batching across callers buys)")
+    sp.add_argument("--transport", choices=TRANSPORTS, default="stdio",
+                    help="stdio (default: one session per server, the callers share it) or http (serve "
+                         "--transport streamable-http on loopback, one connection per caller)")
+    sp.add_argument("--processes", type=int, nargs="+", default=[1, 2], metavar="N",
+                    help="with --transport http: server processes behind one port, one server per count "
+                         "(default 1 2)")
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.add_argument("--md", metavar="OUT", help="write the markdown table")
 
@@ -322,14 +478,17 @@ def cmd_bench_serve(args: Any) -> int:
     config = ServeBenchConfig(callers=tuple(args.callers), requests=args.requests, warmup=args.warmup,
                               threads=args.threads, variants=tuple(args.variants), rounds=args.rounds,
                               rerank_batch_ms=args.rerank_batch_ms, batch_inexact=args.rerank_batch_inexact,
-                              rerank_skip_margin=args.rerank_skip_margin)
+                              rerank_skip_margin=args.rerank_skip_margin, transport=args.transport,
+                              processes=tuple(args.processes))
     command = "magicselector bench serve" + "".join(
         f" {flag} {value}" for flag, value in (("--bundle", args.bundle),
                                                ("--callers", " ".join(map(str, args.callers))),
                                                ("--requests", args.requests), ("--rounds", args.rounds),
                                                ("--threads", args.threads), ("--rerank-batch-ms", args.rerank_batch_ms))
         if value is not None) + (" --rerank-batch-inexact" if args.rerank_batch_inexact else "") + (
-        f" --rerank-skip-margin {args.rerank_skip_margin:g}" if args.rerank_skip_margin is not None else "")
+        f" --rerank-skip-margin {args.rerank_skip_margin:g}" if args.rerank_skip_margin is not None else "") + (
+        f" --transport http --processes {' '.join(map(str, args.processes))}" if args.transport == "http" else "") + (
+        f" --variants {' '.join(args.variants)}" if list(args.variants) != ["shipped", "rerank"] else "")
     report = bench_serve(args.bundle, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_markdown(report, command))
     written = write_report(report, args.json, args.md, command)

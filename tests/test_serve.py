@@ -190,6 +190,25 @@ def test_bench_serve_reports_every_caller_count(bundle_dir, tmp_path):
     assert "1 inference thread(s)" in format_markdown(report)
 
 
+@pytest.mark.slow
+def test_bench_serve_over_http_with_one_and_two_processes(bundle_dir):
+    from magicselector.bench.serve_bench import ServeBenchConfig, bench_serve, format_markdown
+
+    config = ServeBenchConfig(callers=(1, 3), requests=3, warmup=1, rounds=1, variants=("shipped",),
+                              transport="http", processes=(1, 2))
+    report = bench_serve(str(bundle_dir), config)
+    rows = report["results"]
+    assert [(r["processes"], r["callers"], r["requests"]) for r in rows] == [(1, 1, 3), (1, 3, 9), (2, 1, 3),
+                                                                             (2, 3, 9)]
+    for r in rows:
+        assert r["transport"] == "streamable-http" and r["errors"] == 0, r.get("first_error")
+        assert r["selects_per_s"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"]
+    assert [r["same_tools"] for r in rows if r["callers"] == 3] == [1.0, 1.0]
+    assert report["config"]["processes"] == [1, 2]
+    table = format_markdown(report)
+    assert "| shipped | 2 | 3 |" in table and "streamable HTTP" in table
+
+
 def test_bench_serve_passes_the_skip_margin_to_the_reranking_variants():
     from magicselector.bench.serve_bench import ServeBenchConfig
 

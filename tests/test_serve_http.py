@@ -181,6 +181,27 @@ def test_every_malformed_body_gets_an_error_over_http_and_the_server_keeps_servi
 
 
 @pytest.mark.slow
+def test_answers_on_a_kept_alive_connection_are_not_held_back_by_nagle(http_server):
+    # a listening socket made without IPPROTO_TCP gets no TCP_NODELAY from asyncio, and every
+    # answer then waited about 40 ms for a delayed ACK; a ping takes a few ms without that
+    connection = http.client.HTTPConnection("127.0.0.1", http_server.port, timeout=60)
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "Authorization": "Bearer s3cret"}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    took = []
+    try:
+        for _ in range(25):
+            t = time.perf_counter()
+            connection.request("POST", "/mcp", body=body, headers=headers)
+            response = connection.getresponse()
+            assert response.status == 200 and json.loads(response.read())["result"] == {}
+            took.append(time.perf_counter() - t)
+    finally:
+        connection.close()
+    assert sorted(took)[len(took) // 2] < 0.025, took
+
+
+@pytest.mark.slow
 def test_the_bearer_token_is_required(http_server):
     listing = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert http_server.post(listing)[0] == 401
