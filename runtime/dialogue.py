@@ -17,16 +17,33 @@ A history is a list of messages in any of the shapes assistants keep them in:
 - OpenAI Responses API input items (``{"type": "message", ...}``, ``function_call``,
   ``function_call_output``).
 
+Each message, content part or tool call may also be the SDKs' own object in the same shape: an
+OpenAI ``ChatCompletionMessage`` (with its ``tool_calls``), Responses output items, an Anthropic
+``Message`` or its ``TextBlock`` / ``ToolUseBlock``: anything with pydantic's ``model_fields`` is
+read field by field (unset fields, i.e. ``None``, as absent), anything else with ``model_dump()``
+through it, a dataclass or plain object through its attributes (``as_mapping``). Neither SDK is
+imported.
+
+``bounded_history`` reads a history within one budget, ``max_chars`` (``max_history_chars``): the
+raw structure is read newest message first, every string (text, tool names, call ids, arguments,
+object keys, nested values) counting its characters and every value one, until ``4 x max_chars``
+is spent; objects are read at most ``_CLIP_DEPTH`` levels down and ``_CLIP_ITEMS`` keys or items
+wide, before anything below them is touched; then the most recent ``max_chars`` characters of text
+and tool names are kept.
+
 Every Turn keeps the names of the tools it called (or answered for); a malformed message raises
 InputError naming the message index and the field, e.g. ``history[3].content[1].text``.
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
+import itertools
 import json
 import re
 import reprlib  # bounded in depth and length: a message may nest without end
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .errors import InputError
 
@@ -49,6 +66,76 @@ class Turn:
     role: str
     content: str
     tools: tuple[str, ...] = ()
+
+
+class _Fields(Mapping):
+    """An object read as the mapping of its attributes (an SDK model, a dataclass, a namespace)."""
+
+    __slots__ = ("_obj", "_keys")
+
+    def __init__(self, obj: Any, keys: Iterable[str]) -> None:
+        self._obj = obj
+        self._keys = tuple(keys)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._keys:
+            raise KeyError(key)
+        return getattr(self._obj, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"<{type(self._obj).__name__} {reprlib.repr(dict(self))}>"
+
+
+_PLAIN = (str, bytes, bytearray, int, float, complex, type(None), list, tuple, set, frozenset)
+
+
+def as_mapping(value: Any) -> Mapping[str, Any] | None:
+    """``value`` as a mapping when it is one or an object in the shape of one, else None: a pydantic
+    model (an OpenAI or Anthropic SDK object) by its fields and extra fields whose value is not
+    None, read lazily; another object with ``model_dump()`` through it; a dataclass by its fields; a
+    plain object by its public attributes."""
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, _PLAIN) or isinstance(value, type):
+        return None
+    cls = type(value)
+    fields = getattr(cls, "model_fields", None)
+    if isinstance(fields, Mapping) and callable(getattr(value, "model_dump", None)):
+        extra = getattr(value, "__pydantic_extra__", None) or {}
+        keys = [k for k in itertools.chain(fields, extra) if isinstance(k, str) and getattr(value, k, None) is not None]
+        return _Fields(value, dict.fromkeys(keys))
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            dumped = dump()
+        except Exception:  # an object we cannot read is refused by type where it is used
+            return None
+        return dumped if isinstance(dumped, Mapping) else None
+    if dataclasses.is_dataclass(value):
+        return _Fields(value, [f.name for f in dataclasses.fields(value)])
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict) and not callable(value):
+        return _Fields(value, [k for k in attrs if isinstance(k, str) and not k.startswith("_")
+                               and attrs[k] is not None])
+    return None
+
+
+def plain(value: Any) -> Any:
+    """An SDK object as the plain JSON data it stands for (``model_dump(mode="json",
+    exclude_unset=True)`` for pydantic models); anything else as it is."""
+    if isinstance(value, (Mapping, *_PLAIN)):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and isinstance(getattr(type(value), "model_fields", None), Mapping):
+        return dump(mode="json", exclude_unset=True)
+    view = as_mapping(value)
+    return {k: plain(v) for k, v in view.items()} if view is not None else value
 
 
 def validate_query(query: Any, max_chars: int) -> str:
@@ -98,13 +185,16 @@ class _Reader:
             return ""
         if isinstance(content, str):
             return _clean(content)
+        if not isinstance(content, (list, tuple)):
+            content = as_mapping(content) or content
         if isinstance(content, Mapping):
             if "type" in content:  # one content block (MCP prompt and sampling messages)
                 return self.text_of([content], where, blocks)
             if "content" in content:  # an MCP CallToolResult
                 return self.mcp_result(content, where)
+            keys = sorted(reprlib.repr(k) if not isinstance(k, str) else k for k in itertools.islice(content, 64))
             raise InputError(f"{where}: content must be a string, a list of content parts or an MCP tool "
-                             f"result, got an object with keys {sorted(content)[:6]}")
+                             f"result, got an object with keys {keys[:6]}")
         if not isinstance(content, (list, tuple)):
             raise InputError(f"{where}: content must be a string or a list of content parts, "
                              f"got {type(content).__name__}")
@@ -114,6 +204,7 @@ class _Reader:
             if isinstance(part, str):
                 texts.append(_clean(part))
                 continue
+            part = as_mapping(part) or part
             if not isinstance(part, Mapping):
                 raise InputError(f"{at}: a content part must be an object with a 'type', got {type(part).__name__}")
             kind = part.get("type")
@@ -129,7 +220,7 @@ class _Reader:
                     raise InputError(f"{at}: a {kind} block cannot appear here")
                 blocks.append((at, part))
             elif kind == "resource":  # an MCP embedded resource: its text, if it has one
-                res = part.get("resource")
+                res = as_mapping(part.get("resource"))
                 if not isinstance(res, Mapping):
                     raise InputError(f"{at}.resource: an embedded resource must be an object")
                 if isinstance(res.get("text"), str):
@@ -139,22 +230,28 @@ class _Reader:
 
     def mcp_result(self, result: Mapping[str, Any], where: str) -> str:
         blocks = result.get("content")
-        if not isinstance(blocks, list):
+        if not isinstance(blocks, (list, tuple)):
             raise InputError(f"{where}.content: an MCP tool result's 'content' must be a list of content blocks")
         if "isError" in result and not isinstance(result["isError"], bool):
             raise InputError(f"{where}.isError: must be true or false")
         text = self.text_of(blocks, f"{where}.content")
         if not text and result.get("structuredContent") is not None:
-            text = _clean(json.dumps(result["structuredContent"], ensure_ascii=False))
+            try:
+                data = json.dumps(result["structuredContent"], ensure_ascii=False,
+                                  default=lambda o: plain(o) if as_mapping(o) is not None else f"<{type(o).__name__}>")
+            except (TypeError, ValueError, RecursionError) as e:
+                raise InputError(f"{where}.structuredContent: not JSON data ({str(e)[:80]})") from None
+            text = _clean(data)
         return text
 
     # -- calls --------------------------------------------------------------------------------
     def call_name(self, call: Any, where: str) -> str:
         """The tool named by one Chat Completions ``tool_calls`` entry."""
+        call = as_mapping(call) or call
         if not isinstance(call, Mapping):
             raise InputError(f"{where}: a tool call must be an object, got {type(call).__name__}")
         kind = call.get("type", "function")
-        body = call.get(kind) if isinstance(kind, str) else None
+        body = as_mapping(call.get(kind)) if isinstance(kind, str) else None
         if not isinstance(body, Mapping):
             raise InputError(f"{where}.{kind if isinstance(kind, str) else 'function'}: a tool call needs a "
                              "'function' object with the tool's 'name'")
@@ -182,6 +279,8 @@ class _Reader:
                 raise InputError(f"{where}: a Turn needs a role in {ROLES}, string content and a tuple of tool names")
             self.turns.append(Turn(turn.role, _clean(turn.content), tuple(turn.tools)))
             return
+        if not isinstance(turn, (list, tuple)):
+            turn = as_mapping(turn) or turn
         if isinstance(turn, Mapping):
             if "role" not in turn and isinstance(turn.get("type"), str):
                 return self.item(turn, where)
@@ -207,11 +306,11 @@ class _Reader:
             names = []
             calls = msg.get("tool_calls")
             if calls is not None:
-                if not isinstance(calls, list):
+                if not isinstance(calls, (list, tuple)):
                     raise InputError(f"{where}.tool_calls: must be a list of tool calls")
                 names += [self.call_name(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
             if msg.get("function_call") is not None:  # the legacy single call
-                fc = msg["function_call"]
+                fc = as_mapping(msg["function_call"])
                 if not isinstance(fc, Mapping):
                     raise InputError(f"{where}.function_call: must be an object with a 'name'")
                 names.append(_name(fc.get("name"), f"{where}.function_call.name"))
@@ -276,9 +375,15 @@ def validate_history(history: Iterable[Any] | None) -> list[Turn]:
     return reader.turns
 
 
+# the 8 hex digits a wire name ends in when its catalog name had to change (magicselector.names)
+_WIRE_HASH = re.compile(r"(?<=.)_[0-9a-f]{8}$")
+
+
 def tool_phrase(names: Sequence[str]) -> str:
-    """Called tools as words the embedder knows: ``github__create_issue`` -> ``github create issue``."""
-    return ", ".join(re.sub(r"[_.\-/:]+", " ", n).strip() for n in names)
+    """Called tools as words the embedder knows: ``github__create_issue`` -> ``github create issue``.
+    A trailing ``_`` and 8 hex digits (the hash of a wire name, or an opaque id) are no words and
+    are left out: ``ws__files_read_1a2b3c4d`` reads as ``ws files read``, like ``ws__files.read``."""
+    return ", ".join(re.sub(r"[_.\-/:]+", " ", _WIRE_HASH.sub("", n)).strip() for n in names)
 
 
 def _with_tools(text: str, tools: Sequence[str]) -> str:
@@ -338,3 +443,143 @@ def recent_turns(history: Sequence[Turn], mode: str, turns: int = 4) -> list[Tur
     else:
         keep = merged
     return keep[-turns:]
+
+
+# -- one budget for everything a turn reads -------------------------------------------------------
+_CLIP_DEPTH, _CLIP_ITEMS = 8, 64  # objects are read this deep, their keys and lists' last items this many
+_RAW_FACTOR = 4  # the raw structure read (keys, ids, names, arguments, one per value) is 4 x max_chars
+_FLOOR = 64  # a structural string (role, type, name, id) keeps at least its last 64 characters
+# read first in every object, and read (to _FLOOR characters) even once the budget is spent, so that
+# clipping never makes a valid message invalid; then the tool calls, then everything else in order
+_STRUCTURAL = ("role", "type", "name", "id", "call_id", "tool_call_id", "tool_use_id", "is_error", "isError")
+_FIRST = _STRUCTURAL + ("function", "custom", "function_call", "tool_calls")
+
+
+class _Clip:
+    """Copies raw messages as far as a turn reads them, charging one budget for every value and
+    every character; nothing below a clipped level is touched (a 1M-key object costs 64 keys)."""
+
+    def __init__(self, budget: int) -> None:
+        self.left = budget
+
+    def message(self, msg: Any, where: str) -> Any:
+        if isinstance(msg, Turn):
+            tools = msg.tools
+            if isinstance(tools, (list, tuple)):
+                tools = tuple(self.string(n, True) if isinstance(n, str) else n for n in tools[-_CLIP_ITEMS:])
+            content = self.string(msg.content, False) if isinstance(msg.content, str) else msg.content
+            return replace(msg, content=content, tools=tools)
+        if isinstance(msg, (list, tuple)) and len(msg) == 2 and isinstance(msg[0], str):  # (role, content)
+            role = self.string(msg[0], True)
+            return [role, self.value(msg[1], f"{where}[1]", 1, "content")]
+        return self.value(msg, where, 0, "content")  # a message is read even when nothing is left
+
+    def string(self, text: str, structural: bool) -> str:
+        keep = max(self.left, _FLOOR) if structural else max(self.left, 0)
+        if len(text) > keep:
+            text = text[len(text) - keep:]
+        self.left -= len(text)
+        return text
+
+    def value(self, value: Any, where: str, depth: int, key: str | None = None) -> Any:
+        spent = self.left <= 0
+        self.left -= 1
+        if isinstance(value, str):
+            return self.string(value, key in _STRUCTURAL)
+        if isinstance(value, (list, tuple)):
+            return [] if spent or depth >= _CLIP_DEPTH else self.items(value, where, depth)
+        mapping = as_mapping(value)
+        if mapping is None:
+            return value  # numbers, booleans, None; anything else the reader refuses by its type
+        if depth >= _CLIP_DEPTH or (spent and key not in ("content", "function", "custom")):
+            return {}
+        return self.mapping(mapping, where, depth)
+
+    def items(self, values: Sequence[Any], where: str, depth: int) -> list[Any]:
+        out = []
+        for j in range(len(values) - 1, max(len(values) - _CLIP_ITEMS, 0) - 1, -1):  # the last items, newest first
+            if self.left <= 0:
+                break
+            out.append(self.value(values[j], f"{where}[{j}]", depth + 1))
+        out.reverse()
+        return out
+
+    def mapping(self, mapping: Mapping[Any, Any], where: str, depth: int) -> dict[str, Any]:
+        kind = mapping.get("type")
+        first = [k for k in _FIRST if k in mapping]
+        if isinstance(kind, str) and kind not in first and kind in mapping:  # {"type": "x", "x": {...}}
+            first.append(kind)
+        rest = [k for k in itertools.islice((k for k in mapping if k not in first), _CLIP_ITEMS)]
+        out: dict[str, Any] = {}
+        for key in itertools.chain(first, rest):
+            if not isinstance(key, str):
+                raise InputError(f"{where}: object keys must be strings, got {reprlib.repr(key)} "
+                                 f"({type(key).__name__})")
+            self.left -= len(key)
+            out[key] = self.value(mapping[key], f"{where}.{key}", depth + 1, key)
+        return out
+
+
+def _clip_messages(messages: Sequence[Any], budget: int) -> list[Any]:
+    """The most recent messages that the budget reaches, each copied as far as it is read."""
+    clip = _Clip(budget)
+    out: list[Any] = []
+    for j in range(len(messages) - 1, -1, -1):
+        if out and clip.left <= 0:  # the older messages are past the budget: never read
+            break
+        out.append(clip.message(messages[j], f"history[{j}]"))
+    out.reverse()
+    return out
+
+
+def _renumbered(error: InputError, offset: int) -> InputError:
+    """``error`` naming its message by the caller's index (``offset`` messages were left out)."""
+    if not offset:
+        return error
+    return InputError(re.sub(r"^history\[(\d+)\]", lambda m: f"history[{int(m.group(1)) + offset}]", str(error),
+                             count=1))
+
+
+def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: int) -> list[Turn]:
+    """A history as the Turns one selection reads, bounded in cost whatever its size or shape: the
+    last ``max_turns`` messages, read newest first within ``_RAW_FACTOR * max_chars`` (every
+    character of text, tool names, ids, arguments, keys and nested values, and one per value;
+    older messages the budget does not reach are not read), then the most recent ``max_chars``
+    characters of text and tool names (older turns dropped, the oldest kept one clipped at its
+    start)."""
+    offset = 0
+    if isinstance(history, Sequence) and not isinstance(history, (str, bytes)) and len(history) > max_turns:
+        offset = len(history) - max_turns
+        history = history[offset:]
+    elif history is not None and not isinstance(history, (str, bytes, Sequence, Mapping)) \
+            and isinstance(history, Iterable):
+        tail = collections.deque(enumerate(history), maxlen=max_turns)  # a generator: keep only its tail
+        offset = tail[0][0] if tail else 0
+        history = [message for _, message in tail]
+    if history is not None and not isinstance(history, (str, bytes, Mapping)) and isinstance(history, Iterable):
+        messages = list(history)
+        try:
+            history = _clip_messages(messages, max_chars * _RAW_FACTOR)
+        except InputError as e:
+            raise _renumbered(e, offset) from None
+        offset += len(messages) - len(history)
+    try:
+        turns = validate_history(history)[-max_turns:]
+    except InputError as e:  # name the message by its index in the caller's history
+        raise _renumbered(e, offset) from None
+    kept: list[Turn] = []
+    budget = max_chars
+    for turn in reversed(turns):
+        if budget <= 0:
+            break
+        tools: list[str] = []
+        for name in reversed(turn.tools):  # the tools a turn called count as its text does
+            if budget <= 0:
+                break
+            name = name[len(name) - budget:] if len(name) > budget else name  # a name past it: its last characters
+            tools.append(name)
+            budget -= len(name)
+        content = turn.content[len(turn.content) - budget:] if len(turn.content) > budget else turn.content
+        budget -= len(content)
+        kept.append(Turn(turn.role, content, tuple(reversed(tools))))
+    return kept[::-1]

@@ -14,7 +14,7 @@ import numpy as np
 from .bundle import MANIFEST, Bundle
 from .catalog import Catalog, Tool, load_catalog, tool_text
 from .config import SelectorConfig
-from .dialogue import Turn, check_text, retrieval_text, validate_history, validate_query
+from .dialogue import Turn, bounded_history, check_text, retrieval_text, validate_history, validate_query
 from .errors import BundleError, InputError
 from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
 from .stages.cut import Cut, apply_cut, cut_per_list
@@ -393,61 +393,6 @@ class Selector:
 
 
 # -- bounds, decomposer and cut helpers -----------------------------------------------------------
-def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: int) -> list[Turn]:
-    """The part of a history a turn considers: its last ``max_turns`` messages (only those are
-    read), then the most recent ``max_chars`` characters of their text (older turns dropped, the
-    oldest kept one clipped at its start)."""
-    offset = 0
-    if isinstance(history, Sequence) and not isinstance(history, (str, bytes)) and len(history) > max_turns:
-        offset = len(history) - max_turns
-        history = history[offset:]
-    elif history is not None and not isinstance(history, (str, bytes, Sequence, Mapping)) \
-            and isinstance(history, Iterable):
-        tail = collections.deque(enumerate(history), maxlen=max_turns)  # a generator: keep only its tail
-        offset = tail[0][0] if tail else 0
-        history = [message for _, message in tail]
-    if history is not None and not isinstance(history, (str, bytes, Mapping)) and isinstance(history, Iterable):
-        history = [_clipped(message, max_chars) for message in history]
-    try:
-        turns = validate_history(history)[-max_turns:]
-    except InputError as e:  # name the message by its index in the caller's history
-        if not offset:
-            raise
-        raise InputError(re.sub(r"^history\[(\d+)\]", lambda m: f"history[{int(m.group(1)) + offset}]", str(e),
-                                count=1)) from None
-    kept: list[Turn] = []
-    budget = max_chars
-    for turn in reversed(turns):
-        if budget <= 0:
-            break
-        if len(turn.content) > budget:
-            turn = replace(turn, content=turn.content[len(turn.content) - budget:])
-        budget -= len(turn.content)
-        kept.append(turn)
-    return kept[::-1]
-
-
-_CLIP_DEPTH, _CLIP_ITEMS = 6, 64  # a message's structure is read this deep, its lists' last items this many
-
-
-def _clipped(value: Any, max_chars: int, depth: int = 0) -> Any:
-    """A raw message as far as a turn reads it: strings keep their last ``max_chars`` characters
-    and lists their last ``_CLIP_ITEMS`` items, ``_CLIP_DEPTH`` levels down; so reading one
-    message costs bounded time however large it is. Deeper values are left as they are (the
-    history reader refuses what it cannot use)."""
-    if isinstance(value, str):
-        return value[len(value) - max_chars:] if len(value) > max_chars else value
-    if isinstance(value, Turn):
-        return replace(value, content=_clipped(value.content, max_chars))
-    if depth >= _CLIP_DEPTH:
-        return value
-    if isinstance(value, Mapping):
-        return {k: _clipped(v, max_chars, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clipped(v, max_chars, depth + 1) for v in value[-_CLIP_ITEMS:]]
-    return value
-
-
 def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None) -> Decomposer:
     """The decomposer a config asks for. A decomposer the caller handed in stays while the config
     asks for none; otherwise the LLM of ``current`` (loaded or not) is kept when it was built with

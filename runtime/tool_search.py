@@ -13,7 +13,11 @@ request that defers hundreds of tools, with the tools the Selector picks among t
   definitions of the selected tools, namespaced tools inside their namespace.
 
 The search query is the call's ``query`` argument (its string arguments joined when it has none);
-the request's conversation is the history. Each deferred catalog is indexed once and kept, by the
+the request's conversation is the history. Requests, responses, output items and content blocks may
+be the SDKs' own objects (an Anthropic ``Message``, an OpenAI ``Response``: read through
+``dialogue.as_mapping``, no SDK imported) as well as plain JSON data. The names the answers carry
+are the request's own (already the API's names: a catalog sent through ``magicselector.formats``
+maps back with ``formats.catalog_name``). Each deferred catalog is indexed once and kept, by the
 hash of its definitions, for the requests that send it again.
 """
 from __future__ import annotations
@@ -24,6 +28,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .catalog import Catalog, Tool, catalog_digest, parse_tool
+from .dialogue import as_mapping as _mapping, plain  # a dict, or an SDK object read by its fields
 from .errors import InputError
 
 if TYPE_CHECKING:
@@ -51,6 +56,7 @@ OPENAI_TOOL_SEARCH = {
 
 def _query_of(arguments: Any, where: str) -> str:
     """The search text of a tool-search call's arguments (an object or its JSON text)."""
+    arguments = _mapping(arguments) if not isinstance(arguments, str) and arguments is not None else arguments
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -108,12 +114,14 @@ class ToolSearch:
     # -- Anthropic ----------------------------------------------------------------------------
     def anthropic_catalog(self, request: Mapping[str, Any]) -> Catalog:
         """The request's deferred tools (``defer_loading: true`` client tools) as a catalog."""
-        tools = request.get("tools") if isinstance(request, Mapping) else None
-        if not isinstance(tools, list):
+        request = _mapping(request)
+        tools = request.get("tools") if request is not None else None
+        if not isinstance(tools, (list, tuple)):
             raise InputError("request.tools: an Anthropic request needs a 'tools' list")
         deferred = []
         for i, t in enumerate(tools):
-            if not isinstance(t, Mapping):
+            t = _mapping(t)
+            if t is None:
                 raise InputError(f"request.tools[{i}]: a tool must be an object")
             if t.get("defer_loading") is True and t.get("type", "custom") == "custom":
                 deferred.append(parse_tool({k: t[k] for k in ("name", "description", "input_schema") if k in t},
@@ -125,6 +133,7 @@ class ToolSearch:
     def anthropic_result(self, request: Mapping[str, Any], tool_use: Mapping[str, Any],
                          history: Any = None) -> dict[str, Any]:
         """The ``tool_result`` block answering one ``tool_use`` of the search tool."""
+        request, tool_use = _mapping(request) or request, _mapping(tool_use)
         if not isinstance(tool_use, Mapping) or tool_use.get("type") != "tool_use" or not isinstance(tool_use.get("id"), str):
             raise InputError("tool_use: expected a {\"type\": \"tool_use\", \"id\", \"name\", \"input\"} block")
         query = _query_of(tool_use.get("input", {}), f"tool_use {tool_use['id']}.input")
@@ -136,24 +145,28 @@ class ToolSearch:
 
     def answer_anthropic(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> dict[str, Any]:
         """The user message answering every call of the search tool in a Messages API response
-        (a ``tool_result`` block per ``tool_use``)."""
-        content = response.get("content") if isinstance(response, Mapping) else None
-        if not isinstance(content, list):
+        (a ``tool_result`` block per ``tool_use``). ``response`` may be the SDK's ``Message``."""
+        request, response = _mapping(request) or request, _mapping(response)
+        content = response.get("content") if response is not None else None
+        if not isinstance(content, (list, tuple)):
             raise InputError("response.content: an Anthropic response needs a 'content' list")
-        calls = [b for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"
+        blocks = [_mapping(b) for b in content]
+        calls = [b for b in blocks if b is not None and b.get("type") == "tool_use"
                  and b.get("name") == self.search_tool]
         if not calls:
             raise InputError(f"response.content: no tool_use of the search tool {self.search_tool!r}")
-        history = [*(request.get("messages") or []), {"role": "assistant", "content": content}]
+        history = [*(request.get("messages") or []), {"role": "assistant", "content": list(content)}]
         return {"role": "user", "content": [self.anthropic_result(request, c, history) for c in calls]}
 
     # -- OpenAI Responses ---------------------------------------------------------------------
     def openai_catalog(self, request: Mapping[str, Any]) -> tuple[Catalog, dict[str, tuple[str | None, dict]]]:
         """The request's deferred function tools as a catalog, and per tool id its namespace (or
         None) and its definition as the request gives it."""
-        tools = request.get("tools") if isinstance(request, Mapping) else None
-        if not isinstance(tools, list):
+        request = _mapping(request)
+        given = request.get("tools") if request is not None else None
+        if not isinstance(given, (list, tuple)):
             raise InputError("request.tools: a Responses request needs a 'tools' list")
+        tools = [_mapping(t) or t for t in given]
         if not any(isinstance(t, Mapping) and t.get("type") == "tool_search" and t.get("execution") == "client"
                    for t in tools):
             raise InputError("request.tools: no {\"type\": \"tool_search\", \"execution\": \"client\"} tool")
@@ -161,7 +174,8 @@ class ToolSearch:
         origin: dict[str, tuple[str | None, dict]] = {}
 
         def add(defn: Any, where: str, namespace: Mapping[str, Any] | None) -> None:
-            if not isinstance(defn, Mapping):
+            defn = _mapping(defn)
+            if defn is None:
                 raise InputError(f"{where}: a tool must be an object")
             deferred = defn.get("defer_loading") is True or (namespace is not None and namespace.get("defer_loading") is True)
             if defn.get("type") != "function" or not deferred:
@@ -176,7 +190,7 @@ class ToolSearch:
 
         for i, t in enumerate(tools):
             if isinstance(t, Mapping) and t.get("type") == "namespace":
-                if not isinstance(t.get("name"), str) or not isinstance(t.get("tools"), list):
+                if not isinstance(t.get("name"), str) or not isinstance(t.get("tools"), (list, tuple)):
                     raise InputError(f"request.tools[{i}]: a namespace needs a 'name' and a 'tools' list")
                 for j, member in enumerate(t["tools"]):
                     add(member, f"request.tools[{i}].tools[{j}]", t)
@@ -188,6 +202,7 @@ class ToolSearch:
 
     def openai_output(self, request: Mapping[str, Any], call: Mapping[str, Any], history: Any = None) -> dict[str, Any]:
         """The ``tool_search_output`` item answering one client-executed ``tool_search_call``."""
+        request, call = _mapping(request) or request, _mapping(call)
         if not isinstance(call, Mapping) or call.get("type") != "tool_search_call":
             raise InputError("call: expected a {\"type\": \"tool_search_call\", \"call_id\", \"arguments\"} item")
         if call.get("execution", "client") != "client":
@@ -200,7 +215,7 @@ class ToolSearch:
         selection = self._select(catalog, query, history)
         tools: list[dict[str, Any]] = []
         namespaces: dict[str, dict[str, Any]] = {}
-        spaces = {t["name"]: t for t in request["tools"] if isinstance(t, Mapping) and t.get("type") == "namespace"}
+        spaces = {t["name"]: t for t in map(_mapping, request["tools"]) if t is not None and t.get("type") == "namespace"}
         for tool_id in self._cap(selection.ids):
             space, defn = origin[tool_id]
             if space is None:
@@ -217,11 +232,12 @@ class ToolSearch:
 
     def answer_openai(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The ``tool_search_output`` items answering every client-executed ``tool_search_call`` of a
-        Responses API response."""
-        output = response.get("output") if isinstance(response, Mapping) else None
-        if not isinstance(output, list):
+        Responses API response (``response`` may be the SDK's ``Response``)."""
+        request, response = _mapping(request) or request, _mapping(response)
+        output = response.get("output") if response is not None else None
+        if not isinstance(output, (list, tuple)):
             raise InputError("response.output: a Responses API response needs an 'output' list")
-        calls = [o for o in output if isinstance(o, Mapping) and o.get("type") == "tool_search_call"
+        calls = [o for o in map(_mapping, output) if o is not None and o.get("type") == "tool_search_call"
                  and o.get("execution", "client") == "client"]
         if not calls:
             raise InputError("response.output: no client-executed tool_search_call")
@@ -233,7 +249,10 @@ class ToolSearch:
 def next_openai_input(request: Mapping[str, Any], response: Mapping[str, Any],
                       outputs: Iterable[Mapping[str, Any]]) -> list[Any]:
     """The ``input`` of the follow-up Responses request when the conversation is sent in full (no
-    ``previous_response_id``): the request's input, the response's output items, the answers."""
+    ``previous_response_id``): the request's input, the response's output items, the answers.
+    SDK objects among them (the ``Response``'s output items) come back as plain JSON data."""
+    request, response = _mapping(request) or {}, _mapping(response) or {}
     given = request.get("input", [])
     prior = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
-    return [*prior, *response.get("output", []), *outputs]
+    return [plain(item) for item in (*prior, *response.get("output", []), *outputs)]
+
