@@ -440,3 +440,55 @@ def test_cli_bundle_verify_exits_0_or_2(manifest, key):
         with no_hang(60):
             rc, out, err = run_cli(argv)
         assert rc == 2 and "magicselector: error:" in err, (rc, err[-2000:])
+
+
+# -- histories past every bound: content objects, deep values, tool-call lists (issue 27.2) ---------
+def _deep(depth: int, leaf):
+    out = leaf
+    for i in range(depth):
+        out = {f"k{i}": out, "type": "text"} if i % 3 == 0 else {f"k{i}": out}
+    return out
+
+
+any_key = st.one_of(st.text(max_size=8), st.integers(), st.none(), st.tuples(st.integers()), st.booleans())
+content_dict = st.dictionaries(any_key, json_value, max_size=6)
+big_value = st.sampled_from(["w" * 100_000, ["v" * 1_000] * 500, {f"k{i}": i for i in range(50_000)},
+                             _deep(40, "leaf"), _deep(9, {"x": "y" * 1_000_000})])
+tool_call = st.fixed_dictionaries({
+    "id": st.one_of(text, st.sampled_from(["c" * 20_000, "c1"])), "type": st.sampled_from(["function", "custom", 7]),
+    "function": st.one_of(st.fixed_dictionaries({"name": st.one_of(text, st.sampled_from(["n" * 16_000, "ws__f.read"])),
+                                                  "arguments": st.one_of(json_value, big_value, content_dict)}),
+                          json_value)})
+bounded_message = st.one_of(
+    st.fixed_dictionaries({"role": roles, "content": st.one_of(content_dict, big_value, content)}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.one_of(st.none(), text),
+                           "tool_calls": st.one_of(st.lists(tool_call, max_size=4),
+                                                   st.sampled_from([[{"id": "c", "type": "function", "function": {
+                                                       "name": "n" * 16_000 + str(i), "arguments": "{}"}}
+                                                                     for i in range(64)]]))}),
+    st.fixed_dictionaries({"role": st.sampled_from(["tool", "user"]), "tool_call_id": text, "content": st.one_of(
+        st.fixed_dictionaries({"content": st.lists(part, max_size=2),
+                               "structuredContent": st.one_of(big_value, content_dict, json_value)}),
+        st.lists(st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": text,
+                                        "content": st.one_of(big_value, content_dict, content)}), max_size=2))}),
+    st.builds(lambda **kw: __import__("types").SimpleNamespace(**kw), role=roles,
+              content=st.one_of(text, content_dict, st.none()), tool_calls=st.one_of(st.none(), st.lists(tool_call, max_size=2))),
+)
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(hist=st.lists(bounded_message, max_size=8), repeat=st.sampled_from([1, 4]),
+       max_chars=st.sampled_from([1, 100, 16_000]))
+@example(hist=[{"role": "user", "content": {1: "a", "b": 2}}], repeat=1, max_chars=16_000)
+@example(hist=[{"role": "tool", "content": {"content": [], "structuredContent": _deep(9, "x" * 1_000_000)}}],
+         repeat=1, max_chars=16_000)
+def test_bounded_histories_read_little_and_refuse_clearly(selector, hist, repeat, max_chars):
+    from magicselector.selector import bounded_history
+
+    history = hist * repeat
+    out = refused_or_result(lambda: bounded_history(history, 32, max_chars), "history", seconds=5)
+    if not isinstance(out, MagicSelectorError):
+        assert sum(len(t.content) + sum(len(n) for n in t.tools) for t in out) <= max_chars
+    if max_chars == 16_000:
+        sel = refused_or_result(lambda: selector.select("set an alarm", history), "history", seconds=10)
+        assert isinstance(sel, (Selection, InputError))
