@@ -17,8 +17,21 @@ tool, and never handed to an LLM. Benchmark ``tools.jsonl`` files keep their own
 
 Several MCP servers at once (``mcp_catalog``, ``load_catalogs``): every tool is named
 ``<server>__<tool>`` (two underscores), the convention MCP hosts use to keep the tools of different
-servers apart; a tool's name depends only on its server's name and its own, never on which other
-servers are loaded, and ``split_name`` recovers both parts.
+servers apart, or with ``namespace="mcp"`` ``mcp__<server>__<tool>``, the names Claude Code gives MCP
+tools; a tool's name depends only on its server's name and its own, never on which other servers are
+loaded, and ``split_name`` recovers both parts. Server names are sanitized as hosts do: every
+character outside ``[A-Za-z0-9_-]`` becomes ``_`` (``My Server`` -> ``My_Server``); runs of ``_`` are
+then folded into one and ``_`` at either end dropped, so that no server name holds the separator or
+touches it, and the mapping is reversible (``a_`` + ``b`` is ``a__b``, never ``a___b``).
+
+Limits (refused with a CatalogError, or an InputError from ``check_tool``, naming the tool and field):
+a name of 1 to ``MAX_NAME_CHARS`` (128, MCP's limit) printable characters, an id of at most
+``MAX_ID_CHARS``, a title of at most ``MAX_TITLE_CHARS``, a description of at most
+``MAX_DESCRIPTION_CHARS``; a whole definition of at most ``MAX_TOOL_JSON_CHARS`` characters as JSON,
+``MAX_TOOL_NODES`` values and ``MAX_TOOL_DEPTH`` levels of objects and arrays (checked before any
+schema is walked). MCP fields this package does not model (``execution``, ``_meta``, ``icons``, and
+whatever the specification adds) are kept on the Tool (``Tool.extra``) and passed through by
+``Tool.to_mcp`` and the bundle's catalog file.
 """
 from __future__ import annotations
 
@@ -29,17 +42,30 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .errors import CatalogError, UnknownToolError
+from .errors import CatalogError, InputError, UnknownToolError
 
 PHONE_CATALOG_DIR = Path(__file__).resolve().parent / "catalogs" / "phone"
 
+MAX_NAME_CHARS = 128  # MCP's limit on a tool name (SEP-986: 1 to 128 characters)
+MAX_ID_CHARS = 256
+MAX_TITLE_CHARS = 1_024
+MAX_DESCRIPTION_CHARS = 65_536
+MAX_TOOL_JSON_CHARS = 1_048_576  # one tool's whole definition, serialized as JSON
+MAX_TOOL_NODES = 50_000  # objects, arrays and scalars in one tool's definition
+MAX_TOOL_DEPTH = 64  # levels of objects and arrays in one tool's definition
 # Names are shown to an LLM and used as identifiers: printable, one line, bounded. Real catalogs
 # use more than MCP's [A-Za-z0-9_-] (MetaTool has "PDF&URLTool"), so only control characters fail.
-_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_NAME_CHARS)
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # A server's name becomes the prefix of its tools' names: the characters every tool format allows,
-# and no "__" (the separator).
-_SERVER_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*$")
+# and no "_" that could join the separator ("__").
+_SERVER_RE = re.compile(r"^[A-Za-z0-9-](?:[A-Za-z0-9-]|_(?!_))*(?<!_)$")
 NAMESPACE_SEP = "__"
+NAMESPACES = ("server", "mcp")  # <server>__<tool> (the default), mcp__<server>__<tool> (Claude Code's)
+MCP_PREFIX = "mcp"
+# The keys of a catalog entry that Tool models; any other key is kept in Tool.extra.
+_KNOWN_KEYS = frozenset({"id", "name", "title", "description", "inputSchema", "input_schema", "parameters",
+                         "outputSchema", "annotations", "domain", "server"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +81,7 @@ class Tool:
     annotations: Mapping[str, Any] | None = None  # MCP: readOnlyHint, destructiveHint, ...
     output_schema: Mapping[str, Any] | None = None  # MCP: the JSON Schema of structuredContent
     server: str | None = None  # the MCP server a namespaced tool came from
+    extra: Mapping[str, Any] | None = None  # MCP fields not modelled here (execution, _meta, ...), kept as given
 
     @property
     def parameter_names(self) -> list[str]:
@@ -73,6 +100,8 @@ class Tool:
             out["outputSchema"] = dict(self.output_schema)
         if self.annotations is not None:
             out["annotations"] = dict(self.annotations)
+        for key, value in (self.extra or {}).items():
+            out.setdefault(key, value)
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -89,6 +118,8 @@ class Tool:
             row["outputSchema"] = dict(self.output_schema)
         if self.server:
             row["server"] = self.server
+        for key, value in (self.extra or {}).items():
+            row.setdefault(key, value)
         return row
 
 
@@ -123,12 +154,18 @@ class Catalog(Sequence[Tool]):
     def __init__(self, tools: Iterable[Tool], *, source: str = "<memory>") -> None:
         self._tools: list[Tool] = []
         self._by_id: dict[str, Tool] = {}
+        self._ids_by_name: dict[str, list[str]] = {}
         self.source = source
         for tool in tools:
             if tool.id in self._by_id:
                 raise CatalogError(f"{source}: duplicate tool id {tool.id!r}")
             self._by_id[tool.id] = tool
             self._tools.append(tool)
+            self._ids_by_name.setdefault(tool.name, []).append(tool.id)
+
+    def id_named(self, name: str, besides: str | None = None) -> str | None:
+        """The id of a tool named ``name`` other than ``besides``, or None."""
+        return next((i for i in self._ids_by_name.get(name, ()) if i != besides), None)
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -171,21 +208,31 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
                check_schemas: bool = False) -> Tool:
     """Validate one catalog entry (MCP or benchmark style) into a Tool, or raise CatalogError.
 
-    ``check_schemas``: the entry is an MCP tool, so its inputSchema (and outputSchema) must be an
-    object schema that passes the JSON Schema meta-schema check (``check_json_schema``).
+    The entry's size, value count and nesting are bounded first (the module's limits), so nothing
+    below walks an unbounded value. ``check_schemas``: the entry is an MCP tool, so its inputSchema
+    (and outputSchema) must be an object schema that passes the JSON Schema meta-schema check
+    (``check_json_schema``). Keys Tool does not model are kept in ``Tool.extra``.
     """
     if not isinstance(entry, Mapping):
         raise CatalogError(f"{where}: a tool must be a JSON object, got {type(entry).__name__}")
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         raise CatalogError(f"{where}: tool has no 'name' (a non-empty string)")
+    if len(name) > MAX_NAME_CHARS:
+        raise CatalogError(f"{where}: tool name {name[:40]!r}... is {len(name):,} characters long; names have "
+                           f"at most {MAX_NAME_CHARS} characters")
     if not _NAME_RE.match(name):
-        raise CatalogError(f"{where}: tool name {name!r} has characters a tool name cannot have")
+        raise CatalogError(f"{where}: tool name {name!r} has characters a tool name cannot have (control "
+                           "characters or line breaks)")
+    _check_bounds(entry, f"{where}: tool {name!r}")
     description = entry.get("description", "")
     if description is None:
         description = ""
     if not isinstance(description, str):
         raise CatalogError(f"{where}: tool {name!r}: 'description' must be a string")
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        raise CatalogError(f"{where}: tool {name!r}: 'description' is {len(description):,} characters long "
+                           f"(at most {MAX_DESCRIPTION_CHARS:,})")
     schema = entry.get("inputSchema", entry.get("input_schema", entry.get("parameters", {})))
     if schema is None:
         schema = {}
@@ -194,12 +241,18 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
     props = schema.get("properties")
     if props is not None and not isinstance(props, Mapping):
         raise CatalogError(f"{where}: tool {name!r}: schema 'properties' must be an object")
+    if "type" in schema and not isinstance(schema["type"], (str, list)):
+        raise CatalogError(f"{where}: tool {name!r}: schema 'type' must be a string")
     tool_id = entry.get("id", name)
     if not isinstance(tool_id, str) or not tool_id:
         raise CatalogError(f"{where}: tool {name!r}: 'id' must be a non-empty string")
+    if len(tool_id) > MAX_ID_CHARS or _CONTROL_RE.search(tool_id):
+        raise CatalogError(f"{where}: tool {name!r}: 'id' must be at most {MAX_ID_CHARS} printable characters")
     title = entry.get("title")
     if title is not None and not isinstance(title, str):
         raise CatalogError(f"{where}: tool {name!r}: 'title' must be a string")
+    if title is not None and len(title) > MAX_TITLE_CHARS:
+        raise CatalogError(f"{where}: tool {name!r}: 'title' is longer than {MAX_TITLE_CHARS:,} characters")
     annotations = entry.get("annotations")
     if annotations is not None and not isinstance(annotations, Mapping):
         raise CatalogError(f"{where}: tool {name!r}: 'annotations' must be a JSON object")
@@ -209,53 +262,255 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
     server = entry.get("server")
     if server is not None and not isinstance(server, str):
         raise CatalogError(f"{where}: tool {name!r}: 'server' must be a string")
-    if check_schemas and schema:  # a tool without parameters may leave its schema out
-        check_json_schema(schema, f"{where}: tool {name!r}: inputSchema")
-        if output_schema is not None:
-            check_json_schema(output_schema, f"{where}: tool {name!r}: outputSchema")
-    _check_unicode(entry, f"{where}: tool {name!r}")
     dom = entry.get("domain", domain)
+    extra = {k: v for k, v in entry.items() if k not in _KNOWN_KEYS}
+    for key in ("execution", "_meta"):  # MCP: objects when present
+        if key in extra and not isinstance(extra[key], Mapping):
+            raise CatalogError(f"{where}: tool {name!r}: {key!r} must be a JSON object")
+    if check_schemas and schema:  # a tool without parameters may leave its schema out
+        check_json_schema(schema, f"{where}: tool {name!r}: inputSchema", bounded=True)
+        if output_schema is not None:
+            check_json_schema(output_schema, f"{where}: tool {name!r}: outputSchema", bounded=True)
     return Tool(id=tool_id, name=name, description=description.strip(), parameters=dict(schema),
                 domain=dom if isinstance(dom, str) else None, title=title or None,
                 annotations=dict(annotations) if annotations is not None else None,
                 output_schema=dict(output_schema) if output_schema is not None else None,
-                server=server or None)
+                server=server or None, extra=extra or None)
 
 
-def _check_unicode(entry: Mapping[str, Any], where: str) -> None:
-    """Refuse an entry with a lone surrogate anywhere (JSON's "\\ud800" escapes decode to one): no
-    tokenizer can read it and no JSON encoder writes it as UTF-8."""
-    for key, value in entry.items():
-        try:
-            json.dumps({key: value}, ensure_ascii=False, default=str).encode("utf-8")
-        except UnicodeEncodeError:
-            raise CatalogError(f"{where}: {str(key).encode('utf-8', 'backslashreplace').decode()!r} holds a lone "
-                               "surrogate (not valid Unicode)") from None
-        except (RecursionError, ValueError):
-            raise CatalogError(f"{where}: {key!r} is nested too deeply") from None
+def check_tool(tool: Any, catalog: "Catalog | None" = None, *, where: str = "tool") -> Tool:
+    """The Tool to add to a catalog at run time (``Selector.add_tool``), checked; else InputError
+    naming the tool and the field. ``tool``: a Tool, or a JSON object in MCP shape (``inputSchema``:
+    its schemas are meta-schema checked) or benchmark shape (``id``, ``parameters``), parsed as
+    ``parse_tool`` does. Refused: an id or name that is empty, not a string, too long or holds
+    control characters, parameters that are not a JSON object (a schema of ``"type": "object"`` is
+    meta-schema checked), text over the module's limits, and (with ``catalog``) a name another tool
+    of the catalog (another id) already has."""
+    try:
+        if isinstance(tool, Mapping):
+            mcp_shape = "inputSchema" in tool or "input_schema" in tool or "parameters" not in tool
+            checked = parse_tool(tool, where=where, check_schemas=mcp_shape)
+        elif isinstance(tool, Tool):
+            _check_tool_object(tool, where)
+            checked = tool
+        else:
+            raise InputError(f"{where}: a tool is a Tool or a JSON object (MCP or benchmark shape), got "
+                             f"{type(tool).__name__}")
+    except CatalogError as e:
+        raise InputError(str(e)) from None
+    if catalog is not None:
+        other = catalog.id_named(checked.name, besides=checked.id)
+        if other is not None:
+            raise InputError(f"{where} {checked.id!r}: name {checked.name!r} is already tool {other!r}'s (tool "
+                             "names are what the LLM calls: they must differ)")
+    return checked
 
 
-def check_json_schema(schema: Mapping[str, Any], where: str) -> None:
+def _check_tool_object(tool: Tool, where: str) -> None:
+    for field_name in ("id", "name", "description"):
+        if not isinstance(getattr(tool, field_name), str):
+            raise CatalogError(f"{where}: {field_name} must be a string, got {type(getattr(tool, field_name)).__name__}")
+    for field_name in ("title", "domain", "server"):
+        value = getattr(tool, field_name)
+        if value is not None and not isinstance(value, str):
+            raise CatalogError(f"{where} {tool.id!r}: {field_name} must be a string or None")
+    for field_name in ("parameters", "annotations", "output_schema", "extra"):
+        value = getattr(tool, field_name)
+        if value is not None and not isinstance(value, Mapping):
+            raise CatalogError(f"{where} {tool.id!r}: {field_name} must be a JSON object (a mapping), got "
+                               f"{type(value).__name__}")
+    if tool.parameters is None:
+        raise CatalogError(f"{where} {tool.id!r}: parameters must be a JSON object (a mapping), got None")
+    record = {"id": tool.id, "name": tool.name, "description": tool.description, "parameters": tool.parameters}
+    for key, value in (("title", tool.title), ("annotations", tool.annotations), ("outputSchema", tool.output_schema),
+                       ("domain", tool.domain), ("server", tool.server)):
+        if value is not None:
+            record[key] = value
+    for key, value in (tool.extra or {}).items():
+        record.setdefault(key, value)
+    parse_tool(record, where=f"{where} {tool.id!r}")
+    if tool.parameters.get("type") == "object":  # a JSON Schema: it must be a valid one
+        check_json_schema(tool.parameters, f"{where} {tool.id!r}: parameters", bounded=True)
+
+
+def check_tool_id(tool_id: Any, where: str = "tool id") -> str:
+    """A tool id as ``remove_tool`` takes it: a non-empty string of at most ``MAX_ID_CHARS``; else
+    InputError."""
+    if not isinstance(tool_id, str) or not tool_id:
+        raise InputError(f"{where}: a tool id is a non-empty string, got {type(tool_id).__name__} {tool_id!r:.60}")
+    if len(tool_id) > MAX_ID_CHARS:
+        raise InputError(f"{where}: {tool_id[:40]!r}... is longer than {MAX_ID_CHARS} characters (no tool has it)")
+    return tool_id
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_bounds(value: Any, where: str) -> None:
+    """Refuse a value that is not plain JSON within the module's limits: at most ``MAX_TOOL_DEPTH``
+    levels, ``MAX_TOOL_NODES`` values and ``MAX_TOOL_JSON_CHARS`` characters as JSON, string keys,
+    no lone surrogate (JSON's "\\ud800" escapes decode to one: no tokenizer can read it). Walked
+    without recursion, so a hostile value costs at most the limits."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    nodes = 0
+    while stack:
+        v, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_TOOL_NODES:
+            raise CatalogError(f"{where}: holds more than {MAX_TOOL_NODES:,} values")
+        if isinstance(v, Mapping):
+            if depth >= MAX_TOOL_DEPTH:
+                raise CatalogError(f"{where}: nested more than {MAX_TOOL_DEPTH} levels deep")
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise CatalogError(f"{where}: a key {k!r} is not a string")
+                if not isinstance(item, _SCALARS):
+                    stack.append((item, depth + 1))
+                else:
+                    nodes += 1
+        elif isinstance(v, (list, tuple)):
+            if depth >= MAX_TOOL_DEPTH:
+                raise CatalogError(f"{where}: nested more than {MAX_TOOL_DEPTH} levels deep")
+            for item in v:
+                if not isinstance(item, _SCALARS):
+                    stack.append((item, depth + 1))
+                else:
+                    nodes += 1
+        elif not isinstance(v, _SCALARS):
+            raise CatalogError(f"{where}: holds a {type(v).__name__}, not a JSON value")
+    try:
+        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "strict"))
+    except UnicodeEncodeError:
+        key = next((str(k) for k, v in value.items() if _has_surrogate(v) or _has_surrogate(k)), "a value") \
+            if isinstance(value, Mapping) else "a value"
+        raise CatalogError(f"{where}: {key.encode('utf-8', 'backslashreplace').decode()!r} holds a lone "
+                           "surrogate (not valid Unicode)") from None
+    except ValueError:  # NaN or infinity: not JSON
+        raise CatalogError(f"{where}: holds NaN or infinity, not a JSON number") from None
+    if size > MAX_TOOL_JSON_CHARS:
+        raise CatalogError(f"{where}: is {size:,} bytes as JSON (at most {MAX_TOOL_JSON_CHARS:,})")
+
+
+def _has_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+_SCHEMA_OK: dict[str, None] = {}  # canonical JSON of schemas that passed their meta-schema
+_SCHEMA_OK_MAX = 65_536
+
+
+def check_json_schema(schema: Mapping[str, Any], where: str, *, bounded: bool = False) -> None:
     """An MCP tool schema: a JSON object schema (``"type": "object"``) that passes its meta-schema
-    (Draft 2020-12 unless ``$schema`` names another draft); else CatalogError naming ``where``."""
-    from jsonschema import exceptions, validators  # imported here: only MCP catalogs need it
+    (Draft 2020-12 unless ``$schema`` names another draft); else CatalogError naming ``where``.
 
+    The schema is bounded first (``_check_bounds``; ``bounded``: the caller did), then checked with
+    jsonschema-rs (compiled, when installed) and, for the message of a schema it refuses, or when it
+    is missing, with jsonschema; every ``pattern`` must compile. Schemas already passed (the same
+    canonical JSON) are not checked again."""
+    if not isinstance(schema, Mapping):
+        raise CatalogError(f"{where}: must be a JSON object, got {type(schema).__name__}")
+    if not bounded:
+        _check_bounds(schema, where)
     if schema.get("type") != "object":
         raise CatalogError(f"{where}: must be a JSON Schema with \"type\": \"object\" (MCP), "
                            f"got type {schema.get('type')!r}")
+    meta = schema.get("$schema")
+    if "$schema" in schema and not isinstance(meta, str):
+        raise CatalogError(f"{where}: \"$schema\" must be a string (a JSON Schema draft URI), got {meta!r}")
+    key = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if key in _SCHEMA_OK:
+        return
+    from jsonschema import exceptions, validators  # imported here: only MCP catalogs need it
+
     try:
         cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     except exceptions.SchemaError:  # an unknown $schema URI (only newer jsonschema releases raise)
         cls = None
-    if cls is None or ("$schema" in schema and cls is validators.Draft202012Validator
-                       and schema["$schema"].rstrip("#") not in _DRAFT_2020_12_URIS):
-        raise CatalogError(f"{where}: unknown \"$schema\" {schema.get('$schema')!r}; use a JSON Schema draft URI "
+    if cls is None or (meta is not None and cls is validators.Draft202012Validator
+                       and meta.rstrip("#") not in _DRAFT_2020_12_URIS):
+        raise CatalogError(f"{where}: unknown \"$schema\" {meta!r}; use a JSON Schema draft URI "
                            "(MCP's default is https://json-schema.org/draft/2020-12/schema)")
+    _check_patterns(schema, where)
+    fast = _rs_meta_valid(schema)
+    if fast is not True:
+        try:
+            cls.check_schema(schema)
+        except exceptions.SchemaError as e:
+            at = "/".join(str(p) for p in e.path)
+            raise CatalogError(f"{where}: not a valid JSON Schema: {e.message}" + (f" (at /{at})" if at else "")) from None
+        except RecursionError:
+            raise CatalogError(f"{where}: nested too deeply to check as a JSON Schema") from None
+        except (TypeError, ValueError, AttributeError) as e:
+            raise CatalogError(f"{where}: not a valid JSON Schema ({type(e).__name__}: {e})") from None
+        if fast is False:  # jsonschema-rs refused what jsonschema passed: report jsonschema-rs's reason
+            raise CatalogError(f"{where}: not a valid JSON Schema: {_rs_meta_error(schema)}")
+    if len(_SCHEMA_OK) >= _SCHEMA_OK_MAX:
+        _SCHEMA_OK.clear()
+    _SCHEMA_OK[key] = None
+
+
+def _rs_meta_valid(schema: Mapping[str, Any]) -> bool | None:
+    """jsonschema-rs's meta-schema verdict (True, False), or None where it is not installed or does
+    not know the draft."""
     try:
-        cls.check_schema(schema)
-    except exceptions.SchemaError as e:
-        at = "/".join(str(p) for p in e.path)
-        raise CatalogError(f"{where}: not a valid JSON Schema: {e.message}" + (f" (at /{at})" if at else "")) from None
+        import jsonschema_rs
+    except ImportError:
+        return None
+    try:
+        return bool(jsonschema_rs.meta.is_valid(schema))
+    except Exception:  # an unknown draft, a value it cannot take: let jsonschema decide
+        return None
+
+
+def _rs_meta_error(schema: Mapping[str, Any]) -> str:
+    import jsonschema_rs
+
+    try:
+        jsonschema_rs.meta.validate(schema)
+    except jsonschema_rs.ValidationError as e:
+        at = "/".join(str(p) for p in e.instance_path)
+        return str(e.message) + (f" (at /{at})" if at else "")
+    except Exception as e:  # pragma: no cover - is_valid said False
+        return f"{type(e).__name__}: {e}"
+    return "refused by its meta-schema"
+
+
+_PATTERNS_OK: dict[str, None] = {}
+
+
+def _check_patterns(schema: Mapping[str, Any], where: str) -> None:
+    """Every ``pattern`` value and ``patternProperties`` key must compile as a regular expression
+    (as the meta-schema's ``"format": "regex"`` asks); one that cannot (malformed, or nested too
+    deeply for the regex parser) is a CatalogError naming it."""
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    found: list[tuple[str, str]] = []
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, Mapping):
+            for k, item in v.items():
+                if k == "pattern" and isinstance(item, str):
+                    found.append((item, f"{at}/pattern"))
+                elif k == "patternProperties" and isinstance(item, Mapping):
+                    found += [(p, f"{at}/patternProperties") for p in item if isinstance(p, str)]
+                if isinstance(item, (Mapping, list)):
+                    stack.append((item, f"{at}/{k}"))
+        elif isinstance(v, list):
+            stack += [(item, f"{at}/{i}") for i, item in enumerate(v) if isinstance(item, (Mapping, list))]
+    for pattern, at in found:
+        if pattern in _PATTERNS_OK:
+            continue
+        try:
+            re.compile(pattern)
+        except (re.error, RecursionError, OverflowError, ValueError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            raise CatalogError(f"{where}: not a valid JSON Schema: pattern {pattern[:60]!r} is not a valid regular "
+                               f"expression ({why}) (at {at})") from None
+        if len(_PATTERNS_OK) < 65_536:
+            _PATTERNS_OK[pattern] = None
 
 
 _DRAFT_2020_12_URIS = ("https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft/2020-12/schema")
@@ -387,45 +642,98 @@ def load_phone_catalog() -> Catalog:
 
 
 # -- several MCP servers -------------------------------------------------------------------------
-def namespaced(server: str, tool_name: str) -> str:
-    """The name a server's tool has in a several-server catalog: ``<server>__<tool>``."""
-    return f"{server}{NAMESPACE_SEP}{tool_name}"
+def sanitize_server_name(server: Any, where: str = "server") -> str:
+    """The name a server's tools are prefixed with: every character outside ``[A-Za-z0-9_-]``
+    replaced by ``_`` (as Claude Code and Claude Desktop do: ``My Server`` -> ``My_Server``,
+    ``my.server`` -> ``my_server``), runs of ``_`` folded into one and ``_`` at either end dropped,
+    so that the name never holds or touches the separator ``__``; CatalogError if nothing is left."""
+    if not isinstance(server, str):
+        raise CatalogError(f"{where}: a server name must be a string, got {type(server).__name__}")
+    name = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_-]", "_", server)).strip("_")
+    if not name:
+        raise CatalogError(f"{where}: server name {server!r} has no letter, digit or '-' to name its tools by")
+    if len(name) > MAX_NAME_CHARS:
+        raise CatalogError(f"{where}: server name {server[:40]!r}... is longer than {MAX_NAME_CHARS} characters")
+    return name
 
 
-def split_name(name: str) -> tuple[str, str]:
-    """``<server>__<tool>`` -> (server, tool): server names never hold ``__``, tool names may."""
-    server, sep, tool = name.partition(NAMESPACE_SEP)
-    if not sep or not server or not tool:
+def _check_namespace(namespace: str) -> str:
+    if namespace not in NAMESPACES:
+        raise InputError(f"namespace must be one of {', '.join(NAMESPACES)}, got {namespace!r}")
+    return namespace
+
+
+def namespaced(server: str, tool_name: str, namespace: str = "server") -> str:
+    """The name a server's tool has in a several-server catalog: ``<server>__<tool>``, or
+    ``mcp__<server>__<tool>`` with ``namespace="mcp"``. ``server`` is a sanitized name
+    (``sanitize_server_name``), else CatalogError: that is what makes ``split_name`` exact."""
+    _check_namespace(namespace)
+    if not isinstance(server, str) or not _SERVER_RE.match(server):
+        raise CatalogError(f"server name {server!r} is not sanitized (sanitize_server_name): letters, digits, "
+                           f"'-' and single '_' inside, so that '{NAMESPACE_SEP}' only separates server and tool")
+    if not isinstance(tool_name, str) or not tool_name:
+        raise CatalogError(f"server {server!r}: a tool name must be a non-empty string")
+    name = f"{server}{NAMESPACE_SEP}{tool_name}"
+    return f"{MCP_PREFIX}{NAMESPACE_SEP}{name}" if namespace == "mcp" else name
+
+
+def split_name(name: str, namespace: str = "server") -> tuple[str, str]:
+    """``<server>__<tool>`` (or ``mcp__<server>__<tool>``) -> (server, tool), the inverse of
+    ``namespaced``: server names never hold ``__`` nor end in ``_``, so the first ``__`` is the
+    separator; tool names may hold anything after it."""
+    _check_namespace(namespace)
+    if not isinstance(name, str):
+        raise UnknownToolError(f"{name!r} is not a namespaced tool name")
+    rest = name
+    if namespace == "mcp":
+        prefix = MCP_PREFIX + NAMESPACE_SEP
+        if not name.startswith(prefix):
+            raise UnknownToolError(f"{name!r} is not an MCP host tool name ({prefix}<server>{NAMESPACE_SEP}<tool>)")
+        rest = name[len(prefix):]
+    server, sep, tool = rest.partition(NAMESPACE_SEP)
+    if not sep or not server or not tool or not _SERVER_RE.match(server):
         raise UnknownToolError(f"{name!r} is not a namespaced tool name (<server>{NAMESPACE_SEP}<tool>)")
     return server, tool
 
 
 def check_server_name(server: Any, where: str) -> str:
-    if not isinstance(server, str) or not _SERVER_RE.match(server):
-        raise CatalogError(f"{where}: server name {server!r} must be letters, digits, '-' and single '_' "
-                           f"(no '{NAMESPACE_SEP}': it separates server and tool in tool names)")
-    return server
+    """The sanitized name of a server (``sanitize_server_name``); kept for callers of 0.x."""
+    return sanitize_server_name(server, where)
 
 
-def mcp_catalog(servers: Mapping[str, Any], *, source: str = "<mcp servers>") -> Catalog:
+def _namespaced_tool(t: Tool, server: str, prefix: str, namespace: str, where: str, tool_id: str) -> Tool:
+    name = namespaced(prefix, t.name, namespace)
+    if len(name) > MAX_NAME_CHARS:
+        raise CatalogError(f"{where}: tool {t.name!r}: the namespaced name {name!r} is longer than "
+                           f"{MAX_NAME_CHARS} characters")
+    new_id = namespaced(prefix, tool_id, namespace)
+    return replace(t, id=new_id, name=name, server=server)
+
+
+def mcp_catalog(servers: Mapping[str, Any], *, source: str = "<mcp servers>", namespace: str = "server") -> Catalog:
     """One catalog from several MCP servers' ``tools/list`` results (each the JSON-RPC response, its
     ``result``, a list of pages, or a list of tools), keyed by server name. Every tool is named
-    ``<server>__<tool>`` and keeps its server (``Tool.server``); schemas are checked as in
-    ``load_catalog``."""
+    ``<server>__<tool>`` (``namespace="mcp"``: ``mcp__<server>__<tool>``, as Claude Code names them)
+    with the server's sanitized name (``sanitize_server_name``) and keeps the server's name as given
+    (``Tool.server``); schemas are checked as in ``load_catalog``."""
+    _check_namespace(namespace)
+    if not isinstance(servers, Mapping):
+        raise CatalogError(f"{source}: servers must be a mapping of server name to tools/list result")
     tools: list[Tool] = []
+    prefixes: dict[str, str] = {}
     for server, data in servers.items():
-        check_server_name(server, source)
+        prefix = sanitize_server_name(server, source)
+        if prefix in prefixes:
+            raise CatalogError(f"{source}: servers {prefixes[prefix]!r} and {server!r} both name their tools "
+                               f"{prefix!r}; rename one")
+        prefixes[prefix] = server
         entries, _ = _entries_from_data(data, f"{source}: server {server!r}")
         if not entries:
             raise CatalogError(f"{source}: server {server!r} lists no tools")
-        local = [parse_tool(e, where=w, domain=server, check_schemas=True) for e, w in entries]
+        local = [parse_tool(e, where=w, domain=prefix, check_schemas=True) for e, w in entries]
         _check_unique_names(local, f"{source}: server {server!r}")
         for t in local:
-            name = namespaced(server, t.name)
-            if not _NAME_RE.match(name):
-                raise CatalogError(f"{source}: server {server!r}: tool {t.name!r}: the namespaced name "
-                                   f"{name!r} is longer than 128 characters")
-            tools.append(replace(t, id=name, name=name, server=server))
+            tools.append(_namespaced_tool(t, server, prefix, namespace, f"{source}: server {server!r}", t.name))
     if not tools:
         raise CatalogError(f"{source}: no servers given")
     return Catalog(tools, source=source)
@@ -433,16 +741,20 @@ def mcp_catalog(servers: Mapping[str, Any], *, source: str = "<mcp servers>") ->
 
 def server_name_of(path: str | Path) -> str:
     """The server name a catalog file stands for when none is given: its file name, without the
-    extension, in the characters a server name allows."""
+    extension, sanitized (``sanitize_server_name``; ``server`` when nothing is left)."""
     stem = Path(path).name.split(".")[0] or "server"
-    name = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_-]", "_", stem)).strip("_-") or "server"
-    return name
+    try:
+        return sanitize_server_name(stem)
+    except CatalogError:
+        return "server"
 
 
-def load_catalogs(specs: Sequence[str | Path]) -> Catalog:
+def load_catalogs(specs: Sequence[str | Path], namespace: str = "server") -> Catalog:
     """The catalog of ``select --catalog``: one or more ``FILE`` or ``SERVER=FILE`` (any form
-    ``load_catalog`` reads). One file without a server name is used as it is; otherwise every tool
-    is named ``<server>__<tool>``, the server being the given name or the file's name."""
+    ``load_catalog`` reads). One file without a server name is used as it is (unless ``namespace`` is
+    ``"mcp"``); otherwise every tool is named ``<server>__<tool>`` (``mcp__<server>__<tool>`` with
+    ``namespace="mcp"``), the server being the given name, sanitized, or the file's name."""
+    _check_namespace(namespace)
     if not specs:
         raise CatalogError("no catalog given")
     parsed: list[tuple[str | None, Path]] = []
@@ -450,25 +762,23 @@ def load_catalogs(specs: Sequence[str | Path]) -> Catalog:
         text = str(spec)
         server, sep, file = text.partition("=")
         if sep and not Path(text).exists() and server and "/" not in server:
-            parsed.append((check_server_name(server, text), Path(file)))
+            sanitize_server_name(server, text)  # a server name that names nothing is refused here
+            parsed.append((server, Path(file)))
         else:
             parsed.append((None, Path(text)))
-    if len(parsed) == 1 and parsed[0][0] is None:
+    if len(parsed) == 1 and parsed[0][0] is None and namespace == "server":
         return load_catalog(parsed[0][1])
     tools: list[Tool] = []
     servers: dict[str, Path] = {}
     for server, path in parsed:
         server = server or server_name_of(path)
-        if server in servers:
-            raise CatalogError(f"{path}: server name {server!r} is also {servers[server]}'s; name them apart "
+        prefix = sanitize_server_name(server, str(path))
+        if prefix in servers:
+            raise CatalogError(f"{path}: server name {prefix!r} is also {servers[prefix]}'s; name them apart "
                                "with SERVER=FILE")
-        servers[server] = path
+        servers[prefix] = path
         for t in load_catalog(path):
-            name = namespaced(server, t.name)
-            if not _NAME_RE.match(name):
-                raise CatalogError(f"{path}: tool {t.name!r}: the namespaced name {name!r} is longer than 128 "
-                                   "characters")
-            tools.append(replace(t, id=namespaced(server, t.id), name=name, server=server))
+            tools.append(_namespaced_tool(t, server, prefix, namespace, str(path), t.id))
     return Catalog(tools, source=" ".join(str(s) for s in specs))
 
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .bundle import MANIFEST, Bundle
-from .catalog import Catalog, Tool, load_catalog, tool_text
+from .catalog import Catalog, Tool, check_tool, check_tool_id, load_catalog, tool_text
 from .config import SelectorConfig
 from .dialogue import Turn, bounded_history, check_text, retrieval_text, validate_history, validate_query
 from .errors import BundleError, InputError
@@ -190,6 +190,7 @@ class Selector:
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
         """Add a tool, or replace the tool with the same id, without rebuilding anything."""
+        tool = check_tool(tool, self.catalog)  # a Tool or an MCP/benchmark dict, bounded and checked: else InputError
         for name in ("id", "name", "description"):
             if not isinstance(getattr(tool, name), str):
                 raise InputError(f"tool {tool.id!r}: {name} must be a string")
@@ -203,6 +204,7 @@ class Selector:
             self._catalog_version += 1
 
     def remove_tool(self, tool_id: str) -> None:
+        check_tool_id(tool_id)  # a non-string id is an InputError, not a TypeError from a dict lookup
         with self._lock:
             self.catalog.get(tool_id)  # raises UnknownToolError with the id
             self.index.remove(tool_id)
