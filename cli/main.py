@@ -91,7 +91,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     if args.catalog:  # tools from MCP servers' tools/list dumps, indexed here (vectors cached by content)
         from magicselector.catalog import load_catalogs
 
-        selector = selector.with_catalog(load_catalogs(args.catalog))
+        selector = selector.with_catalog(load_catalogs(args.catalog, namespace=getattr(args, "namespace", "server")))
     sel = selector.select(args.utterance, history)
     if args.json:  # the whole selection, its definitions in --format's shape (MCP by default)
         fmt = args.format or "mcp"
@@ -377,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--catalog", nargs="+", metavar="[SERVER=]FILE",
                     help="select among these tools instead of the bundle's: MCP tools/list results (JSON-RPC "
                          "response or result) or any catalog file; with several, tools are named SERVER__TOOL")
+    sp.add_argument("--namespace", choices=["server", "mcp"], default="server",
+                    help="how --catalog names tools: SERVER__TOOL (default), or mcp__SERVER__TOOL as MCP hosts such "
+                         "as Claude Code do (also for one file); server names are sanitized as hosts do")
     sp.add_argument("--format", choices=["mcp", "openai", "openai-responses", "anthropic"],
                     help="print only the chosen tools' definitions, as this API takes them")
     add_selector_options(sp)

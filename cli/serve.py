@@ -32,6 +32,9 @@ def register(sub: Any) -> None:
     sp.add_argument("--catalog", nargs="+", metavar="[SERVER=]FILE",
                     help="serve these tools instead of the bundle's: MCP tools/list results or any catalog file; "
                          "with several, tools are named SERVER__TOOL")
+    sp.add_argument("--namespace", choices=["server", "mcp"], default="server",
+                    help="how --catalog names tools: SERVER__TOOL (default), or mcp__SERVER__TOOL as MCP hosts such "
+                         "as Claude Code do (also for one file); server names are sanitized as hosts do")
     sp.add_argument("--history-mode", choices=["none", "user", "all"],
                     help="what of a call's history retrieval sees (default: the Selector's)")
     sp.add_argument("--threads", type=int, help="inference threads (default: the Selector's)")
@@ -160,7 +163,7 @@ def load_selector(args: argparse.Namespace) -> Any:
         if args.catalog:
             from magicselector.catalog import load_catalogs
 
-            selector = selector.with_catalog(load_catalogs(args.catalog))
+            selector = selector.with_catalog(load_catalogs(args.catalog, namespace=getattr(args, "namespace", "server")))
         if batch_ms is not None:
             selector = with_rerank_batching(selector, batch_ms, exact=not args.rerank_batch_inexact)
     return selector
