@@ -42,8 +42,9 @@ import itertools
 import json
 import re
 import reprlib  # bounded in depth and length: a message may nest without end
+from collections.abc import Iterable, Iterator, Mapping, Sequence  # abc: isinstance is several times typing's speed
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from .errors import InputError
 
@@ -453,6 +454,7 @@ _FLOOR = 64  # a structural string (role, type, name, id) keeps at least its las
 # clipping never makes a valid message invalid; then the tool calls, then everything else in order
 _STRUCTURAL = ("role", "type", "name", "id", "call_id", "tool_call_id", "tool_use_id", "is_error", "isError")
 _FIRST = _STRUCTURAL + ("function", "custom", "function_call", "tool_calls")
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 class _Clip:
@@ -484,11 +486,14 @@ class _Clip:
     def value(self, value: Any, where: str, depth: int, key: str | None = None) -> Any:
         spent = self.left <= 0
         self.left -= 1
-        if isinstance(value, str):
+        kind = type(value)
+        if kind in _SCALARS:
+            return value
+        if kind is str or isinstance(value, str):
             return self.string(value, key in _STRUCTURAL)
-        if isinstance(value, (list, tuple)):
+        if kind is list or kind is tuple or isinstance(value, (list, tuple)):
             return [] if spent or depth >= _CLIP_DEPTH else self.items(value, where, depth)
-        mapping = as_mapping(value)
+        mapping = value if kind is dict else as_mapping(value)
         if mapping is None:
             return value  # numbers, booleans, None; anything else the reader refuses by its type
         if depth >= _CLIP_DEPTH or (spent and key not in ("content", "function", "custom")):
