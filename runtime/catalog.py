@@ -35,6 +35,7 @@ whatever the specification adds) are kept on the Tool (``Tool.extra``) and passe
 """
 from __future__ import annotations
 
+import collections.abc as _abc
 import hashlib
 import json
 import re
@@ -344,6 +345,7 @@ def check_tool_id(tool_id: Any, where: str = "tool id") -> str:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
 
 
 def _check_bounds(value: Any, where: str) -> None:
@@ -356,28 +358,25 @@ def _check_bounds(value: Any, where: str) -> None:
     while stack:
         v, depth = stack.pop()
         nodes += 1
-        if nodes > MAX_TOOL_NODES:
-            raise CatalogError(f"{where}: holds more than {MAX_TOOL_NODES:,} values")
-        if isinstance(v, Mapping):
+        t = type(v)
+        if t is dict or (t not in _SCALAR_TYPES and t is not list and isinstance(v, _abc.Mapping)):
             if depth >= MAX_TOOL_DEPTH:
                 raise CatalogError(f"{where}: nested more than {MAX_TOOL_DEPTH} levels deep")
+            nodes += len(v)
             for k, item in v.items():
-                if not isinstance(k, str):
+                if type(k) is not str:
                     raise CatalogError(f"{where}: a key {k!r} is not a string")
-                if not isinstance(item, _SCALARS):
+                if type(item) not in _SCALAR_TYPES:
                     stack.append((item, depth + 1))
-                else:
-                    nodes += 1
-        elif isinstance(v, (list, tuple)):
+        elif t is list or t is tuple:
             if depth >= MAX_TOOL_DEPTH:
                 raise CatalogError(f"{where}: nested more than {MAX_TOOL_DEPTH} levels deep")
-            for item in v:
-                if not isinstance(item, _SCALARS):
-                    stack.append((item, depth + 1))
-                else:
-                    nodes += 1
+            nodes += len(v)
+            stack += [(item, depth + 1) for item in v if type(item) not in _SCALAR_TYPES]
         elif not isinstance(v, _SCALARS):
             raise CatalogError(f"{where}: holds a {type(v).__name__}, not a JSON value")
+        if nodes > MAX_TOOL_NODES:
+            raise CatalogError(f"{where}: holds more than {MAX_TOOL_NODES:,} values")
     try:
         size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "strict"))
     except UnicodeEncodeError:
@@ -488,18 +487,20 @@ def _check_patterns(schema: Mapping[str, Any], where: str) -> None:
     deeply for the regex parser) is a CatalogError naming it."""
     stack: list[tuple[Any, str]] = [(schema, "")]
     found: list[tuple[str, str]] = []
-    while stack:
+    while stack:  # the values are plain JSON here (_check_bounds ran): dicts and lists
         v, at = stack.pop()
-        if isinstance(v, Mapping):
-            for k, item in v.items():
-                if k == "pattern" and isinstance(item, str):
-                    found.append((item, f"{at}/pattern"))
-                elif k == "patternProperties" and isinstance(item, Mapping):
-                    found += [(p, f"{at}/patternProperties") for p in item if isinstance(p, str)]
-                if isinstance(item, (Mapping, list)):
-                    stack.append((item, f"{at}/{k}"))
-        elif isinstance(v, list):
-            stack += [(item, f"{at}/{i}") for i, item in enumerate(v) if isinstance(item, (Mapping, list))]
+        if type(v) is list:
+            stack += [(item, f"{at}/{i}") for i, item in enumerate(v) if type(item) is dict or type(item) is list]
+            continue
+        pattern = v.get("pattern")
+        if type(pattern) is str:
+            found.append((pattern, f"{at}/pattern"))
+        pprops = v.get("patternProperties")
+        if type(pprops) is dict:
+            found += [(p, f"{at}/patternProperties") for p in pprops]
+        for k, item in v.items():
+            if type(item) is dict or type(item) is list:
+                stack.append((item, f"{at}/{k}"))
     for pattern, at in found:
         if pattern in _PATTERNS_OK:
             continue
