@@ -26,7 +26,7 @@ imported.
 
 ``bounded_history`` reads a history within one budget, ``max_chars`` (``max_history_chars``): the
 raw structure is read newest message first, every string (text, tool names, call ids, arguments,
-object keys, nested values) counting its characters and every value one, until ``4 x max_chars``
+object keys, nested values) counting its characters and every value two, until ``4 x max_chars``
 is spent; objects are read at most ``_CLIP_DEPTH`` levels down and ``_CLIP_ITEMS`` keys or items
 wide, before anything below them is touched; then the most recent ``max_chars`` characters of text
 and tool names are kept.
@@ -448,13 +448,14 @@ def recent_turns(history: Sequence[Turn], mode: str, turns: int = 4) -> list[Tur
 
 # -- one budget for everything a turn reads -------------------------------------------------------
 _CLIP_DEPTH, _CLIP_ITEMS = 8, 64  # objects are read this deep, their keys and lists' last items this many
-_RAW_FACTOR = 4  # the raw structure read (keys, ids, names, arguments, one per value) is 4 x max_chars
+_RAW_FACTOR = 4  # the raw structure read (keys, ids, names, arguments, two per value) is 4 x max_chars
 _FLOOR = 64  # a structural string (role, type, name, id) keeps at least its last 64 characters
 # read first in every object, and read (to _FLOOR characters) even once the budget is spent, so that
 # clipping never makes a valid message invalid; then the tool calls, then everything else in order
 _STRUCTURAL = ("role", "type", "name", "id", "call_id", "tool_call_id", "tool_use_id", "is_error", "isError")
 _FIRST = _STRUCTURAL + ("function", "custom", "function_call", "tool_calls")
 _SCALARS = frozenset({int, float, bool, type(None)})
+_VALUE_COST = 2  # every value costs at least what its JSON does: itself and a separator
 
 
 class _Clip:
@@ -485,7 +486,7 @@ class _Clip:
 
     def value(self, value: Any, where: str, depth: int, key: str | None = None) -> Any:
         spent = self.left <= 0
-        self.left -= 1
+        self.left -= _VALUE_COST
         kind = type(value)
         if kind in _SCALARS:
             return value
@@ -548,7 +549,7 @@ def _renumbered(error: InputError, offset: int) -> InputError:
 def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: int) -> list[Turn]:
     """A history as the Turns one selection reads, bounded in cost whatever its size or shape: the
     last ``max_turns`` messages, read newest first within ``_RAW_FACTOR * max_chars`` (every
-    character of text, tool names, ids, arguments, keys and nested values, and one per value;
+    character of text, tool names, ids, arguments, keys and nested values, and two per value;
     older messages the budget does not reach are not read), then the most recent ``max_chars``
     characters of text and tool names (older turns dropped, the oldest kept one clipped at its
     start)."""
