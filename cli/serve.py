@@ -141,6 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     token = check_transport_options(args)
     if transport == "streamable-http" and getattr(args, "workers", 1) > 1:
         return run_workers(args)
+    fix_malloc_mmap_threshold()
     selector = load_selector(args)
     max_bytes = int(getattr(args, "max_message_mb", DEFAULT_MAX_MESSAGE_MB) * 1024 * 1024)
     if transport == "stdio":
@@ -149,6 +150,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve_http(selector, host=args.host, port=args.port, token=token, reuse_port=args.reuse_port,
                    max_message_bytes=max_bytes)
     return 0
+
+
+MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
+
+
+def fix_malloc_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Under glibc, serve every allocation of ``threshold`` bytes or more from its own mmap, so it
+    goes back to the system when freed. glibc's default threshold is dynamic: the first large block
+    freed raises it (up to 32 MiB), after which the buffers of later large messages come from the
+    heap, which fragments and stays grown; a long-lived server then keeps the memory of its largest
+    messages (docs/bench/serve.md, the memory section). Setting the threshold fixes it. Does nothing
+    where the user set ``MALLOC_MMAP_THRESHOLD_`` or the C library is not glibc; True if set."""
+    import ctypes
+    import ctypes.util
+
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt, gnu_get_libc_version = libc.mallopt, libc.gnu_get_libc_version  # glibc has both
+    except (OSError, AttributeError):
+        return False
+    del gnu_get_libc_version
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
 def load_selector(args: argparse.Namespace) -> Any:
