@@ -94,31 +94,54 @@ class _Timer:
         self.ms["total"] = (time.perf_counter() - self._t0) * 1e3
 
 
+class _CatalogState:
+    """The mutable part of a Selector: catalog, dense index, lexical index and version, under one
+    lock. Selectors made by ``with_config`` / ``with_reranker`` share one state, so a tool added
+    through any of them is seen by all, and no turn reads a catalog and an index that disagree."""
+
+    def __init__(self, catalog: Catalog, index: ToolIndex, lexical: LexicalIndex | None) -> None:
+        missing = [t.id for t in catalog if t.id not in index]
+        if missing or len(index) != len(catalog):
+            raise BundleError(f"index and catalog disagree ({len(index)} vs {len(catalog)} tools; "
+                              f"e.g. {missing[:3]} not indexed)")
+        self.catalog = catalog
+        self.index = index
+        self.lexical = lexical  # built from the catalog on first use when None
+        self.version = 0
+        self.lock = threading.RLock()
+
+
 class Selector:
     """Selects the tools a phone assistant needs for a dialogue turn.
 
     One Selector can be shared across threads: inference sessions are thread-safe, and catalog
-    changes (add_tool / remove_tool) swap the catalog under a lock.
+    changes (add_tool / remove_tool) swap the catalog under a lock. Selectors made from it by
+    ``with_config`` and ``with_reranker`` share its catalog state (``_CatalogState``).
     """
 
     def __init__(self, catalog: Catalog, embedder: Embedder, index: ToolIndex,
                  config: SelectorConfig | None = None, decomposer: Decomposer | None = None,
                  bundle: Bundle | None = None, reranker: Reranker | None = None,
-                 lexical: LexicalIndex | None = None) -> None:
+                 lexical: LexicalIndex | None = None, *, _state: _CatalogState | None = None) -> None:
         self.config = config or SelectorConfig()
-        self.catalog = catalog
         self.embedder = embedder
-        self.index = index
         self.decomposer = decomposer or _decomposer_for(self.config)
         self.bundle = bundle
         self.reranker = reranker
-        self._lexical = lexical  # built from the catalog on first use when None
-        self._lock = threading.RLock()
-        self._catalog_version = 0
-        missing = [t.id for t in catalog if t.id not in index]
-        if missing or len(index) != len(catalog):
-            raise BundleError(f"index and catalog disagree ({len(index)} vs {len(catalog)} tools; "
-                              f"e.g. {missing[:3]} not indexed)")
+        self._state = _state if _state is not None else _CatalogState(catalog, index, lexical)
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog as it is now (``add_tool`` / ``remove_tool`` replace it)."""
+        return self._state.catalog
+
+    @property
+    def index(self) -> ToolIndex:
+        return self._state.index
+
+    @property
+    def _lock(self) -> threading.RLock:
+        return self._state.lock
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
@@ -165,7 +188,7 @@ class Selector:
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
                         decomposer=_decomposer_for(config, self.decomposer), reranker=self.reranker,
-                        lexical=self._lexical)
+                        _state=self._state)
 
     def with_catalog(self, catalog: Catalog, config: SelectorConfig | None = None) -> "Selector":
         """A Selector over another catalog sharing this one's embedder and reranker; the catalog's
@@ -177,7 +200,7 @@ class Selector:
         index = ToolIndex(vecs.shape[1], self.index.dtype)
         index.add(catalog.ids, vecs)
         config = config or self.config
-        params = self._lexical.params if self._lexical is not None else {}
+        params = self._state.lexical.params if self._state.lexical is not None else {}
         lexical = LexicalIndex.from_catalog(catalog, **params) if config.lexical else None  # else on first use
         return Selector(catalog, self.embedder, index, config=config, bundle=self.bundle,
                         reranker=self.reranker, lexical=lexical)
@@ -185,7 +208,7 @@ class Selector:
     def with_reranker(self, reranker: Reranker | None) -> "Selector":
         """A Selector sharing this one's models, index and settings, with another reranker (or none)."""
         return Selector(self.catalog, self.embedder, self.index, config=self.config, bundle=self.bundle,
-                        decomposer=self.decomposer, reranker=reranker, lexical=self._lexical)
+                        decomposer=self.decomposer, reranker=reranker, _state=self._state)
 
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
@@ -196,35 +219,40 @@ class Selector:
                 raise InputError(f"tool {tool.id!r}: {name} must be a string")
             check_text(getattr(tool, name), f"tool {tool.id!r}: {name}")
         vec = self.embedder.embed([tool_text(tool)])
-        with self._lock:
-            self.index.add([tool.id], vec)
-            if self._lexical is not None:
-                self._lexical.add(tool.id, tool_text(tool))
-            self.catalog = self.catalog.with_tool(tool)
-            self._catalog_version += 1
+        state = self._state
+        with state.lock:
+            check_tool(tool, state.catalog)  # the name again, under the lock: a racing add may have taken it
+            catalog = state.catalog.with_tool(tool)
+            state.index.add([tool.id], vec)
+            if state.lexical is not None:
+                state.lexical.add(tool.id, tool_text(tool))
+            state.catalog = catalog
+            state.version += 1
 
     def remove_tool(self, tool_id: str) -> None:
         check_tool_id(tool_id)  # a non-string id is an InputError, not a TypeError from a dict lookup
-        with self._lock:
-            self.catalog.get(tool_id)  # raises UnknownToolError with the id
-            self.index.remove(tool_id)
-            if self._lexical is not None:
-                self._lexical.remove(tool_id)
-            self.catalog = self.catalog.without(tool_id)
-            self._catalog_version += 1
+        state = self._state
+        with state.lock:
+            state.catalog.get(tool_id)  # raises UnknownToolError with the id
+            state.index.remove(tool_id)
+            if state.lexical is not None:
+                state.lexical.remove(tool_id)
+            state.catalog = state.catalog.without(tool_id)
+            state.version += 1
 
     @property
     def catalog_version(self) -> int:
         """How many tools have been added or removed at run time (``Selection.catalog_version``)."""
-        return self._catalog_version
+        return self._state.version
 
     @property
     def lexical(self) -> LexicalIndex:
         """The BM25 index of the catalog's tool texts (the bundle's, else built on first use)."""
-        with self._lock:
-            if self._lexical is None:
-                self._lexical = LexicalIndex.from_catalog(self.catalog)
-            return self._lexical
+        state = self._state
+        with state.lock:
+            if state.lexical is None:
+                state.lexical = LexicalIndex.from_catalog(state.catalog)
+            return state.lexical
 
     # -- selection ----------------------------------------------------------------------------
     def _retrieval_texts(self, query: str, turns: Sequence[Turn], subtasks: Sequence[str]) -> list[str]:
@@ -264,7 +292,7 @@ class Selector:
         t = timer.lap("embed", t)
 
         with self._lock:
-            catalog, index, version = self.catalog, self.index, self._catalog_version
+            catalog, index, version = self.catalog, self.index, self._state.version
             results = index.search(vectors, self.config.candidates)
             t = timer.lap("search", t)
             lists = [RankedList(ids, scores) for ids, scores in results]
@@ -389,7 +417,7 @@ class Selector:
 
         def snapshot(write):
             with self._lock:  # catalog, index and lexical index as one state
-                return write(self.catalog, self.index, self._lexical)
+                return write(self.catalog, self.index, self._state.lexical)
 
         return rewrite_bundle(self.bundle, path, snapshot=snapshot, signing_key=signing_key, release=release)
 

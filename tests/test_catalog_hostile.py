@@ -97,7 +97,7 @@ def test_check_tool_refuses_with_the_field_named(tool, field):
 
 
 def test_add_tool_takes_mcp_and_benchmark_dicts_and_refuses_bad_tools(selector):
-    s = selector.with_config()
+    s = selector.with_catalog(selector.catalog)  # its own catalog state: the session's stays as it is
     n = len(s.catalog)
     s.add_tool({"name": "open_garage", "description": "Open the garage door.",
                 "inputSchema": {"type": "object", "properties": {"door": {"type": "string"}}},

@@ -115,3 +115,49 @@ def test_a_removal_waiting_on_a_select_takes_effect_after_it(bundle_dir, monkeyp
     assert removed.is_set() and victim not in selector.catalog.ids
     assert during.ids == before.ids  # the turn saw the catalog as it was when it started
     assert victim not in selector.select(utterance).ranked_ids
+
+
+def test_copies_from_with_config_share_one_catalog_state(bundle_dir):
+    """Tools added and removed through a with_config copy, while the original and another copy
+    select: no error, and every Selector sees the same catalog at every moment (issue 27.1)."""
+    selector = Selector.from_bundle(bundle_dir, config=SelectorConfig(rerank=False))
+    writer, reader = selector.with_config(history="none"), selector.with_config(decompose="none")
+    churned = list(dict.fromkeys(i for u in UTTERANCES for i in selector.select(u).ranked_ids[:4]))
+    originals = {i: selector.catalog.get(i) for i in churned}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def churn() -> None:
+        try:
+            for version in range(1, 4):
+                for tool_id in churned:
+                    writer.remove_tool(tool_id)
+                for tool_id in churned:
+                    writer.add_tool(dataclasses.replace(originals[tool_id], name=f"{originals[tool_id].name}_v{version}"))
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+        finally:
+            stop.set()
+
+    def work(sel_: Selector, n: int) -> None:
+        i = 0
+        while not stop.is_set() or i < 3:
+            try:
+                sel = sel_.select(UTTERANCES[(n + i) % len(UTTERANCES)])
+                assert sel.tools and len(sel.tools) == sel.k
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+                return
+            i += 1
+
+    threads = [threading.Thread(target=churn)] + [threading.Thread(target=work, args=(s, n))
+                                                   for n, s in enumerate((selector, reader, selector))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert selector.catalog is writer.catalog is reader.catalog
+    assert selector.catalog_version == reader.catalog_version == 3 * 2 * len(churned)
+    assert selector.catalog.get(churned[0]).name.endswith("_v3")
+    assert all(i in selector.index and i in reader.lexical for i in churned)
