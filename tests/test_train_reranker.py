@@ -256,8 +256,10 @@ def test_tiny_run_learns_and_exports_to_onnx(tiny_benchmark, tmp_path):
     from magicselector.train import rerank_quality
 
     q = rerank_quality(out, data, retrieve=toy_retriever, pool=5, k=3, limit=None)
-    assert q["queries"] == 4 and 0 <= q["reranked_ndcg@3"] <= 1
-    assert q["pool_recall@5"] == pytest.approx(0.75)  # get_weather is outside the toy pool
+    assert q["queries"] == 4 and q["pool_recall@5"] == pytest.approx(0.75)  # get_weather is outside the toy pool
+    # the trained reranker beats the toy pool's catalog order (0.48 at seed 0; it reaches 0.75) and cannot
+    # pass the pool's ceiling: the get_weather turn scores 0 whatever the order
+    assert q["dense_ndcg@3"] < q["reranked_ndcg@3"] <= 0.75 + 1e-9
 
 
 def test_same_seed_same_run(tiny_benchmark, tmp_path):
