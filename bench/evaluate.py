@@ -5,7 +5,8 @@ every query is ranked by the chosen retriever (dense = the Selector itself; hybr
 with its lexical channel on, BM25 fused into every retrieval list, decomposed or not; bm25 = the
 runtime's BM25 alone) and cut by the configured rule. Reports NDCG@k, Recall@k, Completeness@k; for adaptive cuts,
 Completeness@K and mean K next to Completeness at a fixed k of the rounded mean K; the mean
-number of schema tokens handed to the assistant; and the same per category.
+number of schema tokens handed to the assistant; and the same per category. ``per_query`` lists
+every scored query (id, ranked ids, K, kept ids, gold) for query-by-query comparisons.
 """
 from __future__ import annotations
 
@@ -216,7 +217,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         extra: dict[str, Any] = {}
         if config.retrieval != "bm25":
             sel = selector.select(q.query, q.history)
-            ranked, K = sel.ranked_ids, sel.k
+            ranked, K, kept = sel.ranked_ids, sel.k, sel.ids
             if raw_selector is not None:
                 extra = _counterfactual_row(q, sel, raw_selector.select(q.query, q.history), selector, config.k)
         else:
@@ -225,8 +226,9 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
             ids, scores = selector.lexical.search([text], candidates)[0]
             emb = selector.index.vectors(ids) if cut.rule != "fixed" else None
             ranked, K = list(ids), apply_cut(cut, np.asarray(scores), emb).k
+            kept = ranked[:K]
         rows.append({
-            "category": q.category, "gold": q.gold, "ranked": ranked, "K": K,
+            "id": q.id, "category": q.category, "gold": q.gold, "ranked": ranked, "K": K, "kept": list(kept),
             "ndcg": ndcg_at_k(ranked, q.gold, config.k), "recall": recall_at_k(ranked, q.gold, config.k),
             "complete": completeness_at_k(ranked, q.gold, config.k),
             "complete_K": completeness_at_k(ranked, q.gold, K), "tokens": token_cost(ranked[:K]),
@@ -246,6 +248,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         "config": {**asdict(config), "retriever": config.retrieval, "decompose": config.decomposition, "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,
                    "tools": len(bench.catalog), "seconds": round(time.perf_counter() - t0, 2)},
     }
+    report["per_query"] = per_query_rows(rows)
     # malformed rows (not JSON, unknown gold ids, a broken history) never reached the Selector:
     # they are skipped whatever the policy, and listed with their line
     malformed = [{"id": r["id"] if r["id"] is not None else f"line {r['line']}", "line": r["line"],
@@ -265,6 +268,16 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         if quality:
             report["decomposition"] = quality
     return report
+
+
+PER_QUERY_RANKED = 50  # the ranked list a per-query row carries, at most
+
+
+def per_query_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per scored query, so two runs (or a peer's) compare query by query: its id, the ranked
+    ids (the first ``PER_QUERY_RANKED``), K (the tools the cut kept), the kept ids and the gold ids."""
+    return [{"id": r["id"], "ranked_ids": list(r["ranked"][:PER_QUERY_RANKED]), "k": r["K"],
+             "ids": list(r["kept"]), "gold": list(r["gold"])} for r in rows]
 
 
 def screen_queries(queries: Sequence[Query], config: SelectorConfig, policy: str = "skip"

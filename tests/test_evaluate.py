@@ -58,3 +58,32 @@ def test_eval_json_to_an_unwritable_path_is_a_clear_error(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "no-such-set"), "--json", str(blocker / "out.json")]) == 2
     err = capsys.readouterr().err
     assert "--json" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("retriever", ["hybrid", "bm25"])
+def test_eval_json_carries_one_row_per_query_matching_its_selection(bundle_dir, tiny_benchmark, tmp_path, capsys,
+                                                                     retriever):
+    from magicselector.cli.main import main
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--retriever", retriever,
+                 "--json", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    report = json.loads(out.read_text())
+    # the existing keys stay (a contract); the rows are beside them
+    assert {"dataset", "overall", "by_category", "config", "bad_queries"} <= set(report)
+    rows = report["per_query"]
+    queries = [json.loads(line) for line in (tiny_benchmark / "queries.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [q["id"] for q in queries]
+    assert [r["gold"] for r in rows] == [q["gold"] for q in queries]
+    for r in rows:
+        assert set(r) == {"id", "ranked_ids", "k", "ids", "gold"}
+        assert r["k"] == len(r["ids"]) and len(r["ranked_ids"]) <= 50
+        assert retriever == "bm25" or len(r["ranked_ids"]) == 6  # dense and hybrid rank every tool of 6
+        assert set(r["ids"]) <= set(r["ranked_ids"]) and len(set(r["ranked_ids"])) == len(r["ranked_ids"])
+        if retriever == "bm25":
+            assert r["ids"] == r["ranked_ids"][:r["k"]]
+    # the rows are what the summary was computed from
+    assert sum(r["k"] for r in rows) / len(rows) == pytest.approx(report["overall"]["mean_k"])
+    complete_k = [float(set(r["gold"]) <= set(r["ranked_ids"][:r["k"]])) for r in rows]
+    assert sum(complete_k) / len(rows) == pytest.approx(report["overall"]["completeness@K"])
