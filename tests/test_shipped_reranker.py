@@ -101,7 +101,10 @@ def test_exporter_writes_one_file_per_quantization_with_its_parity(folder, check
         parity = entry["parity"]
         assert parity["against"] == "pytorch-fp32" and parity["min_spearman"] == FLOOR
         assert (parity["lists"], parity["probes"]) == (8, 80)  # export_reranker's probe pairs
-        assert FLOOR <= parity["spearman"] <= 1.0 and 0.0 <= parity["top1_agreement"] <= 1.0
+        assert FLOOR <= parity["spearman"] <= 1.0
+        # top-1 agreement counts the 8 probe lists (this seconds-trained checkpoint's near-tied scores flip
+        # their top-1 often: 2-3 of 8 here); its INT8 logits stay within 0.05 of FP32 (0.013 measured)
+        assert (parity["top1_agreement"] * parity["lists"]).is_integer() and parity["max_abs_diff"] < 0.05, parity
     assert sorted(sum((e["targets"] for e in meta["files"].values()), [])) == sorted(TARGETS)
     assert meta["files"]["model-int8.onnx"]["sha256"] != meta["files"]["model-int8-reduce-range.onnx"]["sha256"]
     # the pair window and the source come from the checkpoint's training record
