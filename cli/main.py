@@ -92,7 +92,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         from magicselector.catalog import load_catalogs
 
         selector = selector.with_catalog(load_catalogs(args.catalog, namespace=getattr(args, "namespace", "server")))
-    sel = selector.select(args.utterance, history)
+    sel = selector.select(args.utterance, history, format=args.format or "mcp")  # tokens counted in that shape
     if args.json:  # the whole selection, its definitions in --format's shape (MCP by default)
         fmt = args.format or "mcp"
         print(json.dumps({**sel.to_dict(), "format": fmt, "schemas": selector.schemas(sel, format=fmt)}, indent=2))

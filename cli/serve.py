@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import sys
-from dataclasses import replace
 from typing import Any, Sequence
 
 from magicselector.cli_options import add_rerank_options, selector_config
@@ -87,7 +86,11 @@ def input_schema() -> dict[str, Any]:
                                        "(OpenAI, Anthropic and MCP shapes, tool calls included)"},
             "format": {"type": "string", "enum": list(FORMATS), "default": "mcp",
                        "description": "the format of the returned tool definitions"},
-            "max_tools": {"type": "integer", "minimum": 1, "description": "return at most this many tools"},
+            "max_tools": {"type": "integer", "minimum": 1,
+                          "description": "return at most this many tools (one per sub-task first)"},
+            "max_schema_tokens": {"type": "integer", "minimum": 1,
+                                  "description": "return at most this many tokens of tool definitions, counted "
+                                                 "in the format asked for"},
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -118,12 +121,11 @@ def search(selector: Any, arguments: Any) -> dict[str, Any]:
     if unknown:
         raise InputError(f"search_tools: unknown arguments {unknown}")
     fmt = check_format(arguments.get("format", "mcp"))
-    limit = arguments.get("max_tools")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise InputError("max_tools must be an integer >= 1")
-    selection = selector.select(arguments.get("query"), arguments.get("history"))
-    tools = selection.tools[:limit] if limit else selection.tools
-    return {"tools": selector.schemas(replace(selection, tools=tools), format=fmt),
+    selection = selector.select(arguments.get("query"), arguments.get("history"),  # the budget checks its fields
+                                max_tools=arguments.get("max_tools"),
+                                max_schema_tokens=arguments.get("max_schema_tokens"), format=fmt)
+    tools = selection.tools
+    return {"tools": selector.schemas(selection, format=fmt),
             "scores": [round(float(t.score), 4) for t in tools], "subtasks": list(selection.subtasks),
             "timings_ms": {k: round(v, 2) for k, v in selection.timings_ms.items()}}
 

@@ -163,11 +163,19 @@ def add_fusion_options(p: argparse.ArgumentParser) -> None:
                         f"(default {SHIPPED.cut_scope!r})")
 
 
+def add_budget_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tools", type=int, default=None, dest="max_tools", metavar="N",
+                   help="keep at most N tools a turn, one per sub-task first (default: as many as the cut keeps)")
+    p.add_argument("--max-schema-tokens", type=int, default=None, dest="max_schema_tokens", metavar="T",
+                   help="keep at most T tokens of tool definitions a turn, counted in --format's shape (MCP by default)")
+
+
 def add_selector_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = False) -> None:
-    """Every SelectorConfig option: bundle, history mode, cut, threads, rerank, fusion, decomposition."""
+    """Every SelectorConfig option: bundle, history mode, cut, budget, threads, rerank, fusion, decomposition."""
     add_bundle_option(p)
     add_history_mode_option(p, old_spelling="--history" if old_eval_spellings else None)
     add_cut_options(p, old_eval_spellings=old_eval_spellings)
+    add_budget_options(p)
     add_threads_option(p)
     add_rerank_options(p)
     add_fusion_options(p)
@@ -204,7 +212,8 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
                         ("fusion", "fusion"),
                         ("cut_scope", "cut_scope"), ("decompose", "decompose"),
                         ("decomposer_model", "decomposer_model"), ("decomposer_prompt", "decomposer_prompt"),
-                        ("decompose_deadline_ms", "deadline_ms"), ("llm_threads", "llm_threads")):
+                        ("decompose_deadline_ms", "deadline_ms"), ("llm_threads", "llm_threads"),
+                        ("max_tools", "max_tools"), ("max_schema_tokens", "max_schema_tokens")):
         value = getattr(args, attr, None)
         if value is not None:
             changes[field] = value

@@ -108,6 +108,10 @@ class SelectorConfig:
     lexical_fusion: str = "zmix"
     lexical_weight: float = 0.15
     lexical_candidates: int = 30
+    # the caller's budget (stages/budget.py): the cut never keeps more tools, or more tokens of tool
+    # definitions (counted in the format select is asked for); None: only the cut decides
+    max_tools: int | None = None
+    max_schema_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.history not in HISTORY_MODES:
@@ -149,3 +153,6 @@ class SelectorConfig:
             raise InputError("lexical_weight must be within [0, 1]")
         if self.lexical_candidates < 1:
             raise InputError("lexical_candidates must be >= 1")
+        from .stages.budget import Budget
+
+        Budget(self.max_tools, self.max_schema_tokens)  # InputError naming the field

@@ -17,6 +17,7 @@ from .config import SelectorConfig
 from .dialogue import Turn, bounded_history, check_text, retrieval_text, validate_history, validate_query
 from .errors import BundleError, InputError
 from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
+from .stages.budget import Budget, spend_budget
 from .stages.cut import Cut, apply_cut, cut_per_list
 from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
 from .stages.embed import Embedder
@@ -30,10 +31,25 @@ from .tool_vectors import catalog_vectors
 
 @dataclass(frozen=True)
 class SelectedTool:
+    """One kept tool and why it was kept: the retrieval list where it ranked best (``list``: 0 is
+    the utterance, then the sub-tasks and the history-folded utterance, ``Selection.lists``), its
+    rank there and the parts of its score there (``dense`` cosine, ``lexical`` BM25; None where that
+    list was not fused from both), and its calibrated relevance probability where a model gives one."""
+
     id: str
     name: str
     score: float
-    subtask: str  # the sub-task (or the utterance itself) under which the tool ranked best
+    subtask: str  # the text of that list: the sub-task (or the utterance itself)
+    list: int = 0
+    rank: int | None = None
+    dense: float | None = None
+    lexical: float | None = None
+    probability: float | None = None
+
+    def why(self) -> dict[str, Any]:
+        part = (lambda x: None if x is None else round(float(x), 6))
+        return {"list": self.list, "text": self.subtask, "rank": self.rank, "dense": part(self.dense),
+                "lexical": part(self.lexical), "probability": part(self.probability)}
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,9 @@ class Selection:
     trace: DecomposeTrace = field(default_factory=DecomposeTrace)  # how the decomposer got the sub-tasks
     # lists whose order the cross-encoder set this turn (0: no rerank, or the gate kept retrieval's)
     reranked: int = 0
+    budget: Budget = field(default_factory=Budget)  # the caller's bound on the tools; k is within it
+    # tokens of the kept tools' definitions in budget.format (counted where a token budget was set)
+    schema_tokens: int | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -65,8 +84,8 @@ class Selection:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "tools": [{"id": t.id, "name": t.name, "score": round(float(t.score), 6), "subtask": t.subtask}
-                      for t in self.tools],
+            "tools": [{"id": t.id, "name": t.name, "score": round(float(t.score), 6), "subtask": t.subtask,
+                       "why": t.why()} for t in self.tools],
             "k": self.k,
             "cut": {"rule": self.cut.rule, "k_score": self.cut.k_score, "k_sim": self.cut.k_sim},
             "subtasks": list(self.subtasks),
@@ -76,6 +95,9 @@ class Selection:
             "decomposer": self.decomposer,
             "decomposition": self.trace.to_dict(),
             "reranked": self.reranked,
+            "budget": {"max_tools": self.budget.max_tools, "max_schema_tokens": self.budget.max_schema_tokens,
+                       "format": self.budget.format},
+            "schema_tokens": self.schema_tokens,
             "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
         }
 
@@ -109,6 +131,20 @@ class _CatalogState:
         self.lexical = lexical  # built from the catalog on first use when None
         self.version = 0
         self.lock = threading.RLock()
+        # (tool id, format) -> (the Tool, its definition's tokens): a hit only for the same Tool object,
+        # so a tool replaced under the same id is counted afresh
+        self.tokens: dict[tuple[str, str], tuple[Tool, int]] = {}
+
+    def schema_tokens(self, tool: Tool, format: str) -> int:
+        from .formats import tool_definition
+        from .tokens import schema_tokens
+
+        hit = self.tokens.get((tool.id, format))
+        if hit is not None and hit[0] is tool:
+            return hit[1]
+        count = schema_tokens(tool_definition(tool, format))
+        self.tokens[(tool.id, format)] = (tool, count)
+        return count
 
 
 class Selector:
@@ -277,7 +313,13 @@ class Selector:
         query, turns, _, subtasks = self._decompose(query, history)
         return self._retrieval_texts(query, turns, subtasks)
 
-    def select(self, query: str, history: Iterable[Any] | None = ()) -> Selection:
+    def select(self, query: str, history: Iterable[Any] | None = (), *, max_tools: int | None = None,
+               max_schema_tokens: int | None = None, format: str = "mcp") -> Selection:
+        """The tools for one turn: ``query`` (the user's utterance) after ``history`` (chat messages,
+        oldest first). ``max_tools`` / ``max_schema_tokens`` (default: the config's) bound what is
+        kept, the tokens counted for the definitions in ``format`` (``stages/budget.py``)."""
+        budget = Budget(self.config.max_tools if max_tools is None else max_tools,
+                        self.config.max_schema_tokens if max_schema_tokens is None else max_schema_tokens, format)
         timer = _Timer()
         t = time.perf_counter()
         query, turns, decomposition, subtasks = self._decompose(query, history)
@@ -328,15 +370,29 @@ class Selector:
             else:
                 embeddings = index.vectors(ids) if self.config.cut.uses_embeddings else None
                 cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
-            timer.lap("cut", t)
-        chosen = [SelectedTool(i, catalog.get(i).name, float(s), texts[src])
-                  for i, s, src in zip(ids[:cut.k], scores[:cut.k], source[:cut.k])]
+            t = timer.lap("cut", t)
+        ids, scores, source, k, tokens = self._spend(budget, ids, scores, source, cut.k, lists, catalog)
+        if budget.bounded:
+            timer.lap("budget", t)
+        chosen = [_selected(catalog, lists, texts, i, s, src) for i, s, src in zip(ids[:k], scores[:k], source[:k])]
         timer.total()
-        return Selection(tools=chosen, k=cut.k, cut=cut, subtasks=subtasks, candidates=len(ids),
+        return Selection(tools=chosen, k=k, cut=cut, subtasks=subtasks, candidates=len(ids), budget=budget,
+                         schema_tokens=tokens,
                          timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
                          ranked_scores=[float(x) for x in scores], catalog_version=version,
                          lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)],
                          trace=trace, reranked=reranked)
+
+    def _spend(self, budget: Budget, ids: list[str], scores: Any, source: list[int], k: int,
+               lists: list[RankedList], catalog: Catalog) -> tuple[list[str], np.ndarray, list[int], int, int | None]:
+        """The budget on the cut's K tools: the kept ones move to the head, in ranked order."""
+        if not budget.bounded:
+            return ids, np.asarray(scores), source, k, None
+        cost = (lambda tid: self._state.schema_tokens(catalog.get(tid), budget.format))
+        kept = spend_budget(budget, ids, k, [lst.ids for lst in lists], cost)
+        order = kept + [i for i in range(len(ids)) if i not in set(kept)]
+        tokens = sum(cost(ids[i]) for i in kept) if budget.max_schema_tokens is not None else None
+        return [ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], len(kept), tokens
 
     def _rerank_head(self, texts: list[str], ids: list[str], scores: np.ndarray, source: list[int],
                      catalog: Catalog) -> tuple[list[str], np.ndarray, list[int]] | None:
@@ -433,6 +489,14 @@ def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None) -
                       n_ctx=config.llm_ctx)
     return build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
                             deadline_ms=config.decompose_deadline_ms, llm=llm, reuse=current)
+
+
+def _selected(catalog: Catalog, lists: Sequence[RankedList], texts: Sequence[str], tool_id: str, score: float,
+              src: int) -> SelectedTool:
+    """A kept tool with why it was kept: its evidence in the list where it ranked best."""
+    rank, dense, lexical = lists[src].evidence(tool_id) or (None, None, None)
+    return SelectedTool(tool_id, catalog.get(tool_id).name, float(score), texts[src], list=src, rank=rank,
+                        dense=dense, lexical=lexical)
 
 
 def _cut_per_list(cut_config, lists, ids, scores, source, index):

@@ -105,8 +105,8 @@ class ToolSearch:
         return built
 
     def _select(self, catalog: Catalog, query: str, history: Any) -> "Selection":
-        selection = self.selector_for(catalog).select(query, history)
-        return selection
+        # the budget, not a slice: a multi-intent turn keeps one tool per sub-task first
+        return self.selector_for(catalog).select(query, history, max_tools=self.max_tools)
 
     def _cap(self, ids: list[str]) -> list[str]:
         return ids[: self.max_tools] if self.max_tools else ids

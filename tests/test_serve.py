@@ -97,7 +97,7 @@ class MeetingSelector:
         self.inner = selector
         self.meeting = threading.Barrier(parties, timeout=30)
 
-    def select(self, query, history=()):
+    def select(self, query, history=(), **budget):
         self.meeting.wait()
         return self.inner.select(query, history)
 

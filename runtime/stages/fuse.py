@@ -15,10 +15,21 @@ import numpy as np
 
 @dataclass(frozen=True)
 class RankedList:
-    """One retrieval result: ids best first, with their scores."""
+    """One retrieval result: ids best first, with their scores; ``dense`` (cosine) and ``lexical``
+    (BM25) are the parts of each score where the list was fused from both channels."""
 
     ids: Sequence[str]
     scores: Sequence[float]
+    dense: Sequence[float] | None = None
+    lexical: Sequence[float] | None = None
+
+    def evidence(self, tool_id: str) -> tuple[int, float | None, float | None] | None:
+        """(rank, cosine, BM25) of a tool in this list, None where it is not in it."""
+        for rank, t in enumerate(self.ids):
+            if t == tool_id:
+                part = (lambda xs: None if xs is None else float(xs[rank]))
+                return rank, part(self.dense), part(self.lexical)
+        return None
 
 
 @dataclass(frozen=True)

@@ -295,9 +295,14 @@ class LexicalIndex:
     def search(self, texts: Iterable[str], count: int) -> list[tuple[list[str], np.ndarray]]:
         """For each text, up to ``count`` tools that share a token with it, as (ids, BM25 scores),
         best first; ties go to the tool indexed first."""
-        return [self._top(self.scores(text), count) for text in texts]
+        return [self.top(self.scores(text), count) for text in texts]
 
-    def _top(self, scores: np.ndarray, count: int) -> tuple[list[str], np.ndarray]:
+    def score_of(self, scores: np.ndarray, ids: Sequence[str]) -> np.ndarray:
+        """The entries of ``scores`` (one text's ``scores``) for ``ids``; 0 for a tool not indexed."""
+        return np.asarray([scores[self._row[t]] if t in self._row else 0.0 for t in ids], dtype=np.float32)
+
+    def top(self, scores: np.ndarray, count: int) -> tuple[list[str], np.ndarray]:
+        """Up to ``count`` tools with a score > 0 in ``scores`` (one text's ``scores``), best first."""
         hit = np.flatnonzero(scores > 0)
         s = scores[hit]
         if count <= 0 or not len(hit):
@@ -342,11 +347,15 @@ def fuse_lexical(lists: Sequence[RankedList], texts: Sequence[str], vectors: np.
     out = []
     for lst, text, vec in zip(lists, texts, vectors):
         bm25 = lexical.scores(text)
-        lex_ids, _ = lexical._top(bm25, config.lexical_candidates)
+        lex_ids, _ = lexical.top(bm25, config.lexical_candidates)
         if not lex_ids or weight <= 0.0:
-            out.append(RankedList(list(lst.ids)[:count], np.asarray(lst.scores, dtype=np.float32)[:count]))
+            dense = np.asarray(lst.scores, dtype=np.float32)[:count]
+            ids = list(lst.ids)[:count]
+            out.append(RankedList(ids, dense, dense=dense, lexical=lexical.score_of(bm25, ids)))
             continue
         union = list(dict.fromkeys([*lst.ids, *lex_ids]))
+        cos = index.vectors(union) @ np.asarray(vec, dtype=np.float32)
+        lex = lexical.score_of(bm25, union)
         if fusion == "rrf":
             fused = np.zeros(len(union))
             pos = {t: i for i, t in enumerate(union)}
@@ -355,11 +364,10 @@ def fuse_lexical(lists: Sequence[RankedList], texts: Sequence[str], vectors: np.
             for rank, t in enumerate(lex_ids):
                 fused[pos[t]] += weight / (RRF_K + rank + 1)
         else:
-            cos = index.vectors(union) @ np.asarray(vec, dtype=np.float32)
-            lex = np.asarray([bm25[lexical._row[t]] if t in lexical._row else 0.0 for t in union])
             fused = (1.0 - weight) * _z(cos) + weight * _z(lex)
         order = np.argsort(-fused, kind="stable")[:count]
-        out.append(RankedList([union[i] for i in order], fused[order].astype(np.float32)))
+        out.append(RankedList([union[i] for i in order], fused[order].astype(np.float32),
+                              dense=cos[order].astype(np.float32), lexical=lex[order]))
     return out
 
 
