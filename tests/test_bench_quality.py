@@ -6,10 +6,14 @@ import math
 import shutil
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from magicselector.config import SelectorConfig
+from magicselector.data.datasets import load_benchmark
 from magicselector.data.splits import ToolSplitConfig, split_tools
+from magicselector.formats import tool_definitions
+from magicselector.tokens import schema_tokens
 
 from magicselector.bench.evaluate import evaluate
 from magicselector.bench.quality import (CONFIGURATIONS, FP32, QualityConfig, development_sets, eval_configs,
@@ -36,16 +40,33 @@ def test_every_configuration_on_every_set_and_rows_match_evaluate(bundle_dir, ti
         assert random_ndcg + 0.2 < row["ndcg"] <= 1.0, (name, row["ndcg"], random_ndcg)
         assert 0 <= row["mean_k"] <= SelectorConfig().cut.k_max
         assert row["fixed_k"] == max(1, round(row["mean_k"]))
+        # fixed cuts: a longer list holds at least as many gold tools and costs at least as many tokens
+        assert 0 <= row["completeness@5"] <= row["completeness@10"] <= 1.0, name
+        assert 0 < row["tokens@5"] <= row["tokens@10"], name
+        assert row["completeness@10"] == pytest.approx(row["completeness"]), name  # at = 10
+        assert 0 <= row["p90_k"] <= SelectorConfig().cut.k_max
+        # tokens at the cut: zero only when the cut kept nothing; never more than all 6 tools cost
+        assert (row["tokens"] > 0) == (row["mean_k"] > 0), name
+        assert row["tokens"] <= row["tokens@10"] + 1e-9, name  # 10 >= the 6 tools
 
     # a runtime row is exactly what `evaluate` reports for the same EvalConfig
-    direct = evaluate(tiny_benchmark, eval_configs(SelectorConfig(), config)["hybrid + reranker"],
-                      bundle=bundle_dir, progress=False)["overall"]
+    direct_report = evaluate(tiny_benchmark, eval_configs(SelectorConfig(), config)["hybrid + reranker"],
+                             bundle=bundle_dir, progress=False)
+    direct = direct_report["overall"]
     row = rows["hybrid + reranker"]
     assert row["ndcg"] == pytest.approx(direct["ndcg@10"])
     assert row["completeness"] == pytest.approx(direct["completeness@10"])
     assert row["mean_k"] == pytest.approx(direct["mean_k"])
     assert row["completeness@K"] == pytest.approx(direct["completeness@K"])
     assert row["completeness@fixed_k"] == pytest.approx(direct["completeness@fixed_k_at_mean_k"])
+    # ... and the per-turn columns are computed from its per-query rows
+    turns = direct_report["per_query"]
+    assert row["completeness@5"] == pytest.approx(
+        sum(set(q["gold"]) <= set(q["ranked_ids"][:5]) for q in turns) / len(turns))
+    costs = {t.id: schema_tokens(tool_definitions([t], "mcp")[0]) for t in load_benchmark(tiny_benchmark).catalog}
+    assert row["tokens"] == pytest.approx(sum(costs[i] for q in turns for i in q["ids"]) / len(turns))
+    assert row["tokens@5"] == pytest.approx(sum(costs[i] for q in turns for i in q["ranked_ids"][:5]) / len(turns))
+    assert row["p90_k"] == pytest.approx(float(np.percentile([q["k"] for q in turns], 90)))
     assert rows["hybrid + reranker"]["reranker"] == "bundle" and rows["hybrid"]["reranker"] is None
     # the INT8 runtime embedder ranks these few tools as its FP32 checkpoint does
     assert rows["dense"]["ndcg"] == pytest.approx(rows[FP32]["ndcg"], abs=0.15)
@@ -55,6 +76,8 @@ def test_every_configuration_on_every_set_and_rows_match_evaluate(bundle_dir, ti
     for name in CONFIGURATIONS:
         assert f"| tiny (6 tools) | {name} |" in text
         assert f"| {name} | {report['mean'][name]['ndcg']:.3f} |" in text  # the mean-over-sets table
+    assert "| C@5 | C@10 |" in text and "| tokens@5 | tokens@10 |" in text and "p90 K" in text
+    assert f"| {report['mean']['dense']['tokens@5']:.0f} | {report['mean']['dense']['tokens@10']:.0f} |" in text
     assert "magicselector bench quality --limit 5" in text and "Bundle:" in text and "CPU:" in text
     assert json.loads(js.read_text())["sets"]["tiny"]["rows"]["dense"]["ndcg"] == rows["dense"]["ndcg"]
 
@@ -81,3 +104,17 @@ def test_development_sets_skip_an_absent_public_set(tiny_benchmark, tmp_path):
     ids = [json.loads(line)["id"] for line in (tiny_benchmark / "tools.jsonl").read_text().splitlines()]
     assert eval_tools == split_tools(ids, ToolSplitConfig())[1]
     assert (sets["mobile test_ood"] / "queries.jsonl").stat().st_size > 0
+
+
+def test_turn_columns_cut_the_same_ranked_lists_at_5_and_10():
+    from magicselector.bench.quality import turn_columns
+
+    ranked = [f"t{i}" for i in range(12)]
+    cost = lambda ids: sum(int(i[1:]) + 1 for i in ids)  # noqa: E731  (t0 costs 1, t1 costs 2, ...)
+    # gold within the top 5 / only within the top 10 / beyond 10; kept 3, 1 and 7 tools
+    turns = [(ranked, ["t0", "t4"], ranked[:3]), (ranked, ["t7"], ranked[:1]), (ranked, ["t11"], ranked[:7])]
+    cols = turn_columns(turns, cost)
+    assert cols["completeness@5"] == pytest.approx(1 / 3) and cols["completeness@10"] == pytest.approx(2 / 3)
+    assert cols["tokens@5"] == 15 and cols["tokens@10"] == 55
+    assert cols["tokens"] == pytest.approx((6 + 1 + 28) / 3)
+    assert cols["p90_k"] == pytest.approx(float(np.percentile([3, 1, 7], 90)))
