@@ -1,29 +1,26 @@
 """The Selector: decompose -> embed -> search + lexical -> fuse -> rerank -> cut, with per-stage timings."""
 from __future__ import annotations
 
-import collections
-import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .bundle import MANIFEST, Bundle
-from .catalog import Catalog, Tool, check_tool, check_tool_id, load_catalog, tool_text
+from .bundle import Bundle
+from .catalog import Catalog, Tool, check_tool, check_tool_id, tool_text
 from .config import SelectorConfig
-from .dialogue import Turn, bounded_history, check_text, retrieval_text, validate_history, validate_query
+from .dialogue import Turn, bounded_history, check_text, retrieval_text, validate_query
 from .errors import BundleError, InputError
-from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
 from .stages.budget import Budget, spend_budget
 from .stages.cut import Cut, apply_cut, cut_per_list
 from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
 from .stages.embed import Embedder
 from .stages.fuse import FUSIONS, RankedList
 from .stages.index import ToolIndex
-from .stages.lexical import LexicalIndex, bundle_lexical, fuse_lexical
+from .stages.lexical import LexicalIndex, fuse_lexical
 from .stages.rerank import Reranker, mix_scores
 from .targets import warn_if_other_target
 from .tool_vectors import catalog_vectors
@@ -403,13 +400,7 @@ class Selector:
         if n == 0 or self._retrieval_sure(scores):
             return None
         pairs = [(texts[source[i]], tool_text(catalog.get(ids[i]))) for i in range(n)]
-        if hasattr(self.reranker, "score_pairs"):
-            ce = np.asarray(self.reranker.score_pairs(pairs), dtype=np.float32)
-        else:  # a reranker with only score(query, texts): one call per query text
-            ce = np.zeros(n, dtype=np.float32)
-            for text in dict.fromkeys(q for q, _ in pairs):
-                at = [i for i, (q, _) in enumerate(pairs) if q == text]
-                ce[at] = self.reranker.score(text, [pairs[i][1] for i in at])
+        ce = np.asarray(self.reranker.score_pairs(pairs), dtype=np.float32)
         if not self._confident(ce):
             return None
         final = mix_scores(ce, np.asarray(scores[:n], dtype=np.float32), self.config.rerank_weight)

@@ -93,3 +93,17 @@ def test_search_tools_takes_the_budget(selector):
         ["bluetooth_toggle", "play_music", "send_sms"]
     with pytest.raises(InputError, match="max_schema_tokens"):
         search(selector, {"query": TURNS[0], "max_schema_tokens": "many"})
+
+
+@pytest.mark.parametrize("field,value", [("fusion", "rrf"), ("rerank_scope", "list"), ("rerank_min_margin", 0.5),
+                                         ("cut_scope", "fused"), ("lexical_fusion", "rrf")])
+def test_losing_variants_still_work_for_one_release_with_a_deprecation(field, value):
+    import warnings
+
+    from magicselector import SelectorConfig
+
+    with pytest.warns(DeprecationWarning, match=f"SelectorConfig.{field}="):
+        assert getattr(SelectorConfig(**{field: value}), field) == value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SelectorConfig()  # the shipped product warns about nothing

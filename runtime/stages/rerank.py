@@ -103,7 +103,7 @@ class Reranker(Protocol):
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
 
-    # optional: one call for pairs with different queries (else the Selector calls score per query)
+    # one call for pairs with different queries: the Selector reranks a turn's head in one call
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray: ...
 
 
