@@ -145,12 +145,36 @@ TOOL_FIELDS = {
 }
 
 
+GOOD_NAME = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_.-]{0,20}\Z")
+PRINTABLE = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), max_size=60)
+GOOD_PROPERTY = st.fixed_dictionaries({"type": st.sampled_from(["string", "integer", "number", "boolean", "array",
+                                                                "object"])},
+                                      optional={"description": PRINTABLE, "enum": st.lists(PRINTABLE, max_size=3),
+                                                "pattern": st.sampled_from(["^a+$", "[0-9]{2}", "(a|b)*"])})
+GOOD_SCHEMA = st.fixed_dictionaries({"type": st.just("object")},
+                                    optional={"properties": st.dictionaries(GOOD_NAME, GOOD_PROPERTY, max_size=4),
+                                              "required": st.lists(GOOD_NAME, max_size=2, unique=True),
+                                              "additionalProperties": st.booleans()})
+GOOD_TOOL = st.fixed_dictionaries({"name": GOOD_NAME},
+                                  optional={"description": PRINTABLE, "inputSchema": GOOD_SCHEMA, "title": PRINTABLE,
+                                            "annotations": st.dictionaries(GOOD_NAME, st.booleans(), max_size=2),
+                                            "outputSchema": GOOD_SCHEMA})
+
+
 @st.composite
 def tools(draw):
-    """A tool entry: a dict of some of a tool's fields (valid or hostile), plus stray keys; now and
-    then not a dict at all."""
-    if draw(st.integers(0, 19)) == 0:
+    """A tool entry: a valid tool, a valid tool with one field made hostile, or a dict of some of a
+    tool's fields (valid or hostile) plus stray keys; now and then not a dict at all."""
+    kind = draw(st.integers(0, 19))
+    if kind == 0:
         return draw(VALUES)
+    if kind < 6:
+        return draw(GOOD_TOOL)
+    if kind < 12:
+        entry = draw(GOOD_TOOL)
+        key = draw(st.sampled_from(sorted(TOOL_FIELDS)))
+        entry[key] = draw(TOOL_FIELDS[key])
+        return entry
     entry = {}
     if draw(st.integers(0, 4)):  # mostly a usable name, so the later checks run
         entry["name"] = draw(st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_.-]{0,20}\Z"))
@@ -191,7 +215,7 @@ def _only_magic(fn, *args, **kwargs):
         return None
 
 
-@settings(max_examples=_n(150), **SETTINGS)
+@settings(max_examples=_n(120), **SETTINGS)
 @given(tools())
 @example({"name": "t", "inputSchema": _allof(200, {"type": "object"})})
 @example({"name": "t", "inputSchema": {"type": "object", "properties": {"a": _nest(1, 200, "dict")}}})
@@ -206,7 +230,7 @@ def test_check_tool_gives_a_tool_that_renders_or_a_magicselector_error(entry):
         _renders(tool)
 
 
-@settings(max_examples=_n(100), **SETTINGS)
+@settings(max_examples=_n(80), **SETTINGS)
 @given(tool_objects())
 def test_check_tool_of_a_tool_object_renders_or_is_a_magicselector_error(tool):
     checked = _only_magic(check_tool, tool)
@@ -214,7 +238,7 @@ def test_check_tool_of_a_tool_object_renders_or_is_a_magicselector_error(tool):
         _renders(checked)
 
 
-@settings(max_examples=_n(150), **SETTINGS)
+@settings(max_examples=_n(80), **SETTINGS)
 @given(tools(), st.booleans())
 def test_parse_tool_gives_a_tool_or_a_catalog_error(entry, check_schemas):
     tool = _only_magic(parse_tool, entry, where="fuzz", check_schemas=check_schemas)
@@ -229,8 +253,11 @@ def servers(draw):
         return draw(VALUES)
     out = {}
     for _ in range(draw(st.integers(0, 3))):
-        server = draw(st.one_of(st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,10}\Z"), KEYS))
-        listed = draw(st.lists(tools(), max_size=3))
+        good = draw(st.integers(0, 3)) > 0
+        server = draw(st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9-]{0,10}\Z") if good else
+                      st.one_of(st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,10}\Z"), KEYS))
+        listed = draw(st.lists(GOOD_TOOL, min_size=1, max_size=3, unique_by=lambda t: t["name"]) if good else
+                      st.lists(tools(), max_size=3))
         shape = draw(st.integers(0, 5))
         if shape == 0:
             data = {"tools": listed}
@@ -248,7 +275,7 @@ def servers(draw):
     return out
 
 
-@settings(max_examples=_n(100), **SETTINGS)
+@settings(max_examples=_n(70), **SETTINGS)
 @given(servers(), st.sampled_from(["server", "mcp"]))
 @example({"srv": {"tools": [{"name": "t", "inputSchema": _props(150, {"type": "object"})}]}}, "server")
 @example({"srv": {"result": {"tools": _nest({"name": "t"}, 200, "list")}}}, "server")
@@ -260,7 +287,7 @@ def test_mcp_catalog_gives_a_catalog_or_a_catalog_error(data, namespace):
             json.dumps(tool_definitions(list(catalog), fmt), allow_nan=False)
 
 
-@settings(max_examples=_n(150), **SETTINGS)
+@settings(max_examples=_n(100), **SETTINGS)
 @given(schemas())
 @example({"type": "object", "$schema": None})
 @example({"type": "object", "properties": {"a": {"type": "string", "pattern": "(" * 1000 + ")" * 1000}}})
@@ -325,8 +352,25 @@ MESSAGE_FIELDS = {
 }
 
 
+GOOD_CALL = st.fixed_dictionaries({"id": GOOD_NAME, "type": st.just("function"),
+                                   "function": st.fixed_dictionaries({"name": GOOD_NAME,
+                                                                      "arguments": st.just('{"a": 1}')})})
+GOOD_MESSAGE = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "developer"]),
+                           "content": st.one_of(PRINTABLE, st.lists(st.fixed_dictionaries(
+                               {"type": st.just("text"), "text": PRINTABLE}), max_size=3))}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.none(),
+                           "tool_calls": st.lists(GOOD_CALL, min_size=1, max_size=3)}),
+    st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": GOOD_NAME, "content": PRINTABLE}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": GOOD_NAME, "name": GOOD_NAME,
+                           "arguments": st.just("{}")}),
+)
+
+
 @st.composite
 def messages(draw):
+    if draw(st.integers(0, 2)) == 0:
+        return draw(GOOD_MESSAGE)
     fields = {}
     if draw(st.integers(0, 5)):
         fields["role"] = draw(ROLES)
@@ -346,11 +390,14 @@ def messages(draw):
     return fields
 
 
-HISTORIES = st.one_of(st.lists(messages(), max_size=6), VALUES, TEXT,
+HISTORIES = st.one_of(st.lists(messages(), max_size=6), st.lists(GOOD_MESSAGE, max_size=6),
+                      st.builds(lambda good, bad, i: good[:i] + [bad] + good[i:], st.lists(GOOD_MESSAGE, max_size=5),
+                                messages(), st.integers(0, 5)),
+                      VALUES, TEXT,
                       st.builds(lambda ms: iter(ms), st.lists(messages(), max_size=4)))
 
 
-@settings(max_examples=_n(150), **SETTINGS)
+@settings(max_examples=_n(120), **SETTINGS)
 @given(HISTORIES, st.integers(0, 8), st.integers(0, 20_000))
 @example([{"role": "user", "content": _nest("x", 200, "list")}], 8, 16_000)
 @example([{"role": "assistant", "tool_calls": [None, 5, {"function": None}, {"function": {"name": 5}}]}], 8, 16_000)
@@ -363,7 +410,7 @@ def test_bounded_history_gives_turns_or_an_input_error(history, max_turns, max_c
         assert sum(len(t.content) for t in turns) <= max(max_chars, 0)
 
 
-@settings(max_examples=_n(100), **SETTINGS)
+@settings(max_examples=_n(60), **SETTINGS)
 @given(HISTORIES)
 @example([{"role": "tool", "content": [{"type": "tool_result", "content": _nest("x", 200, "dict")}]}])
 def test_validate_history_gives_turns_or_an_input_error(history):
@@ -435,7 +482,7 @@ def manifests(draw, base):
         return b"{}"
 
 
-@settings(max_examples=_n(150), **SETTINGS)
+@settings(max_examples=_n(120), **SETTINGS)
 @given(data=st.data(), verify=st.booleans())
 def test_a_mutated_manifest_opens_or_is_a_bundle_error(tiny_bundle, data, verify, tmp_path_factory):
     root, base = tiny_bundle
