@@ -206,6 +206,9 @@ def latency_summary(results: Mapping[str, Any]) -> str:
             from .llm_bench import format_llm_bench
 
             lines += ["", format_llm_bench(llm, heading="##").rstrip("\n")]
+    from .handed_tokens import format_handed
+
+    lines += format_handed(results)
     lines += ["", "## Targets", "", "| target | measured | threshold | result |", "|---|---:|---:|---|"]
     for name, meas, thr, ok in latency_targets(results):
         lines.append(f"| {name} | {meas} | {thr} | {_mark(ok)} |")
@@ -229,6 +232,22 @@ def _llm_figures(bundle: str, device: str) -> dict[str, Any]:
     except MagicSelectorError as e:
         print(f"bench latency: no GGUF figures: {e}", file=sys.stderr)
         return {"skipped": str(e)}
+
+
+def _prefill_figures(bundle: str, device: str, results: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """``--prefill``: the GGUF's prefill time for each level's mean handed tokens (on this machine only)."""
+    handed = results.get("handed_tokens")
+    if device != "local":
+        return {"skipped": f"the selections ran on {device}; prefill is timed on the machine that runs the bench only"}
+    if not handed:
+        return {"skipped": "the runner reported no handed tokens"}
+    from magicselector.selector import Selector
+
+    from .handed_tokens import LEVELS, measure_prefill
+
+    catalog = Selector.from_bundle(bundle).catalog
+    return measure_prefill(catalog, {level: handed[level]["mean"] for level in LEVELS}, threads=args.threads,
+                           reps=args.prefill_reps, max_tokens=args.prefill_max_tokens)
 
 
 def cmd_latency(args: argparse.Namespace) -> int:
@@ -259,6 +278,10 @@ def cmd_latency(args: argparse.Namespace) -> int:
             workload = load_turns(args.turns, args.turns_limit)
         except InputError as e:
             return _err(str(e))
+    if getattr(args, "prefill", False):  # before the run: a missing llm extra is a MagicSelectorError naming it
+        from magicselector.backends.llama import require_llama_cpp
+
+        require_llama_cpp()
     device = args.device
     try:
         if device == "local":
@@ -293,6 +316,8 @@ def cmd_latency(args: argparse.Namespace) -> int:
         results["compare"] = cmp_
     if args.decompose in ("llm", "auto"):
         results["llm"] = _llm_figures(bundle, device)
+    if getattr(args, "prefill", False):
+        results["prefill"] = _prefill_figures(bundle, device, results, args)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     write_stage_csv(results, out / "results.csv")
     summary = latency_summary(results)
@@ -550,6 +575,16 @@ def cmd_quality(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_prefill_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--prefill", action="store_true",
+                    help="also time the shipped GGUF prefilling the mean schema tokens handed per turn (all tools, "
+                         "fixed 10, the cut) at --threads, next to the selection's p50 (needs the llm extra; local)")
+    sp.add_argument("--prefill-reps", type=int, default=2, metavar="N",
+                    help="with --prefill: timed repetitions per level after one warm-up (default 2)")
+    sp.add_argument("--prefill-max-tokens", type=int, default=4096, metavar="N",
+                    help="with --prefill: a longer level is timed at N tokens and scaled linearly (default 4096)")
+
+
 def register(subparsers: Any) -> None:
     """Add ``bench latency``, ``scaling``, ``rerank``, ``llm``, ``lexical``, ``soak``, ``worst-case`` and
     ``quality`` to the ``magicselector`` command."""
@@ -583,6 +618,7 @@ def register(subparsers: Any) -> None:
                          "({query, history} per line), e.g. your own assistant's logged turns")
     sp.add_argument("--turns-limit", type=int, default=None, metavar="N",
                     help="with --turns: time N rows drawn with seed 0 (file order kept)")
+    _add_prefill_options(sp)
     sp.set_defaults(func=cmd_latency)
 
     from magicselector.stages.index import GRAPH  # the runtime's graph settings: what the bench measures

@@ -42,6 +42,10 @@ runner writes as JSON; the ADB harness pulls the same dict back from a phone)::
                     "total_bytes", "index_dtype", "tools", "embedder_quantization"},
       "stages": {                      # milliseconds over runs x workload; stages that did not run are absent
         "<stage>": {"p50": ms, "p90": ms, "p99": ms, "mean": ms, "min": ms, "max": ms, "n": int}
+      },
+      "handed_tokens": {               # schema tokens handed to the LLM per turn (bench/handed_tokens.py)
+        "format": "mcp", "fixed_k": 10, "turns": int,
+        "all" | "fixed_10" | "cut": {"mean": float, "p90": float, "min": int, "max": int}
       }
     }
 
@@ -386,6 +390,9 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     samples: dict[str, list[float]] = {}
     texts_per_turn: list[int] = []
     reranked: list[int] = []  # per timed turn: did the cross-encoder set its order (skip and gate decide)
+    from .handed_tokens import HandedTokens
+
+    handed = HandedTokens(selector.catalog)  # schema tokens per turn (first timed pass; outside the timings)
     try:
         for r in range(warmup + runs):
             timing = r >= warmup
@@ -407,6 +414,7 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
                     samples.setdefault(stage, []).append(float(v))
                 if r == warmup:
                     texts_per_turn.append(len(turn_texts(selector, turn)))
+                    handed.add(sel)
             if progress is not None:
                 label = f"warmup {r + 1}/{warmup}" if not timing else f"run {r - warmup + 1}/{runs}"
                 tot = samples.get("total", [])[-len(workload):] if timing else []
@@ -446,6 +454,7 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
         "rss_mb": rss_mb(),
         "artifacts": artifact_sizes(manifest),
         "stages": stages,
+        "handed_tokens": handed.summary(),
     }
 
 
