@@ -226,6 +226,7 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
         raise CatalogError(f"{where}: tool name {name!r} has characters a tool name cannot have (control "
                            "characters or line breaks)")
     _check_bounds(entry, f"{where}: tool {name!r}")
+    entry = _plain_json(entry)  # nested mappings that are not dicts (MappingProxyType, UserDict) as dicts
     description = entry.get("description", "")
     if description is None:
         description = ""
@@ -294,6 +295,9 @@ def check_tool(tool: Any, catalog: "Catalog | None" = None, *, where: str = "too
         elif isinstance(tool, Tool):
             _check_tool_object(tool, where)
             checked = tool
+            plain = {f: _plain_json(getattr(tool, f)) for f in ("parameters", "annotations", "output_schema", "extra")}
+            if any(plain[f] is not getattr(tool, f) for f in plain):  # nested mappings that are not dicts
+                checked = replace(tool, **plain)
         else:
             raise InputError(f"{where}: a tool is a Tool or a JSON object (MCP or benchmark shape), got "
                              f"{type(tool).__name__}")
@@ -378,21 +382,44 @@ def _check_bounds(value: Any, where: str) -> None:
         if nodes > MAX_TOOL_NODES:
             raise CatalogError(f"{where}: holds more than {MAX_TOOL_NODES:,} values")
     try:
-        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "strict"))
+        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_default)
+                   .encode("utf-8", "strict"))
     except UnicodeEncodeError:
         key = next((str(k) for k, v in value.items() if _has_surrogate(v) or _has_surrogate(k)), "a value") \
             if isinstance(value, Mapping) else "a value"
         raise CatalogError(f"{where}: {key.encode('utf-8', 'backslashreplace').decode()!r} holds a lone "
                            "surrogate (not valid Unicode)") from None
-    except ValueError:  # NaN or infinity: not JSON
-        raise CatalogError(f"{where}: holds NaN or infinity, not a JSON number") from None
+    except ValueError:  # NaN or infinity, or an integer past Python's digit limit: not JSON
+        raise CatalogError(f"{where}: holds NaN, infinity or an integer too long to write, not a JSON "
+                           "number") from None
     if size > MAX_TOOL_JSON_CHARS:
         raise CatalogError(f"{where}: is {size:,} bytes as JSON (at most {MAX_TOOL_JSON_CHARS:,})")
 
 
+def _json_default(value: Any) -> Any:
+    """A mapping that is not a dict (``MappingProxyType``, ``UserDict``), as JSON writes it: an object."""
+    if isinstance(value, _abc.Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def _plain_json(value: Any) -> Any:
+    """``value`` (bounded by ``_check_bounds``) with every mapping that is not a dict copied into a
+    dict, so what a Tool keeps writes as JSON; ``value`` itself when it holds none."""
+    if isinstance(value, _abc.Mapping):
+        items = {k: _plain_json(v) for k, v in value.items()}
+        if type(value) is dict and all(items[k] is v for k, v in value.items()):
+            return value
+        return items
+    if type(value) is list or type(value) is tuple:
+        items = [_plain_json(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+    return value
+
+
 def _has_surrogate(value: Any) -> bool:
     try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        json.dumps(value, ensure_ascii=False, default=_json_default).encode("utf-8")
         return False
     except UnicodeEncodeError:
         return True
@@ -414,6 +441,7 @@ def check_json_schema(schema: Mapping[str, Any], where: str, *, bounded: bool = 
         raise CatalogError(f"{where}: must be a JSON object, got {type(schema).__name__}")
     if not bounded:
         _check_bounds(schema, where)
+    schema = _plain_json(schema)  # mappings that are not dicts, as dicts: what JSON and jsonschema-rs read
     if schema.get("type") != "object":
         raise CatalogError(f"{where}: must be a JSON Schema with \"type\": \"object\" (MCP), "
                            f"got type {schema.get('type')!r}")

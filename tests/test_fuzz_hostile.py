@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import UserDict
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -62,10 +64,16 @@ def _nest(value, depth: int, how: str):
     return value
 
 
-def values(keys=KEYS, leaves: int = 20):
-    """JSON-ish values: scalars, lists, tuples, dicts with any keys, and some nested up to 200 deep."""
-    shallow = st.recursive(SCALARS, lambda c: st.one_of(st.lists(c, max_size=4), st.tuples(c),
-                                                         st.dictionaries(keys, c, max_size=4)), max_leaves=leaves)
+def values(keys=KEYS, leaves: int = 20, mappings: bool = True):
+    """JSON-ish values: scalars, lists, tuples, dicts with any keys (and, with ``mappings``, mappings
+    that are not dicts: MappingProxyType, UserDict), and some nested up to 200 deep."""
+    def containers(c):
+        dicts = st.dictionaries(keys, c, max_size=4)
+        if mappings:
+            dicts = st.one_of(dicts, dicts.map(MappingProxyType), dicts.map(UserDict))
+        return st.one_of(st.lists(c, max_size=4), st.tuples(c), dicts)
+
+    shallow = st.recursive(SCALARS, containers, max_leaves=leaves)
     deep = st.builds(_nest, shallow, st.integers(0, 200), st.sampled_from(["list", "dict", "tuple", "mixed"]))
     return st.one_of(shallow, deep)
 
@@ -222,6 +230,11 @@ def _only_magic(fn, *args, **kwargs):
 @example({"name": "t", "inputSchema": {"type": "object", "$schema": None}})
 @example({"name": "t", "description": "\ud800"})
 @example({"name": "t", 1: "x"})
+# found by this fuzzer: a mapping that is not a dict inside a tool was a raw TypeError (json.dumps)
+@example({"name": "t", "inputSchema": {"type": "object", "properties": MappingProxyType({"a": {"type": "string"}})}})
+@example(MappingProxyType({"name": "t", "inputSchema": UserDict({"type": "object"})}))
+@example({"name": "t", "inputSchema": {"type": "object", "minimum": 10**5000}})  # past int's digit limit
+@example({"name": "A", "_meta": MappingProxyType({"\ud800": None})})  # the lone surrogate's report, likewise
 @example({"name": "t", "parameters": {"type": "object", "properties": {"a": {"pattern": "(" * 1000}}}})
 def test_check_tool_gives_a_tool_that_renders_or_a_magicselector_error(entry):
     tool = _only_magic(check_tool, entry)
@@ -232,6 +245,8 @@ def test_check_tool_gives_a_tool_that_renders_or_a_magicselector_error(entry):
 
 @settings(max_examples=_n(80), **SETTINGS)
 @given(tool_objects())
+@example(Tool(id="t", name="t", description="", parameters=MappingProxyType({"type": "object",
+                                                                           "properties": MappingProxyType({})})))
 def test_check_tool_of_a_tool_object_renders_or_is_a_magicselector_error(tool):
     checked = _only_magic(check_tool, tool)
     if checked is not None:
@@ -292,6 +307,7 @@ def test_mcp_catalog_gives_a_catalog_or_a_catalog_error(data, namespace):
 @example({"type": "object", "$schema": None})
 @example({"type": "object", "properties": {"a": {"type": "string", "pattern": "(" * 1000 + ")" * 1000}}})
 @example(_props(120, {"type": "object"}))
+@example(MappingProxyType({"type": "object", "properties": MappingProxyType({"a": UserDict({"type": "strng"})})}))
 @example({"type": "object", "allOf": [_allof(200, True)]})
 def test_check_json_schema_passes_or_is_a_catalog_error(schema):
     _only_magic(check_json_schema, schema, "fuzz")
@@ -452,7 +468,7 @@ def _mutate(value, path, new):
     return new
 
 
-JSON_VALUES = values(keys=TEXT).filter(lambda v: not isinstance(v, tuple))
+JSON_VALUES = values(keys=TEXT, mappings=False).filter(lambda v: not isinstance(v, tuple))
 
 
 @st.composite
