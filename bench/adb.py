@@ -580,6 +580,8 @@ def merge_runs(runs: Sequence[Mapping[str, Any]], run_meta: Sequence[Mapping[str
         "rss_mb": float(statistics.median(rss)) if rss else None,
         "artifacts": first.get("artifacts", {}),
         "stages": stages,
+        # the same workload every run: the first run's schema tokens handed per turn (None: an older runtime)
+        "handed_tokens": first.get("handed_tokens"),
         "runs": list(run_meta),
     }
 

@@ -102,3 +102,21 @@ def test_prefill_on_the_shipped_gguf():
     assert rows["cut"] == {**rows["cut"], "tokens": 16, "timed_tokens": 16, "extrapolated": False}
     assert rows["all"]["timed_tokens"] == 32 and rows["all"]["extrapolated"] and rows["all"]["tokens"] == 48
     assert all(r["ms"] > 0 for r in rows.values())
+
+
+def test_the_adb_merge_keeps_the_phone_runs_handed_tokens():
+    from magicselector.bench.adb import merge_runs
+    from magicselector.bench.cli import latency_summary
+
+    handed = {"format": "mcp", "fixed_k": 10, "turns": 2, "all": {"mean": 900.0, "p90": 900.0, "min": 900, "max": 900},
+              "fixed_10": {"mean": 300.0, "p90": 310.0, "min": 290, "max": 311},
+              "cut": {"mean": 120.0, "p90": 150.0, "min": 90, "max": 151}}
+    run = {"config": {"runs": 1}, "cold_start_ms": 5.0, "stages": {"total": {"p50": 3.0, "p90": 4.0, "p99": 4.0,
+                                                                           "mean": 3.2, "n": 2}},
+           "cold_start_breakdown": {"load_ms": 2.0, "first_select_ms": 3.0}, "handed_tokens": handed}
+    merged = merge_runs([run, {**run, "handed_tokens": None}], [{}, {}], {}, {})
+    assert merged["handed_tokens"] == handed
+    summary = latency_summary({**merged, "peak_rss_mb": 1.0, "device": {}})
+    assert "| shipped cut | 120 | 150 | - | - |" in summary and "| fixed 10 | 300 | 310 |" in summary
+    old = merge_runs([{**run, "handed_tokens": None}], [{}], {}, {})  # a phone runtime without the field
+    assert "Schema tokens handed" not in latency_summary({**old, "peak_rss_mb": 1.0, "device": {}})
