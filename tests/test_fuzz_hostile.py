@@ -22,7 +22,7 @@ from magicselector.bundle import MANIFEST, Bundle, write_manifest
 from magicselector.catalog import check_json_schema, check_tool, mcp_catalog, parse_tool
 from magicselector.dialogue import bounded_history, validate_history
 from magicselector.errors import BundleError, MagicSelectorError
-from magicselector.formats import FORMATS, tool_definitions
+from magicselector.formats import FORMATS, catalog_name, tool_definitions
 
 # MS_FUZZ_SCALE=10: ten times the examples, from a random seed (a longer hunt than CI's fixed one)
 _SCALE = float(os.environ.get("MS_FUZZ_SCALE", "1"))
@@ -259,6 +259,20 @@ def test_parse_tool_gives_a_tool_or_a_catalog_error(entry, check_schemas):
     tool = _only_magic(parse_tool, entry, where="fuzz", check_schemas=check_schemas)
     if tool is not None and check_schemas:
         _renders(tool)
+
+
+@settings(max_examples=_n(60), **SETTINGS)
+@given(st.lists(st.one_of(GOOD_NAME, st.text(ANY_CHAR, min_size=1, max_size=130),
+                          st.sampled_from(["é", "..", "a" * 128, "a.b", "a_b", "a b", "日本", "a_12345678"])),
+                min_size=1, max_size=8, unique=True))
+def test_accepted_tools_render_with_distinct_wire_names_that_map_back(names):
+    accepted = [t for t in (_only_magic(check_tool, {"name": n}) for n in names) if t is not None]
+    for fmt in FORMATS:
+        defs = tool_definitions(accepted, fmt)
+        wires = [d["function"]["name"] if fmt == "openai" else d["name"] for d in defs]
+        assert len(set(wires)) == len(wires)
+        for wire, tool in zip(wires, accepted):
+            assert catalog_name(wire, accepted) == tool.name
 
 
 @st.composite
