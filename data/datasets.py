@@ -10,6 +10,7 @@ from typing import Any
 from magicselector.catalog import Catalog, load_catalog
 from magicselector.dialogue import validate_history
 from magicselector.errors import CatalogError, InputError
+from magicselector.files import BLANK_LINE, json_line
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,6 @@ class Benchmark:
     @property
     def name(self) -> str:
         return self.path.name
-
-
-def _decoded(raw: bytes, n: int, path: Path) -> str:
-    """Line ``n`` of a UTF-8 file (a byte-order mark allowed on the first); undecodable bytes are an
-    InputError naming the line."""
-    try:
-        return raw.decode("utf-8-sig" if n == 1 else "utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}:{n}: not UTF-8 text ({e})") from None
 
 
 def load_queries(path: Path, catalog: Catalog, rejected: list[dict[str, Any]] | None = None) -> list[Query]:
@@ -76,16 +68,10 @@ def _row_id(raw: bytes) -> str | None:
 
 
 def _parse_row(raw: bytes, n: int, path: Path, catalog: Catalog, seen: set[str]) -> Query | None:
-    line = _decoded(raw, n, path)
-    if not line.strip():
+    row = json_line(raw, n, path, "a query", InputError)
+    if row is BLANK_LINE:
         return None
     where = f"{path}:{n}"
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{where}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise InputError(f"{where}: JSON nested too deeply to be a query") from None
     if not isinstance(row, dict):
         raise InputError(f"{where}: a query is a JSON object {{id, query, gold, ...}}, "
                          f"got {type(row).__name__}")

@@ -1,10 +1,12 @@
-"""Files on disk: sha256 of a file, the cache folder, and folders built aside and swapped into place atomically."""
+"""Files on disk: sha256 of a file, a JSON-lines line, the cache folder, and folders built aside and swapped into
+place atomically."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import errno
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -12,7 +14,7 @@ import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 STAGING = "staging"  # a folder being built: .NAME.staging-PID-TOKEN, next to NAME
 PREVIOUS = "previous"  # the folder being replaced, between the two renames where no exchange exists
@@ -28,6 +30,28 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+BLANK_LINE: Any = object()  # what ``json_line`` returns for a line of only white space (a JSON null is None)
+
+
+def json_line(raw: bytes, n: int, path: str | Path, what: str, error: type[Exception]) -> Any:
+    """Line ``n`` (from 1) of a JSON-lines file, parsed; ``BLANK_LINE`` for a blank one. A byte-order mark is
+    allowed on the first line; bytes that are not UTF-8, text that is not JSON and JSON nested too
+    deeply to be a ``what`` raise ``error`` naming ``path:n``."""
+    where = f"{path}:{n}"
+    try:
+        text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{where}: not UTF-8 text ({e})") from None
+    if not text.strip():
+        return BLANK_LINE
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"{where}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise error(f"{where}: JSON nested too deeply to be {what}") from None
 
 
 def cache_home() -> Path:

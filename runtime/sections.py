@@ -3,7 +3,6 @@ from its section (the backend is chosen by ``magicselector.backends`` from the f
 ``load_artifacts``: every artifact of an opened bundle read once, checked, and loaded from those bytes."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -12,6 +11,7 @@ from .backends import open_model
 from .bundle import MANIFEST, Bundle
 from .catalog import Catalog, parse_tool
 from .errors import BundleError, CatalogError
+from .files import BLANK_LINE, json_line
 from .stages.embed import TextEmbedder, TextTokenizer
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, bundle_lexical
@@ -138,20 +138,9 @@ def read_catalog(bundle: Bundle, rel: str, verify: bool = True) -> Catalog:
     data = bundle.read(rel, verify)
     tools = []
     for n, line in enumerate(data.split(b"\n"), 1):
-        where = f"{path}:{n}"
-        try:
-            text = line.decode("utf-8-sig" if n == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            raise CatalogError(f"{where}: not UTF-8 text ({e})") from None
-        if not text.strip():
-            continue
-        try:
-            entry = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise CatalogError(f"{where}: not valid JSON ({e})") from None
-        except RecursionError:
-            raise CatalogError(f"{where}: JSON nested too deeply to be a tool") from None
-        tools.append(parse_tool(entry, where=where))
+        entry = json_line(line, n, path, "a tool", CatalogError)
+        if entry is not BLANK_LINE:
+            tools.append(parse_tool(entry, where=f"{path}:{n}"))
     if not tools:
         raise CatalogError(f"{path}: the catalog holds no tools")
     ids = [t.id for t in tools]
