@@ -228,6 +228,12 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
     if getattr(args, "no_rerank", None):
         changes["rerank"] = False
     changes.update(overrides)
+    from .config import LOSING_VARIANTS
+
+    for name, shipped in LOSING_VARIANTS.items():
+        if name in changes and changes[name] != shipped:
+            warn(f"note: --{name.replace('_', '-')} {changes[name]} is deprecated (it lost to the shipped "
+                 f"{shipped} on the development sets, docs/bench/defaults.md) and goes in the next release")
     return replace(base, **changes)
 
 
