@@ -67,7 +67,7 @@ from magicselector.stages.embed import TextTokenizer
 
 from .embedder_losses import info_nce, mine_embedder_negatives  # noqa: F401 - info_nce: public here too
 from .losses import InfoNCELoss
-from .queries import TrainQuery, prepare_training_data
+from .queries import TrainQuery, prepare_training_data, query_counts
 from .toolkit import (  # noqa: F401 - training_versions: public here too
     adamw, data_record, linear_schedule, load_encoder, loss_summary, Processes, Progress,
     save_checkpoint, training_versions,
@@ -368,12 +368,7 @@ def _embedder_rounds(trainer: _Trainer, rng: np.random.Generator) -> dict[str, A
 def _embedder_summary(trainer: _Trainer, base: str, available: int, run: dict[str, Any], device: torch.device,
                       t_start: float, out_dir: Path) -> dict[str, Any]:
     config, queries, model = trainer.c, trainer.queries, trainer.model
-    counts = {
-        "queries_available": available, "queries": len(queries),
-        "turn_queries": sum(q.source == "turn" for q in queries),
-        "task_queries": sum(q.source == "task" for q in queries),
-        "items": len(trainer.items), "steps": trainer.step,
-    }
+    counts = {**query_counts(available, queries), "items": len(trainer.items), "steps": trainer.step}
     return run_summary(
         "embedder", config, base, trainer.procs, device, t_start, out_dir,
         layers=int(model.config.num_hidden_layers),

@@ -29,6 +29,14 @@ class TrainQuery:
     source: str = "turn"
 
 
+def query_counts(available: int, queries: Sequence[TrainQuery]) -> dict[str, int]:
+    """A run record's query counts: how many queries there were, how many were trained on, and of
+    those the dialogue turns and the gold sub-tasks."""
+    return {"queries_available": available, "queries": len(queries),
+            "turn_queries": sum(q.source == "turn" for q in queries),
+            "task_queries": sum(q.source == "task" for q in queries)}
+
+
 def build_training_queries(bench: Benchmark, bench_index: int = 0, history: str = "user", turns: int = 4,
                            include_tasks: bool = True) -> list[TrainQuery]:
     """The training queries of one benchmark folder, de-duplicated on (text, gold).

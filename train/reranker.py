@@ -75,6 +75,7 @@ from .queries import (  # noqa: F401 - TrainQuery, build_training_queries, mine_
     build_training_queries,
     mine_hard_negatives,
     prepare_training_data,
+    query_counts,
     tool_texts,
 )
 from .toolkit import (  # noqa: F401 - training_versions: public here too
@@ -525,12 +526,7 @@ def _reranker_summary(trainer: "_Trainer", base: str, available: int, pool_stats
                       rounds: list, probe: list, probe_before: float, probe_after: float, device: torch.device,
                       t_start: float, out_dir: Path) -> dict[str, Any]:
     config, queries, teacher = trainer.c, trainer.queries, trainer.teacher
-    counts = {
-        "queries_available": available, "queries": len(queries),
-        "turn_queries": sum(q.source == "turn" for q in queries),
-        "task_queries": sum(q.source == "task" for q in queries),
-        "steps": trainer.step, **pool_stats,
-    }
+    counts = {**query_counts(available, queries), "steps": trainer.step, **pool_stats}
     return run_summary(
         "reranker", config, base, trainer.procs, device, t_start, out_dir,
         layers=int(trainer.model.config.num_hidden_layers),
