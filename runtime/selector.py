@@ -330,44 +330,36 @@ class Selector:
         vectors = self.embedder.embed(texts)
         t = timer.lap("embed", t)
 
-        with self._lock:
-            catalog, index, version = self.catalog, self.index, self._state.version
-            results = index.search(vectors, self.config.candidates)
-            t = timer.lap("search", t)
-            lists = [RankedList(ids, scores) for ids, scores in results]
-            if self.config.lexical:  # BM25 fused into each dense list, before the rerank
-                lists = fuse_lexical(lists, texts, vectors, index, self.lexical, self.config)
-                t = timer.lap("lexical", t)
-            rerank = self.reranker is not None and self.config.rerank
-            reranked = 0  # lists whose order the cross-encoder set (the gate may keep the retrieval order)
-            if rerank and self.config.rerank_scope == "list":
-                out = [self._rerank(text, lst, catalog) for text, lst in zip(texts, lists)]
-                reranked = sum(lst is not None for lst in out)
-                lists = [lst if new is None else new for lst, new in zip(lists, out)]
-                t = timer.lap("rerank", t)
-            if len(lists) == 1:
-                ids, scores, source = list(lists[0].ids), np.asarray(lists[0].scores), [0] * len(lists[0].ids)
-            else:
-                fused = FUSIONS[self.config.fusion](lists)
-                ids, scores, source = fused.ids, fused.scores, fused.source
-            t = timer.lap("fuse", t)
-            turn_rerank = rerank and self.config.rerank_scope == "turn"
+        catalog, version, lists, vectors_of = self._retrieve(texts, vectors, timer)
+        t = time.perf_counter()
+        rerank = self.reranker is not None and self.config.rerank
+        reranked = 0  # lists whose order the cross-encoder set (the gate may keep the retrieval order)
+        if rerank and self.config.rerank_scope == "list":
+            out = [self._rerank(text, lst, catalog) for text, lst in zip(texts, lists)]
+            reranked = sum(lst is not None for lst in out)
+            lists = [lst if new is None else new for lst, new in zip(lists, out)]
+            t = timer.lap("rerank", t)
+        if len(lists) == 1:
+            ids, scores, source = list(lists[0].ids), np.asarray(lists[0].scores), [0] * len(lists[0].ids)
+        else:
+            fused = FUSIONS[self.config.fusion](lists)
+            ids, scores, source = fused.ids, fused.scores, fused.source
+        t = timer.lap("fuse", t)
+        turn_rerank = rerank and self.config.rerank_scope == "turn"
+        if turn_rerank:
+            head = self._rerank_head(texts, ids, scores, source, catalog)
+            turn_rerank = head is not None  # None: the gate kept the retrieval order
             if turn_rerank:
-                head = self._rerank_head(texts, ids, scores, source, catalog)
-                turn_rerank = head is not None  # None: the gate kept the retrieval order
-                if turn_rerank:
-                    ids, scores, source = head
-                    reranked = 1
-                t = timer.lap("rerank", t)
-            # The cut may read the tools' vectors: it runs under the lock, on the index the lists
-            # came from, so a concurrent remove_tool cannot take a listed tool away mid-turn.
-            if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed" \
-                    and not turn_rerank:
-                ids, scores, source, cut = _cut_per_list(self.config.cut, lists, ids, scores, source, index)
-            else:
-                embeddings = index.vectors(ids) if self.config.cut.uses_embeddings else None
-                cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
-            t = timer.lap("cut", t)
+                ids, scores, source = head
+                reranked = 1
+            t = timer.lap("rerank", t)
+        if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed" \
+                and not turn_rerank:
+            ids, scores, source, cut = _cut_per_list(self.config.cut, lists, ids, scores, source, vectors_of)
+        else:
+            embeddings = vectors_of(ids) if self.config.cut.uses_embeddings else None
+            cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
+        t = timer.lap("cut", t)
         ids, scores, source, k, tokens = self._spend(budget, ids, scores, source, cut.k, lists, catalog)
         if budget.bounded:
             timer.lap("budget", t)
@@ -379,6 +371,30 @@ class Selector:
                          ranked_scores=[float(x) for x in scores], catalog_version=version,
                          lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)],
                          trace=trace, reranked=reranked)
+
+    def _retrieve(self, texts: list[str], vectors: np.ndarray, timer: _Timer
+                  ) -> tuple[Catalog, int, list[RankedList], Any]:
+        """Dense search and the lexical fusion, the only steps that read the mutable index, under
+        the catalog lock; with them the catalog they saw and, where the cut reads tool vectors,
+        those of every listed tool, so that the rerank and the cut run outside the lock on one
+        consistent state (a concurrent remove_tool cannot take a listed tool away mid-turn)."""
+        with self._lock:
+            t = time.perf_counter()
+            catalog, index, version = self.catalog, self.index, self._state.version
+            results = index.search(vectors, self.config.candidates)
+            t = timer.lap("search", t)
+            lists = [RankedList(ids, scores) for ids, scores in results]
+            if self.config.lexical:  # BM25 fused into each dense list, before the rerank
+                lists = fuse_lexical(lists, texts, vectors, index, self.lexical, self.config)
+                t = timer.lap("lexical", t)
+            if not self.config.cut.uses_embeddings:
+                return catalog, version, lists, None
+            listed = list(dict.fromkeys(i for lst in lists for i in lst.ids))
+            table = dict(zip(listed, index.vectors(listed))) if listed else {}
+            timer.lap("search", t)
+        dim = index.ndim
+        return catalog, version, lists, (lambda ids: np.asarray([table[i] for i in ids], dtype=np.float32)
+                                         if len(ids) else np.zeros((0, dim), dtype=np.float32))
 
     def _spend(self, budget: Budget, ids: list[str], scores: Any, source: list[int], k: int,
                lists: list[RankedList], catalog: Catalog) -> tuple[list[str], np.ndarray, list[int], int, int | None]:
@@ -490,8 +506,8 @@ def _selected(catalog: Catalog, lists: Sequence[RankedList], texts: Sequence[str
                         dense=dense, lexical=lexical)
 
 
-def _cut_per_list(cut_config, lists, ids, scores, source, index):
+def _cut_per_list(cut_config, lists, ids, scores, source, vectors_of):
     """The adaptive cut on each retrieval list; the union of the kept tools, in fused order,
     moves to the head of the ranked list (stages/cut.py ``cut_per_list``)."""
-    order, cut = cut_per_list(cut_config, [(lst.ids, lst.scores) for lst in lists], ids, index.vectors)
+    order, cut = cut_per_list(cut_config, [(lst.ids, lst.scores) for lst in lists], ids, vectors_of)
     return ([ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], cut)

@@ -120,6 +120,15 @@ class WordOverlapReranker:
         q = set(query.lower().split())
         return np.array([len(q & set(t.lower().replace(":", " ").split())) for t in texts], dtype=np.float32)
 
+    def score_pairs(self, pairs):  # the Reranker protocol's one call for a turn: per query text, as score
+        import numpy as np
+
+        out = np.zeros(len(pairs), dtype=np.float32)
+        for query in dict.fromkeys(q for q, _ in pairs):
+            at = [i for i, (q, _) in enumerate(pairs) if q == query]
+            out[at] = self.score(query, [pairs[i][1] for i in at])
+        return out
+
 
 def test_rerank_seam_reorders_each_lists_head(bundle_dir):
     from magicselector import Selector
