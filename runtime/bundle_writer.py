@@ -248,7 +248,7 @@ def _add_reranker(root: Path, reranker: dict[str, Any], catalog: Catalog, golden
     scorer = open_reranker(RerankerSection.parse(section, "reranker metadata"), root, threads=2)
     log("golden reranker scores")
     groups = rerank_probe_groups(catalog, PROBE_QUERIES[:3], per_query=5)
-    cases = []
+    cases: list[dict[str, Any]] = []
     for q, texts in groups.items():
         scores = scorer.score(q, texts)
         cases.extend({"query": q, "text": t, "score": round(float(s), 6)} for t, s in zip(texts, scores))

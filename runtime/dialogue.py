@@ -69,7 +69,7 @@ class Turn:
     tools: tuple[str, ...] = ()
 
 
-class _Fields(Mapping):
+class _Fields(Mapping[str, Any]):
     """An object read as the mapping of its attributes (an SDK model, a dataclass, a namespace)."""
 
     __slots__ = ("_obj", "_keys")
@@ -180,7 +180,7 @@ class _Reader:
         self.call_names: dict[str, str] = {}
 
     # -- content ------------------------------------------------------------------------------
-    def text_of(self, content: Any, where: str, blocks: list | None = None) -> str:
+    def text_of(self, content: Any, where: str, blocks: list[tuple[str, Mapping[str, Any]]] | None = None) -> str:
         """The text of a message's content; tool_use / tool_result blocks go to ``blocks``."""
         if content is None:
             return ""
@@ -301,7 +301,7 @@ class _Reader:
         content = msg.get("content")
         if content is None and role in ("user", "system"):
             raise InputError(f"{where}.content must be a string or a list of content parts, got null")
-        blocks: list = []
+        blocks: list[tuple[str, Mapping[str, Any]]] = []
         text = self.text_of(content, f"{where}.content", blocks if role in ("user", "assistant") else None)
         if role == "assistant":
             names = []
@@ -326,7 +326,8 @@ class _Reader:
             self.turns.append(Turn("tool", text, self.answered(msg.get("tool_call_id"))
                                    or ((msg["name"],) if isinstance(msg.get("name"), str) and msg["name"] else ())))
         elif role == "user" and blocks:
-            results, answered = [], []
+            results: list[str] = []
+            answered: list[str] = []
             for at, block in blocks:
                 if block["type"] not in ("tool_result", "mcp_tool_result"):
                     raise InputError(f"{at}: a {block['type']} block belongs in an assistant message")

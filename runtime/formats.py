@@ -19,7 +19,7 @@ name the model calls back with ``catalog_name(wire_name, tools)`` or a ``NameMap
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from .catalog import Tool
 from .errors import InputError
@@ -31,7 +31,7 @@ FORMATS = ("mcp", "openai", "openai-responses", "anthropic")
 def check_format(format: Any) -> str:
     if format not in FORMATS:
         raise InputError(f"format must be one of {FORMATS}, got {format!r}")
-    return format
+    return cast(str, format)  # one of FORMATS
 
 
 def tool_definition(tool: Tool, format: str = "mcp", name: str | None = None) -> dict[str, Any]:

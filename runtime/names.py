@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from .errors import InputError, UnknownToolError
 
@@ -49,7 +49,7 @@ def _mangled(name: str, digits: int) -> str:
 def _check_format(format: Any) -> str:
     if format != "mcp" and format not in WIRE_FORMATS:
         raise InputError(f"format must be one of {('mcp', *WIRE_FORMATS)}, got {format!r:.80}")
-    return format
+    return cast(str, format)  # one of the names above
 
 
 def wire_name(name: str, format: str = "openai") -> str:

@@ -8,9 +8,9 @@ import numpy as np
 from .errors import InputError
 
 
-def rankdata(x: Sequence[float]) -> np.ndarray:
+def rankdata(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Ranks 1..n with ties given their average rank (as ``scipy.stats.rankdata``)."""
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
     if len(x) == 0:
         return np.zeros(0, dtype=np.float64)
     order = np.argsort(x, kind="mergesort")
@@ -23,7 +23,7 @@ def rankdata(x: Sequence[float]) -> np.ndarray:
     return ranks
 
 
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Spearman's rank correlation (ties averaged); 1.0 when both sides are constant, 0.0 when only one is."""
     ra, rb = rankdata(a), rankdata(b)
     if len(ra) != len(rb):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .backends import open_model
+from .backends import EncoderModel, open_model
 from .bundle import MANIFEST, Bundle
 from .catalog import Catalog, parse_tool
 from .errors import BundleError, CatalogError
@@ -101,7 +101,7 @@ def _path(bundle: Bundle | Path, rel: str) -> Path:
     return bundle.file(rel) if isinstance(bundle, Bundle) else Path(bundle) / rel
 
 
-def _model(bundle: Bundle | Path, rel: str, threads: int, verify: bool):
+def _model(bundle: Bundle | Path, rel: str, threads: int, verify: bool) -> EncoderModel:
     """An opened bundle's model is read once, checked and loaded from those bytes (at once); a
     folder being built opens its file (lazily)."""
     if isinstance(bundle, Bundle):

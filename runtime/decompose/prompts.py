@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, cast
 
 from ..dialogue import Turn, recent_turns
 from ..errors import InputError, ModelError
@@ -72,7 +72,8 @@ def chatml(role: str, content: str) -> str:
     return f"<|im_start|>{role}\n{content}<|im_end|>\n"
 
 
-def build_prefix(system: str = SYSTEM_PROMPT, examples=FEW_SHOT) -> str:
+def build_prefix(system: str = SYSTEM_PROMPT,
+                 examples: Sequence[tuple[Sequence[tuple[str, str]], str, str]] = FEW_SHOT) -> str:
     parts = [chatml("system", system)]
     for hist, req, tasks in examples:
         parts.append(chatml("user", render_turn(hist, req)))
@@ -139,5 +140,5 @@ def checkpoint_prompt_style(checkpoint: str | Path) -> str:
         if style is not None:
             if style not in PROMPT_STYLES:
                 raise ModelError(f"{info}: unknown prompt style {style!r}")
-            return style
+            return cast(str, style)  # one of PROMPT_STYLES
     return "few_shot"

@@ -8,9 +8,12 @@ same best rank in several lists) go to the higher score, then to the earlier lis
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
+
+# scores as a list or a 1-D array (what the retrieval stages hand over)
+Scores = Union[Sequence[float], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -19,15 +22,16 @@ class RankedList:
     (BM25) are the parts of each score where the list was fused from both channels."""
 
     ids: Sequence[str]
-    scores: Sequence[float]
-    dense: Sequence[float] | None = None
-    lexical: Sequence[float] | None = None
+    scores: Scores
+    dense: Scores | None = None
+    lexical: Scores | None = None
 
     def evidence(self, tool_id: str) -> tuple[int, float | None, float | None] | None:
         """(rank, cosine, BM25) of a tool in this list, None where it is not in it."""
         for rank, t in enumerate(self.ids):
             if t == tool_id:
-                part = (lambda xs: None if xs is None else float(xs[rank]))
+                def part(xs: Scores | None) -> float | None:
+                    return None if xs is None else float(xs[rank])
                 return rank, part(self.dense), part(self.lexical)
         return None
 
