@@ -19,7 +19,7 @@ background load on shared cores):
 shipped configuration scores with the rerank on: each workload turn goes once through
 ``Selector.select`` (the bench's configuration with ``rerank=True``) with a recording proxy in front
 of the bundle's reranker, and every variant replays the recorded calls as they were made (one
-``score_pairs`` over the turn's fused head, or one ``score`` per list with ``rerank_scope="list"``):
+``score_pairs`` over the turn's fused head):
 
 * ``ours_rerank`` - the bundle's reranker (INT8 ONNX, the runtime's rerank stage object).
 * ``onnx_fp32_rerank`` - FP32 ONNX of the reference checkpoint (exported on the fly with

@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         base = base.with_reranker(CrossEncoder.from_dir(args.reranker))
     weight = {} if args.rerank_weight is None else {"rerank_weight": args.rerank_weight}
-    config = SelectorConfig(candidates=args.candidates, decompose=args.decompose, cut_scope=args.cut_scope,
+    config = SelectorConfig(candidates=args.candidates, decompose=args.decompose,
                             rerank=not args.no_rerank, **weight)
     sets = [(args.data, args.limit), *((path, args.held_out_limit) for path in args.held_out)]
     sweeps: dict[str, Any] = {}

@@ -15,7 +15,7 @@ import re
 import sys
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -24,7 +24,7 @@ import numpy as np
 from magicselector.bundle import Bundle
 from magicselector.default_bundle import ensure_default_bundle
 from magicselector.catalog import Catalog, schema_tokens, tool_text
-from magicselector.config import DEFAULT_CUT, SelectorConfig
+from magicselector.config import REMOVED_VARIANTS, SelectorConfig
 from magicselector.dialogue import retrieval_text, validate_history, validate_query
 from magicselector.errors import InputError
 from magicselector.files import cache_home
@@ -42,55 +42,53 @@ BAD_QUERY_POLICIES = ("skip", "truncate")
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """What ``evaluate`` runs. Every default is the shipped ``SelectorConfig()`` (so ``evaluate(DIR)``
-    and ``magicselector eval DIR`` measure the product); ``k`` is the metrics' cutoff (NDCG@k ...)."""
+    """What ``evaluate`` runs: the pipeline ``selector`` (the shipped ``SelectorConfig()`` by
+    default, so ``evaluate(DIR)`` and ``magicselector eval DIR`` measure the product) with the
+    evaluation's own settings.
 
+    k: the metrics' cutoff (NDCG@k, Recall@k, Completeness@k).
+    adaptive: cut by ``selector.cut``; False: a fixed top-k cut at k.
+    retriever: dense | bm25 | hybrid; None: the shipped one (hybrid: the Selector with its lexical
+      channel). It sets ``selector.lexical``; bm25 alone runs no decomposition.
+    limit, seed: a seeded sample of at most ``limit`` queries.
+    reranker: a reranker folder (model.onnx, tokenizer.json, reranker.json) used instead of the
+      bundle's where ``selector.rerank`` is on.
+    on_bad_query: a query the Selector refuses (over-long, empty, not valid Unicode, malformed
+      history) is skipped, or with ``truncate`` an over-long one is cut to ``max_query_chars``.
+    ``selector.decomposer_model`` None means the bundle's decomposer, with its prompt unless
+    ``selector.decomposer_prompt`` asks for another (what ``Selector.from_bundle`` ships).
+    """
+
+    selector: SelectorConfig = _SHIPPED
     k: int = 10
-    adaptive: bool = True  # the cut below; False: a fixed top-k cut at the metrics' k
-    history: str = _SHIPPED.history
-    retriever: str | None = None  # dense | bm25 | hybrid; None: the shipped one (hybrid with the lexical channel)
-    cut: CutConfig = _SHIPPED.cut
+    adaptive: bool = True
+    retriever: str | None = None
     limit: int | None = None
     seed: int = 0
-    # none | rules | llm | auto (dense and hybrid retrievers); None: the shipped one (none for bm25 alone)
-    decompose: str | None = None
-    fusion: str = _SHIPPED.fusion     # peak | rrf
-    cut_scope: str = _SHIPPED.cut_scope  # subtask | fused
-    decompose_deadline_ms: float | None = _SHIPPED.decompose_deadline_ms
-    llm_threads: int = _SHIPPED.llm_threads
-    decomposer_model: str | None = None
-    decomposer_prompt: str | None = None  # None: the bundle decomposer's, else few_shot
-    rerank: bool = _SHIPPED.rerank   # run the bundle's (or ``reranker``'s) cross-encoder when there is one
-    reranker: str | None = None      # a reranker folder (model.onnx, tokenizer.json, reranker.json) to use instead
-    rerank_weight: float | None = None  # None: SelectorConfig's default
-    rerank_candidates: int | None = None
-    rerank_scope: str = _SHIPPED.rerank_scope  # turn | list
-    rerank_min_margin: float | None = _SHIPPED.rerank_min_margin  # the rerank gate; None: none
-    rerank_skip_margin: float | None = _SHIPPED.rerank_skip_margin  # no rerank where retrieval is sure; None: never
-    threads: int = 1
-    lexical_fusion: str | None = None  # hybrid: rrf | zmix; None: SelectorConfig's default (so the weights)
-    lexical_weight: float | None = None
-    lexical_candidates: int | None = None
-    # a query the Selector refuses (over-long, empty, not valid Unicode, malformed history) is
-    # skipped, or with "truncate" an over-long one is cut to SelectorConfig.max_query_chars
+    reranker: str | None = None
     on_bad_query: str = "skip"
 
     @property
     def decomposition(self) -> str:
-        """The decomposer that runs: the one asked for, else the shipped one (none for BM25 alone)."""
-        if self.decompose is not None:
-            return self.decompose
-        return "none" if self.retrieval == "bm25" else _SHIPPED.decompose
+        """The decomposer that runs: the selector's, none for BM25 alone."""
+        return "none" if self.retrieval == "bm25" else self.selector.decompose
 
     @property
     def retrieval(self) -> str:
         """The retriever that runs: the one asked for, else the shipped one."""
         return self.retriever or ("hybrid" if _SHIPPED.lexical else "dense")
 
+    @property
+    def cut(self) -> CutConfig:
+        """The cut the evaluation applies: the selector's, or a fixed top-k when not adaptive."""
+        return self.selector.cut if self.adaptive else CutConfig(rule="fixed", fixed_k=self.k)
+
     def __post_init__(self) -> None:
+        if not isinstance(self.selector, SelectorConfig):
+            raise InputError(f"selector must be a SelectorConfig, got {type(self.selector).__name__}")
         if self.retriever is not None and self.retriever not in RETRIEVERS:
             raise InputError(f"retriever must be one of {RETRIEVERS}, got {self.retriever!r}")
-        if self.decompose not in (None, "none") and self.retriever == "bm25":
+        if self.retriever == "bm25" and self.selector.decompose not in ("none", _SHIPPED.decompose):
             raise InputError("decomposition is evaluated with the dense or hybrid retriever (--retriever dense|hybrid)")
         if self.k < 1:
             raise InputError("k must be >= 1")
@@ -171,39 +169,28 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     if config.limit is not None and config.limit < len(queries):
         rng = np.random.default_rng(config.seed)  # a seeded sample, so limited runs are comparable
         queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
-    cut = config.cut if config.adaptive else CutConfig(rule="fixed", fixed_k=config.k)
+    cut = config.cut
     candidates = max(config.k, cut.k_max if config.adaptive else config.k, 30)
-    rerank_opts: dict[str, Any] = {"rerank": config.rerank, "rerank_scope": config.rerank_scope,
-                                   "rerank_min_margin": config.rerank_min_margin,
-                                   "rerank_skip_margin": config.rerank_skip_margin}
-    if config.rerank_weight is not None:
-        rerank_opts["rerank_weight"] = config.rerank_weight
-    if config.rerank_candidates is not None:
-        rerank_opts["rerank_candidates"] = config.rerank_candidates
-    rerank_opts["lexical"] = config.retrieval == "hybrid"
-    for key in ("lexical_fusion", "lexical_weight", "lexical_candidates"):
-        if getattr(config, key) is not None:
-            rerank_opts[key] = getattr(config, key)
     t0 = time.perf_counter()
+    asked = config.selector
     if base is None:
         base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress),
-                                    config=SelectorConfig(threads=config.threads))
-    # no model named: the bundle's decomposer (with its prompt) when it has one, else the pinned default
-    model = config.decomposer_model or base.config.decomposer_model
-    prompt = config.decomposer_prompt or (base.config.decomposer_prompt if config.decomposer_model is None
-                                          else "few_shot")
-    sel_config = SelectorConfig(history=config.history, candidates=candidates, cut=cut, fusion=config.fusion,
-                                decompose=config.decomposition, cut_scope=config.cut_scope,
-                                decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
-                                decomposer_model=model, decomposer_prompt=prompt, threads=config.threads,
-                                **rerank_opts)
+                                    config=SelectorConfig(threads=asked.threads))
+    # no model named: the bundle's decomposer with its prompt (unless another prompt was asked for)
+    model, prompt = asked.decomposer_model, asked.decomposer_prompt
+    if model is None:
+        model = base.config.decomposer_model
+        if prompt == _SHIPPED.decomposer_prompt:
+            prompt = base.config.decomposer_prompt
+    sel_config = replace(asked, candidates=candidates, cut=cut, decompose=config.decomposition,
+                         lexical=config.retrieval == "hybrid", decomposer_model=model, decomposer_prompt=prompt)
     queries, bad = screen_queries(queries, sel_config, config.on_bad_query)  # before any indexing
     if not queries:
         raise InputError(f"{bench.path}: every query was refused ({len(bad)}), e.g. {bad[0]['id']}: {bad[0]['reason']}")
-    if config.reranker is not None and config.rerank:
+    if config.reranker is not None and asked.rerank:
         from magicselector.stages.rerank import CrossEncoder
 
-        base = base.with_reranker(CrossEncoder.from_dir(config.reranker, threads=config.threads))
+        base = base.with_reranker(CrossEncoder.from_dir(config.reranker, threads=asked.threads))
     selector = selector_for_catalog(base, bench.catalog, sel_config)
     raw_selector = selector.with_config(decompose="none") if config.decomposition != "none" else None
     cost = {t.id: schema_tokens(t) for t in bench.catalog}
@@ -221,7 +208,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
             if raw_selector is not None:
                 extra = _counterfactual_row(q, sel, raw_selector.select(q.query, q.history), selector, config.k)
         else:
-            text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), config.history,
+            text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), asked.history,
                                   sel_config.history_turns)
             ids, scores = selector.lexical.search([text], candidates)[0]
             emb = selector.index.vectors(ids) if cut.rule != "fixed" else None
@@ -239,14 +226,15 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     by_cat: dict[str, list] = defaultdict(list)
     for r in rows:
         by_cat[r["category"]].append(r)
-    reranked = config.rerank and selector.reranker is not None and config.retrieval != "bm25"
+    reranked = asked.rerank and selector.reranker is not None and config.retrieval != "bm25"
     report = {
         "dataset": str(bench.path),
         "reranker": (config.reranker or "bundle") if reranked else None,
         "overall": _summarise(rows, config.k, config.adaptive, token_cost),
         "by_category": {c: _summarise(rs, config.k, config.adaptive, token_cost) for c, rs in sorted(by_cat.items())},
-        "config": {**asdict(config), "retriever": config.retrieval, "decompose": config.decomposition, "cut": asdict(cut), "bundle": str(base.bundle.path) if base.bundle else None,
-                   "tools": len(bench.catalog), "seconds": round(time.perf_counter() - t0, 2)},
+        "config": report_config(config, sel_config, asked) | {
+            "bundle": str(base.bundle.path) if base.bundle else None, "tools": len(bench.catalog),
+            "seconds": round(time.perf_counter() - t0, 2)},
     }
     report["per_query"] = per_query_rows(rows)
     # malformed rows (not JSON, unknown gold ids, a broken history) never reached the Selector:
@@ -268,6 +256,17 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         if quality:
             report["decomposition"] = quality
     return report
+
+
+def report_config(config: EvalConfig, ran: SelectorConfig, asked: SelectorConfig) -> dict[str, Any]:
+    """The report's ``config``: one flat object, as the JSON has always had it: the Selector's
+    settings as they ran (``ran``; the decomposer model and prompt as asked, None for the bundle's),
+    the removed settings at their one value (their keys go next release), and the evaluation's own."""
+    own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "selector"}
+    return {**asdict(ran), **REMOVED_VARIANTS, "decomposer_model": asked.decomposer_model,
+            "decomposer_prompt": asked.decomposer_prompt if asked.decomposer_model is not None
+            or asked.decomposer_prompt != _SHIPPED.decomposer_prompt else None,
+            **own, "retriever": config.retrieval, "decompose": config.decomposition, "cut": asdict(ran.cut)}
 
 
 PER_QUERY_RANKED = 50  # the ranked list a per-query row carries, at most

@@ -32,7 +32,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -116,16 +116,8 @@ def eval_configs(shipped: SelectorConfig, config: QualityConfig) -> dict[str, Ev
         if retriever is None:
             retriever, rerank, decompose = ("hybrid" if shipped.lexical else "dense"), shipped.rerank, shipped.decompose
         # adaptive=True: every row is cut by the shipped rule (a fixed rule keeps its own fixed_k)
-        out[name] = EvalConfig(
-            k=config.at, adaptive=True, cut=shipped.cut, history=shipped.history, retriever=retriever,
-            limit=config.limit, seed=config.seed, decompose=decompose, fusion=shipped.fusion,
-            cut_scope=shipped.cut_scope, decompose_deadline_ms=shipped.decompose_deadline_ms,
-            llm_threads=shipped.llm_threads, rerank=rerank, rerank_weight=shipped.rerank_weight,
-            rerank_candidates=shipped.rerank_candidates, rerank_scope=shipped.rerank_scope,
-            rerank_min_margin=shipped.rerank_min_margin, rerank_skip_margin=shipped.rerank_skip_margin,
-            threads=config.threads,
-            lexical_fusion=shipped.lexical_fusion, lexical_weight=shipped.lexical_weight,
-            lexical_candidates=shipped.lexical_candidates)
+        out[name] = EvalConfig(replace(shipped, rerank=rerank, decompose=decompose, threads=config.threads),
+                               k=config.at, adaptive=True, retriever=retriever, limit=config.limit, seed=config.seed)
     return out
 
 
@@ -318,12 +310,11 @@ def _shipped_line(s: dict[str, Any]) -> str:
     params = {"fixed": f"k {cut['fixed_k']}", "rmargin": f"range_margin {cut['range_margin']}, "
               f"range_depth {cut['range_depth']}", "margin": f"margin {cut['margin']}",
               "zmargin": f"z_margin {cut['z_margin']}", "mass": f"mass {cut['mass']}"}.get(cut["rule"], "")
-    return (f"lexical {s['lexical']} ({s['lexical_fusion']}, weight {s['lexical_weight']}, "
+    return (f"lexical {s['lexical']} (z-score mix, weight {s['lexical_weight']}, "
             f"{s['lexical_candidates']} candidates), rerank {s['rerank']} (weight {s['rerank_weight']}, "
-            f"{s['rerank_candidates']} candidates, once per {s.get('rerank_scope', 'list')}, gate margin "
-            f"{s.get('rerank_min_margin')}, skip margin {s.get('rerank_skip_margin')}), decompose {s['decompose']!r}, history {s['history']!r}, "
-            f"fusion {s['fusion']!r}, cut {cut['rule']!r} ({params + '; ' if params else ''}"
-            f"K in [{cut['k_min']}, {cut['k_max']}]), cut scope {s['cut_scope']!r}")
+            f"{s['rerank_candidates']} candidates, once per turn, skip margin {s.get('rerank_skip_margin')}), "
+            f"decompose {s['decompose']!r}, history {s['history']!r}, peak-rank fusion, cut {cut['rule']!r} "
+            f"({params + '; ' if params else ''}K in [{cut['k_min']}, {cut['k_max']}]), cut per sub-task list")
 
 
 def format_markdown(report: dict[str, Any], command: str | None = None) -> str:

@@ -258,19 +258,15 @@ def eval_config(args: argparse.Namespace):
     at = METRICS_AT if at is None else at
     config = selector_config(args)
     cut = config.cut
-    return EvalConfig(k=at, adaptive=not (cut.rule == "fixed" and cut.fixed_k == at), cut=cut,
-                      history=config.history, retriever=args.retriever, limit=args.limit,
-                      decompose=args.decompose,  # None: the shipped one (none for --retriever bm25)
-                      fusion=config.fusion, cut_scope=config.cut_scope,
-                      decompose_deadline_ms=config.decompose_deadline_ms, llm_threads=config.llm_threads,
-                      # None: the bundle's decomposer and its prompt (what from_bundle ships)
-                      decomposer_model=args.decomposer_model, decomposer_prompt=args.decomposer_prompt,
-                      rerank=config.rerank, reranker=args.reranker, rerank_weight=config.rerank_weight,
-                      rerank_candidates=config.rerank_candidates, rerank_scope=config.rerank_scope,
-                      rerank_min_margin=config.rerank_min_margin, rerank_skip_margin=config.rerank_skip_margin,
-                      threads=config.threads,
-                      lexical_fusion=args.lexical_fusion, lexical_weight=args.lexical_weight,
-                      lexical_candidates=args.lexical_candidates, on_bad_query=args.on_bad_query)
+    if args.retriever == "bm25" and args.decompose not in (None, "none"):
+        raise InputError("decomposition is evaluated with the dense or hybrid retriever (--retriever dense|hybrid)")
+    lexical = {name: getattr(args, name) for name in ("lexical_weight", "lexical_candidates")
+               if getattr(args, name) is not None}
+    from dataclasses import replace
+
+    return EvalConfig(replace(config, **lexical), k=at, adaptive=not (cut.rule == "fixed" and cut.fixed_k == at),
+                      retriever=args.retriever, limit=args.limit, reranker=args.reranker,
+                      on_bad_query=args.on_bad_query)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -413,8 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default=None,
                     help="dense (the Selector without its BM25 channel), hybrid (the Selector with its BM25 channel "
                          "fused into every list) or bm25 (the runtime's BM25 alone); default: the shipped one")
-    sp.add_argument("--lexical-fusion", choices=["rrf", "zmix"],
-                    help="hybrid: weighted reciprocal ranks or weighted z-scores (default: the Selector's)")
+    sp.add_argument("--lexical-fusion", default=None, help=argparse.SUPPRESS)  # removed: zmix is left
     sp.add_argument("--lexical-weight", type=float, help="hybrid: the BM25 list's share in the fusion, 0..1")
     sp.add_argument("--lexical-candidates", type=int, help="hybrid: BM25 hits per list that enter the fusion")
     sp.add_argument("--json", metavar="OUT", help="write the report as JSON")

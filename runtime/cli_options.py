@@ -142,25 +142,21 @@ def add_rerank_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rerank-candidates", type=int, default=None, metavar="N",
                    help=f"tools the cross-encoder scores per turn (per list with --rerank-scope list; "
                         f"default {SHIPPED.rerank_candidates})")
-    p.add_argument("--rerank-min-margin", type=float, default=None, metavar="M", dest="rerank_min_margin",
-                   help="the rerank gate: keep the cross-encoder's order only where its best logit leads the "
-                        "runner-up by M (default: " + ("no gate" if SHIPPED.rerank_min_margin is None
-                                                       else str(SHIPPED.rerank_min_margin)) + "; negative: no gate)")
     p.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S", dest="rerank_skip_margin",
                    help="skip the cross-encoder on turns where the fused list's top tool leads the runner-up by S "
                         "or more (default: " + ("never" if SHIPPED.rerank_skip_margin is None
                                                 else str(SHIPPED.rerank_skip_margin)) + "; negative: never skip)")
-    p.add_argument("--rerank-scope", choices=["turn", "list"], default=None, dest="rerank_scope",
-                   help="one rerank per turn over the fused head (turn), or one per retrieval list (list; "
-                        f"default {SHIPPED.rerank_scope!r})")
+    # removed before 0.1.0 (their other values lost on the development sets): the shipped value is
+    # taken with a note, any other is refused (selector_config); the flags go next release
+    p.add_argument("--rerank-min-margin", type=float, default=None, metavar="M", dest="rerank_min_margin",
+                   help=argparse.SUPPRESS)
+    p.add_argument("--rerank-scope", default=None, dest="rerank_scope", help=argparse.SUPPRESS)
 
 
 def add_fusion_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fusion", choices=["peak", "rrf"], default=None,
-                   help=f"how sub-task lists are fused (default {SHIPPED.fusion!r})")
-    p.add_argument("--cut-scope", choices=["fused", "subtask"], default=None, dest="cut_scope",
-                   help="the adaptive cut per sub-task list then union (subtask), or on the fused list "
-                        f"(default {SHIPPED.cut_scope!r})")
+    """The removed fusion and cut-scope flags (see add_rerank_options)."""
+    p.add_argument("--fusion", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--cut-scope", default=None, dest="cut_scope", help=argparse.SUPPRESS)
 
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
@@ -207,18 +203,14 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
     """``base`` (the shipped SelectorConfig) with what the flags gave; ``overrides`` win over both."""
     changes: dict[str, Any] = {"cut": cut_config(args, base.cut)}
     for field, attr in (("history", "history_mode"), ("threads", "threads"), ("rerank_weight", "rerank_weight"),
-                        ("rerank_candidates", "rerank_candidates"), ("rerank_scope", "rerank_scope"),
-                        ("rerank_min_margin", "rerank_min_margin"), ("rerank_skip_margin", "rerank_skip_margin"),
-                        ("fusion", "fusion"),
-                        ("cut_scope", "cut_scope"), ("decompose", "decompose"),
+                        ("rerank_candidates", "rerank_candidates"), ("rerank_skip_margin", "rerank_skip_margin"),
+                        ("decompose", "decompose"),
                         ("decomposer_model", "decomposer_model"), ("decomposer_prompt", "decomposer_prompt"),
                         ("decompose_deadline_ms", "deadline_ms"), ("llm_threads", "llm_threads"),
                         ("max_tools", "max_tools"), ("max_schema_tokens", "max_schema_tokens")):
         value = getattr(args, attr, None)
         if value is not None:
             changes[field] = value
-    if changes.get("rerank_min_margin") is not None and changes["rerank_min_margin"] < 0:
-        changes["rerank_min_margin"] = None  # a negative margin: no gate
     if changes.get("rerank_skip_margin") is not None and changes["rerank_skip_margin"] < 0:
         changes["rerank_skip_margin"] = None  # a negative margin: never skip
     if getattr(args, "rerank", None) and getattr(args, "no_rerank", None):
@@ -227,14 +219,30 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
         changes["rerank"] = True
     if getattr(args, "no_rerank", None):
         changes["rerank"] = False
+    removed_flags(args)
     changes.update(overrides)
-    from .config import LOSING_VARIANTS
-
-    for name, shipped in LOSING_VARIANTS.items():
-        if name in changes and changes[name] != shipped:
-            warn(f"note: --{name.replace('_', '-')} {changes[name]} is deprecated (it lost to the shipped "
-                 f"{shipped} on the development sets, docs/bench/defaults.md) and goes in the next release")
     return replace(base, **changes)
+
+
+def removed_flags(args: argparse.Namespace) -> None:
+    """``--fusion``, ``--cut-scope``, ``--rerank-scope``, ``--rerank-min-margin``, ``--lexical-fusion``:
+    removed settings (``config.REMOVED_VARIANTS``). The shipped value is taken with a note; any other
+    is an InputError naming the flag."""
+    from .config import REMOVED_VARIANTS
+
+    for name, shipped in REMOVED_VARIANTS.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name == "rerank_min_margin":
+            if value >= 0:
+                raise InputError(f"{flag} {value} was removed: the rerank gate lost on the development sets "
+                                 f"(docs/bench/defaults.md); leave {flag} out")
+        elif value != shipped:
+            raise InputError(f"{flag} {value} was removed: only {shipped} is left, the others lost on the "
+                             "development sets (docs/bench/defaults.md)")
+        warn(f"note: {flag} is deprecated (it has one value left, the shipped one) and goes in the next release")
 
 
 def history_mode_with_history(args: argparse.Namespace, base: SelectorConfig = SHIPPED, why: str = "") -> str:

@@ -1,4 +1,4 @@
-"""The Selector: decompose -> embed -> search + lexical -> fuse -> rerank -> cut, with per-stage timings."""
+"""The Selector: decompose -> embed -> search + lexical -> fuse -> rerank -> cut -> budget, with per-stage timings."""
 from __future__ import annotations
 
 import threading
@@ -15,13 +15,13 @@ from .config import SelectorConfig
 from .dialogue import Turn, bounded_history, check_text, retrieval_text, validate_query
 from .errors import BundleError, InputError
 from .stages.budget import Budget, spend_budget
-from .stages.cut import Cut, apply_cut, cut_per_list
+from .stages.cut import Cut, cut_turn
 from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
 from .stages.embed import Embedder
-from .stages.fuse import FUSIONS, RankedList
+from .stages.fuse import RankedList, peak_rank_fusion
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, fuse_lexical
-from .stages.rerank import Reranker, mix_scores
+from .stages.rerank import Reranker, rerank_fused
 from .targets import warn_if_other_target
 from .tool_vectors import catalog_vectors
 
@@ -332,33 +332,22 @@ class Selector:
 
         catalog, version, lists, vectors_of = self._retrieve(texts, vectors, timer)
         t = time.perf_counter()
-        rerank = self.reranker is not None and self.config.rerank
-        reranked = 0  # lists whose order the cross-encoder set (the gate may keep the retrieval order)
-        if rerank and self.config.rerank_scope == "list":
-            out = [self._rerank(text, lst, catalog) for text, lst in zip(texts, lists)]
-            reranked = sum(lst is not None for lst in out)
-            lists = [lst if new is None else new for lst, new in zip(lists, out)]
-            t = timer.lap("rerank", t)
-        if len(lists) == 1:
-            ids, scores, source = list(lists[0].ids), np.asarray(lists[0].scores), [0] * len(lists[0].ids)
-        else:
-            fused = FUSIONS[self.config.fusion](lists)
-            ids, scores, source = fused.ids, fused.scores, fused.source
+        fused = peak_rank_fusion(lists)
+        ids, scores, source = fused.ids, fused.scores, fused.source
         t = timer.lap("fuse", t)
-        turn_rerank = rerank and self.config.rerank_scope == "turn"
-        if turn_rerank:
-            head = self._rerank_head(texts, ids, scores, source, catalog)
-            turn_rerank = head is not None  # None: the gate kept the retrieval order
-            if turn_rerank:
-                ids, scores, source = head
-                reranked = 1
+        reranked = 0  # 1 where the cross-encoder set this turn's order (the skip may keep the fused one)
+        if self.reranker is not None and self.config.rerank:
+            head = rerank_fused(self.reranker, lambda n: [(texts[source[i]], tool_text(catalog.get(ids[i])))
+                                                          for i in range(n)],
+                                scores, self.config.rerank_candidates, self.config.rerank_weight,
+                                self.config.rerank_skip_margin)
+            if head is not None:
+                order, scores = head
+                ids, source, reranked = [ids[i] for i in order], [source[i] for i in order], 1
             t = timer.lap("rerank", t)
-        if self.config.cut_scope == "subtask" and len(lists) > 1 and self.config.cut.rule != "fixed" \
-                and not turn_rerank:
-            ids, scores, source, cut = _cut_per_list(self.config.cut, lists, ids, scores, source, vectors_of)
-        else:
-            embeddings = vectors_of(ids) if self.config.cut.uses_embeddings else None
-            cut = apply_cut(self.config.cut, scores, embeddings, normalized=True)
+        order, cut = cut_turn(self.config.cut, [(lst.ids, lst.scores) for lst in lists], ids, scores, vectors_of,
+                              per_list=not reranked)
+        ids, scores, source = [ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order]
         t = timer.lap("cut", t)
         ids, scores, source, k, tokens = self._spend(budget, ids, scores, source, cut.k, lists, catalog)
         if budget.bounded:
@@ -385,7 +374,9 @@ class Selector:
             t = timer.lap("search", t)
             lists = [RankedList(ids, scores) for ids, scores in results]
             if self.config.lexical:  # BM25 fused into each dense list, before the rerank
-                lists = fuse_lexical(lists, texts, vectors, index, self.lexical, self.config)
+                lists = fuse_lexical(lists, texts, vectors, index, self.lexical, weight=self.config.lexical_weight,
+                                     lexical_candidates=self.config.lexical_candidates,
+                                     candidates=self.config.candidates)
                 t = timer.lap("lexical", t)
             if not self.config.cut.uses_embeddings:
                 return catalog, version, lists, None
@@ -406,55 +397,6 @@ class Selector:
         order = kept + [i for i in range(len(ids)) if i not in set(kept)]
         tokens = sum(cost(ids[i]) for i in kept) if budget.max_schema_tokens is not None else None
         return [ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], len(kept), tokens
-
-    def _rerank_head(self, texts: list[str], ids: list[str], scores: np.ndarray, source: list[int],
-                     catalog: Catalog) -> tuple[list[str], np.ndarray, list[int]] | None:
-        """One cross-encoder call for the turn: the fused list's head, each tool paired with the text
-        of the list it came from, the rest of the list dropped; None where retrieval is sure (no
-        call) or the gate keeps the retrieval order."""
-        n = min(self.config.rerank_candidates, len(ids))
-        if n == 0 or self._retrieval_sure(scores):
-            return None
-        pairs = [(texts[source[i]], tool_text(catalog.get(ids[i]))) for i in range(n)]
-        ce = np.asarray(self.reranker.score_pairs(pairs), dtype=np.float32)
-        if not self._confident(ce):
-            return None
-        final = mix_scores(ce, np.asarray(scores[:n], dtype=np.float32), self.config.rerank_weight)
-        order = np.argsort(-final, kind="stable")
-        return [ids[i] for i in order], final[order], [source[i] for i in order]
-
-    def _retrieval_sure(self, scores: np.ndarray) -> bool:
-        """The rerank skip: the fused list's top tool leads the runner-up by ``rerank_skip_margin``
-        or more, so the cross-encoder is not run (docs/bench/defaults.md: its gain sits in the
-        turns retrieval is unsure of)."""
-        margin = self.config.rerank_skip_margin
-        if margin is None or len(scores) < 2:
-            return False
-        return float(scores[0]) - float(scores[1]) >= margin
-
-    def _confident(self, ce: np.ndarray) -> bool:
-        """The rerank gate: the cross-encoder's reordering counts only where its best logit leads the
-        runner-up by ``rerank_min_margin`` (docs/bench/defaults.md: out of its depth, it spreads its
-        logits flat and loses to the retrieval order)."""
-        margin = self.config.rerank_min_margin
-        if margin is None or len(ce) < 2:
-            return True
-        top2 = np.partition(np.asarray(ce, dtype=np.float64), len(ce) - 2)[-2:]
-        return float(top2[1] - top2[0]) >= margin
-
-    def _rerank(self, text: str, lst: RankedList, catalog: Catalog) -> RankedList | None:
-        """Cross-encoder scores for the list's head, the rest of the list dropped; None where the
-        gate keeps the retrieval order."""
-        ids = list(lst.ids)[: self.config.rerank_candidates]
-        if not ids:
-            return None
-        # The same tool text as training; the pair tokenizer cuts it to the model's window.
-        ce = self.reranker.score(text, [tool_text(catalog.get(i)) for i in ids])
-        if not self._confident(ce):
-            return None
-        final = mix_scores(ce, np.asarray(lst.scores[: len(ids)]), self.config.rerank_weight)
-        order = np.argsort(-final, kind="stable")
-        return RankedList([ids[i] for i in order], final[order])
 
     def schemas(self, selection: Selection, format: str = "mcp") -> list[dict[str, Any]]:
         """The definitions of the selected tools to hand to the assistant's LLM, in ``format``:
@@ -504,10 +446,3 @@ def _selected(catalog: Catalog, lists: Sequence[RankedList], texts: Sequence[str
     rank, dense, lexical = lists[src].evidence(tool_id) or (None, None, None)
     return SelectedTool(tool_id, catalog.get(tool_id).name, float(score), texts[src], list=src, rank=rank,
                         dense=dense, lexical=lexical)
-
-
-def _cut_per_list(cut_config, lists, ids, scores, source, vectors_of):
-    """The adaptive cut on each retrieval list; the union of the kept tools, in fused order,
-    moves to the head of the ranked list (stages/cut.py ``cut_per_list``)."""
-    order, cut = cut_per_list(cut_config, [(lst.ids, lst.scores) for lst in lists], ids, vectors_of)
-    return ([ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], cut)

@@ -136,12 +136,11 @@ def test_recorded_calls_are_the_selectors_rerank(tiny_reranker_bundle):
     for turn, turn_calls in zip(TURNS, calls):
         sel = reranking.select(turn["utterance"], turn["history"])
         assert turn_calls, turn["utterance"]
-        if reranking.config.rerank_scope == "turn":  # one call over the fused head, scored in that order
-            (method, pairs), = turn_calls
-            assert method == "score_pairs"
-            assert len(pairs) == min(len(sel.ranked_ids), reranking.config.rerank_candidates)
-            assert {texts[t] for _, t in pairs} == set(sel.ranked_ids[:len(pairs)])
-            assert {q for q, _ in pairs} <= {text for text, _ids, _scores in sel.lists}
+        (method, pairs), = turn_calls  # one call over the fused head, scored in that order
+        assert method == "score_pairs"
+        assert len(pairs) == min(len(sel.ranked_ids), reranking.config.rerank_candidates)
+        assert {texts[t] for _, t in pairs} == set(sel.ranked_ids[:len(pairs)])
+        assert {q for q, _ in pairs} <= {text for text, _ids, _scores in sel.lists}
     # the recording proxy does not change what is selected
     recorded = reranking.with_reranker(_RecordingReranker(reranking.reranker))
     for t in TURNS:

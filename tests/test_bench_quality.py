@@ -86,11 +86,12 @@ def test_rows_follow_the_shipped_configuration_when_it_changes():
     shipped = replace(SelectorConfig(), lexical=True, rerank=False, decompose="rules", history="user",
                       lexical_weight=0.3)
     configs = eval_configs(shipped, QualityConfig())
-    assert configs["shipped"].retriever == "hybrid" and not configs["shipped"].rerank
-    assert configs["shipped"].decompose == "rules"
-    assert all(c.history == "user" and c.lexical_weight == 0.3 and c.cut == shipped.cut for c in configs.values())
-    assert configs["dense"].retriever == "dense" and not configs["dense"].rerank
-    assert configs["hybrid + reranker + rules"].decompose == "rules" and configs["hybrid + reranker"].rerank
+    assert configs["shipped"].retriever == "hybrid" and not configs["shipped"].selector.rerank
+    assert configs["shipped"].decomposition == "rules"
+    assert all(c.selector.history == "user" and c.selector.lexical_weight == 0.3 and c.cut == shipped.cut
+               for c in configs.values())
+    assert configs["dense"].retriever == "dense" and not configs["dense"].selector.rerank
+    assert configs["hybrid + reranker + rules"].decomposition == "rules" and configs["hybrid + reranker"].selector.rerank
 
 
 def test_development_sets_skip_an_absent_public_set(tiny_benchmark, tmp_path):

@@ -97,13 +97,15 @@ def test_search_tools_takes_the_budget(selector):
 
 @pytest.mark.parametrize("field,value", [("fusion", "rrf"), ("rerank_scope", "list"), ("rerank_min_margin", 0.5),
                                          ("cut_scope", "fused"), ("lexical_fusion", "rrf")])
-def test_losing_variants_still_work_for_one_release_with_a_deprecation(field, value):
+def test_removed_variants_are_refused_by_name_and_the_shipped_value_still_runs(field, value):
     import warnings
 
     from magicselector import SelectorConfig
+    from magicselector.config import REMOVED_VARIANTS
 
-    with pytest.warns(DeprecationWarning, match=f"SelectorConfig.{field}="):
-        assert getattr(SelectorConfig(**{field: value}), field) == value
+    with pytest.raises(InputError, match=f"SelectorConfig.{field}=.*removed"):
+        SelectorConfig(**{field: value})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        SelectorConfig()  # the shipped product warns about nothing
+        assert SelectorConfig(**{field: REMOVED_VARIANTS[field]}) == SelectorConfig()  # old code runs unchanged
+    assert field not in {f.name for f in __import__("dataclasses").fields(SelectorConfig)}

@@ -25,17 +25,9 @@ def test_no_flags_is_the_shipped_config(capsys):
 
 
 def test_eval_defaults_to_what_from_bundle_ships(capsys):
-    shipped = SelectorConfig()
     config = eval_config(parse("eval", "DIR"))
-    assert config.cut == shipped.cut == DEFAULT_CUT and config.adaptive is True
-    assert (config.history, config.rerank, config.decomposition, config.fusion, config.cut_scope, config.threads) == (
-        shipped.history, shipped.rerank, shipped.decompose, shipped.fusion, shipped.cut_scope, shipped.threads)
-    assert (config.rerank_weight, config.rerank_candidates) == (shipped.rerank_weight, shipped.rerank_candidates)
-    assert (config.rerank_min_margin, config.rerank_skip_margin) == (shipped.rerank_min_margin,
-                                                                     shipped.rerank_skip_margin)
-    # no decomposer named: the bundle's (with its prompt), as Selector.from_bundle does
-    assert config.decomposer_model is None and config.decomposer_prompt is None
-    assert config.decompose_deadline_ms == shipped.decompose_deadline_ms and config.llm_threads == shipped.llm_threads
+    assert config.selector == SelectorConfig()  # the CLI builds the one SelectorConfig, the shipped one
+    assert config.cut == DEFAULT_CUT and config.adaptive is True and config.decomposition == "rules"
     assert config.k == 10  # the metric cutoff
     assert capsys.readouterr().err == ""
 
@@ -43,11 +35,10 @@ def test_eval_defaults_to_what_from_bundle_ships(capsys):
 def test_new_spellings(capsys):
     args = parse("select", "hi", "--history-file", "h.json", "--history-mode", "all", "--cut", "rmargin",
                  "--range-margin", "0.5", "--range-depth", "0", "--k-max", "8", "--threads", "2", "--no-rerank",
-                 "--decompose", "rules", "--fusion", "rrf", "--cut-scope", "fused")
+                 "--decompose", "rules")
     assert args.history_file == "h.json"
     config = selector_config(args)
     assert config == replace(SelectorConfig(), history="all", threads=2, rerank=False, decompose="rules",
-                             fusion="rrf", cut_scope="fused",
                              cut=replace(DEFAULT_CUT, range_margin=0.5, range_depth=0, k_max=8))
     # --k is the fixed cut's k, and alone it means --cut fixed
     assert selector_config(parse("select", "hi", "--k", "4")).cut == replace(DEFAULT_CUT, rule="fixed", fixed_k=4)
@@ -57,16 +48,34 @@ def test_new_spellings(capsys):
     config = eval_config(parse("eval", "DIR", "--at", "5", "--k", "3"))
     assert config.k == 5 and config.cut.rule == "fixed" and config.cut.fixed_k == 3 and config.adaptive
     config = eval_config(parse("eval", "DIR", "--history-mode", "user", "--cut", "paper"))
-    assert config.history == "user" and config.cut == replace(DEFAULT_CUT, rule="paper") and config.k == 10
-    # the only notes: the two losing variants asked for, each named once
+    assert config.selector.history == "user" and config.cut == replace(DEFAULT_CUT, rule="paper") and config.k == 10
+    assert "deprecated" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [("--fusion", "peak"), ("--cut-scope", "subtask"), ("--rerank-scope", "turn"),
+                                   ("--rerank-min-margin", "-1"), ("--lexical-fusion", "zmix")])
+def test_removed_flags_take_the_shipped_value_with_a_note(flags, capsys):
+    command = ("eval", "DIR") if flags[0] == "--lexical-fusion" else ("select", "hi")
+    build = eval_config if command[0] == "eval" else selector_config
+    config = build(parse(*command, *flags))
+    assert (config.selector if command[0] == "eval" else config) == SelectorConfig()
     notes = [line for line in capsys.readouterr().err.splitlines() if "deprecated" in line]
-    assert len(notes) == 2 and "--fusion rrf" in notes[0] and "--cut-scope fused" in notes[1]
+    assert len(notes) == 1 and flags[0] in notes[0]
+
+
+@pytest.mark.parametrize("flags", [("--fusion", "rrf"), ("--cut-scope", "fused"), ("--rerank-scope", "list"),
+                                   ("--rerank-min-margin", "0.5"), ("--lexical-fusion", "rrf")])
+def test_removed_flags_refuse_the_lost_values_by_name(flags):
+    command = ("eval", "DIR") if flags[0] == "--lexical-fusion" else ("select", "hi")
+    build = eval_config if command[0] == "eval" else selector_config
+    with pytest.raises(InputError, match=f"{flags[0]} {flags[1]} was removed"):
+        build(parse(*command, *flags))
 
 
 def test_rerank_skip_margin_flag():
     assert selector_config(parse("select", "hi", "--rerank-skip-margin", "0.7")).rerank_skip_margin == 0.7
     assert selector_config(parse("select", "hi", "--rerank-skip-margin", "-1")).rerank_skip_margin is None  # never
-    assert eval_config(parse("eval", "DIR", "--rerank-skip-margin", "-1")).rerank_skip_margin is None
+    assert eval_config(parse("eval", "DIR", "--rerank-skip-margin", "-1")).selector.rerank_skip_margin is None
 
 
 def test_k_with_an_adaptive_rule_says_it_is_not_read(capsys):
@@ -77,7 +86,7 @@ def test_k_with_an_adaptive_rule_says_it_is_not_read(capsys):
 @pytest.mark.parametrize("argv, check, new", [
     (["select", "hi", "--history", "h.json"], lambda a: a.history_file == "h.json" and a.history_mode is None,
      "--history-file"),
-    (["eval", "DIR", "--history", "user"], lambda a: eval_config(a).history == "user", "--history-mode"),
+    (["eval", "DIR", "--history", "user"], lambda a: eval_config(a).selector.history == "user", "--history-mode"),
     (["eval", "DIR", "--cut-rule", "paper"], lambda a: eval_config(a).cut == replace(DEFAULT_CUT, rule="paper"),
      "--cut RULE"),
     (["eval", "DIR", "--adaptive"], lambda a: eval_config(a).cut == DEFAULT_CUT, "--cut RULE"),

@@ -4,6 +4,7 @@ import pytest
 
 from magicselector.data.datasets import load_benchmark
 from magicselector.bench.evaluate import EvalConfig, evaluate
+from magicselector.config import SelectorConfig
 from magicselector.errors import InputError
 
 
@@ -25,7 +26,7 @@ def test_benchmark_validation(tiny_benchmark):
 @pytest.mark.slow
 def test_hybrid_and_history(bundle_dir, tiny_benchmark):
     none = evaluate(tiny_benchmark, EvalConfig(k=1, retriever="dense"), bundle=bundle_dir, progress=False)
-    user = evaluate(tiny_benchmark, EvalConfig(k=1, retriever="dense", history="user"), bundle=bundle_dir, progress=False)
+    user = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(history="user"), k=1, retriever="dense"), bundle=bundle_dir, progress=False)
     # "and tomorrow?" finds the weather tool first with the user turns carried along (user) and with
     # the whole dialogue (EvalConfig's default, the shipped history "all").
     assert user["by_category"]["followup"]["ndcg@1"] == 1.0

@@ -149,14 +149,13 @@ def test_bundle_carries_the_index_and_the_selector_finds_lexical_only_tools(bund
     vecs = base.embedder.embed([tool_text(t) for t in UNKNOWN_TOOLS])
     assert float(np.min(vecs @ vecs.T)) > 0.999  # the embedder cannot tell these tools apart
     dense = base.with_config(rerank=False, lexical=False, decompose="none")
-    right_first = {"dense": 0, "rrf": 0, "zmix": 0}
+    right_first = {"dense": 0, "hybrid": 0}
     for tid, word in UNKNOWN_WORDS.items():
         right_first["dense"] += dense.select(word).ranked_ids[0] == tid
-        for fusion in ("rrf", "zmix"):
-            sel = base.with_config(rerank=False, lexical=True, lexical_fusion=fusion, decompose="none").select(word)
-            right_first[fusion] += sel.ranked_ids[0] == tid
-            assert "lexical" in sel.timings_ms
-    assert right_first["dense"] <= 1 and right_first["rrf"] == right_first["zmix"] == len(UNKNOWN_WORDS)
+        sel = base.with_config(rerank=False, lexical=True, decompose="none").select(word)
+        right_first["hybrid"] += sel.ranked_ids[0] == tid
+        assert "lexical" in sel.timings_ms
+    assert right_first["dense"] <= 1 and right_first["hybrid"] == len(UNKNOWN_WORDS)
     # every sub-task of a decomposed turn gets the lexical list too
     multi = base.with_config(rerank=False, lexical=True, decompose="rules").select(
         f"set an alarm for 7 and then open {CODE_QUERY}")
@@ -181,20 +180,18 @@ def test_lexical_index_is_built_on_the_fly_and_for_another_catalog(selector):
     hybrid = selector.with_catalog(other, selector.config.__class__(lexical=True, rerank=False))
     assert hybrid._state.lexical is not None and CODE_TOOL.id in hybrid.lexical
     assert hybrid.select(CODE_QUERY).ranked_ids[0] == CODE_TOOL.id
-    for fusion in ("rrf", "zmix"):
-        sel = hybrid.with_config(lexical_fusion=fusion, lexical_weight=0.3).select("turn on bluetooth")
-        assert sel.ranked_ids and len(sel.ranked_ids) == len(set(sel.ranked_ids))
+    sel = hybrid.with_config(lexical_weight=0.3).select("turn on bluetooth")
+    assert sel.ranked_ids and len(sel.ranked_ids) == len(set(sel.ranked_ids))
     # no token in common with any tool: the dense order stands
     dense = hybrid.with_config(lexical=False).select("zzzz qqqq")
-    for fusion in ("rrf", "zmix"):
-        assert hybrid.with_config(lexical_fusion=fusion).select("zzzz qqqq").ranked_ids == dense.ranked_ids
+    assert hybrid.select("zzzz qqqq").ranked_ids == dense.ranked_ids
 
 
 def test_config_validates_lexical_settings():
     from magicselector.config import SelectorConfig
 
-    with pytest.raises(InputError, match="lexical_fusion"):
-        SelectorConfig(lexical_fusion="max")
+    with pytest.raises(InputError, match="lexical_fusion.*removed"):
+        SelectorConfig(lexical_fusion="rrf")
     with pytest.raises(InputError, match="lexical_weight"):
         SelectorConfig(lexical_weight=1.5)
     with pytest.raises(InputError, match="lexical_candidates"):
@@ -204,11 +201,12 @@ def test_config_validates_lexical_settings():
 @pytest.mark.slow
 def test_eval_hybrid_runs_with_decomposition_and_bm25_alone(tiny_benchmark, bundle_dir):
     from magicselector.bench.evaluate import EvalConfig, evaluate
+    from magicselector.config import SelectorConfig
 
-    hybrid = evaluate(tiny_benchmark, EvalConfig(retriever="hybrid", decompose="rules", rerank=False),
+    hybrid = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(decompose="rules", rerank=False), retriever="hybrid"),
                       bundle=bundle_dir, progress=False)
     assert hybrid["counterfactual"]["queries"] == hybrid["overall"]["queries"]
-    bm25 = evaluate(tiny_benchmark, EvalConfig(retriever="bm25", rerank=False), bundle=bundle_dir, progress=False)
+    bm25 = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(rerank=False), retriever="bm25"), bundle=bundle_dir, progress=False)
     assert 0.0 < bm25["overall"]["ndcg@10"] <= 1.0
     with pytest.raises(InputError, match="hybrid"):
-        EvalConfig(retriever="bm25", decompose="rules")
+        EvalConfig(SelectorConfig(decompose="llm"), retriever="bm25")

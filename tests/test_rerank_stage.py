@@ -111,16 +111,13 @@ def test_default_bundle_carries_the_shipped_reranker(selector, shipped):
     assert rr and rr["truncation"] == "query_capped"
     assert rr["parity"]["against"] == "pytorch-fp32" and "top1_agreement" in rr["parity"]
     assert selector.reranker is not None and not selector.config.rerank  # carried, off by default (docs/bench/defaults.md)
-    on = selector.with_config(rerank=True, decompose="none", rerank_min_margin=None, rerank_skip_margin=None)
+    on = selector.with_config(rerank=True, decompose="none", rerank_skip_margin=None)
     out = on.select("turn on bluetooth and play some jazz")
     assert "rerank" in out.timings_ms and out.candidates >= 1 and out.reranked == 1
     assert len(out.lists) == 1 and len(out.ranked_ids) == on.config.rerank_candidates
     assert "rerank" not in selector.select("turn on bluetooth and play some jazz").timings_ms
-    assert on.with_config(rerank_min_margin=None, decompose="rules").select(
-        "turn on bluetooth and play some jazz").reranked == 1  # no gate: every turn reranked
-    per_list = on.with_config(rerank_scope="list").select("turn on bluetooth and play some jazz")
-    assert len(per_list.lists[0][1]) == on.config.rerank_candidates  # one list: the same head, the same order
-    assert per_list.ranked_ids == out.ranked_ids
+    assert on.with_config(decompose="rules").select(
+        "turn on bluetooth and play some jazz").reranked == 1  # no skip: every turn reranked
 
 
 class _CountingReranker:
@@ -141,38 +138,25 @@ class _CountingReranker:
 def test_a_decomposed_turn_reranks_once_over_the_fused_head(selector):
     counting = _CountingReranker(selector.reranker)
     on = selector.with_config(rerank=True, decompose="rules", rerank_candidates=12,
-                              rerank_min_margin=None, rerank_skip_margin=None).with_reranker(counting)
+                              rerank_skip_margin=None).with_reranker(counting)
     out = on.select("turn on bluetooth, then play some jazz and also set an alarm for 7 am")
     assert len(out.lists) >= 3  # the utterance and its sub-tasks
     assert counting.calls == [12] and len(out.ranked_ids) == 12
     texts = [t for t, _, _ in out.lists]
     assert {tool.subtask for tool in out.tools} <= set(texts)
-    counting.calls.clear()
-    per_list = on.with_config(rerank_scope="list").select("turn on bluetooth, then play some jazz and also set an alarm for 7 am")
-    assert len(counting.calls) == len(per_list.lists)  # the other scope: one call per list
+    fused = on.with_config(rerank=False).select("turn on bluetooth, then play some jazz and also set an alarm for 7 am")
+    assert set(out.ranked_ids) == set(fused.ranked_ids[:12])  # the fused head, reordered; the rest dropped
 
 
 def test_eval_no_rerank_switches_the_cross_encoder_off(bundle_dir, tiny_benchmark):
     from magicselector.bench.evaluate import EvalConfig, evaluate
+    from magicselector.config import SelectorConfig
 
-    on = evaluate(tiny_benchmark, EvalConfig(rerank=True), bundle=bundle_dir, progress=False)
-    off = evaluate(tiny_benchmark, EvalConfig(rerank=False), bundle=bundle_dir, progress=False)
+    on = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(rerank=True)), bundle=bundle_dir, progress=False)
+    off = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(rerank=False)), bundle=bundle_dir, progress=False)
     assert evaluate(tiny_benchmark, EvalConfig(), bundle=bundle_dir, progress=False)["reranker"] is None  # shipped: off
     assert on["reranker"] == "bundle" and off["reranker"] is None
     assert on["overall"]["ndcg@10"] >= 0.5 and off["overall"]["ndcg@10"] >= 0.5
-
-
-@pytest.mark.parametrize("scope", ["turn", "list"])
-def test_rerank_gate_keeps_the_retrieval_order_where_the_cross_encoder_is_unsure(selector, scope):
-    utterance = "turn on bluetooth, then play some jazz and also set an alarm for 7 am"
-    on = selector.with_config(rerank=True, rerank_scope=scope, rerank_min_margin=None, rerank_skip_margin=None)
-    off = selector.with_config(rerank=False).select(utterance)
-    ungated = on.select(utterance)
-    assert ungated.reranked >= 1 and ungated.to_dict()["reranked"] == ungated.reranked
-    assert on.with_config(rerank_min_margin=0.0).select(utterance).ids == ungated.ids  # every margin is >= 0
-    shut = on.with_config(rerank_min_margin=1e6).select(utterance)  # no list is that sure
-    assert shut.reranked == 0 and "rerank" in shut.timings_ms  # scored, then kept out
-    assert shut.ids == off.ids and shut.ranked_ids == off.ranked_ids
 
 
 def test_rerank_skip_runs_no_cross_encoder_where_retrieval_is_sure(selector):
@@ -181,7 +165,7 @@ def test_rerank_skip_runs_no_cross_encoder_where_retrieval_is_sure(selector):
     lead = off.ranked_scores[0] - off.ranked_scores[1]  # the fused head's top-1 lead, as the skip reads it
     assert lead > 0
     counting = _CountingReranker(selector.reranker)
-    on = selector.with_config(rerank=True, rerank_min_margin=None).with_reranker(counting)
+    on = selector.with_config(rerank=True).with_reranker(counting)
     sure = on.with_config(rerank_skip_margin=lead / 2).select(utterance)
     assert counting.calls == [] and sure.reranked == 0
     assert sure.ids == off.ids and sure.ranked_ids == off.ranked_ids
@@ -198,10 +182,11 @@ def test_rerank_skip_runs_no_cross_encoder_where_retrieval_is_sure(selector):
             SelectorConfig(rerank_skip_margin=bad)
 
 
-def test_rerank_gate_bad_margin_is_an_input_error():
+def test_the_removed_rerank_settings_take_only_the_shipped_value():
     from magicselector.config import SelectorConfig
 
-    with pytest.raises(InputError, match="rerank_min_margin"):
-        SelectorConfig(rerank_min_margin=-1.0)
-    with pytest.raises(InputError, match="rerank_min_margin"):
-        SelectorConfig(rerank_min_margin="wide")
+    assert SelectorConfig(rerank_min_margin=None, rerank_scope="turn") == SelectorConfig()  # old code runs
+    with pytest.raises(InputError, match="rerank_min_margin.*removed"):
+        SelectorConfig(rerank_min_margin=0.5)
+    with pytest.raises(InputError, match="rerank_scope.*removed"):
+        SelectorConfig(rerank_scope="list")

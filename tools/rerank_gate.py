@@ -1,4 +1,4 @@
-"""Calibrates the rerank gate (SelectorConfig.rerank_min_margin) on the development sets' evaluation parts.
+"""The rerank gate experiment (the removed SelectorConfig.rerank_min_margin, re-applied offline) and the rerank skip, on the development sets' evaluation parts.
 
 For every set (generated mobile test and test_ood, bfcl and metatool tool-disjoint eval parts, as
 ``magicselector bench quality`` builds them) it takes the 200 queries ``bench quality --limit 200``

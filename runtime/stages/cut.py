@@ -248,4 +248,16 @@ def cut_per_list(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequenc
     return order, cut
 
 
+def cut_turn(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequence[float]]], fused_ids: Sequence[str],
+             fused_scores: np.ndarray, vectors: Callable[[list[str]], np.ndarray], per_list: bool = True
+             ) -> tuple[list[int], Cut]:
+    """The cut of one turn: on each retrieval list with their union kept (``cut_per_list``) where
+    the turn has several lists, ``per_list`` holds and the rule is adaptive; else on the fused list
+    itself. Returns the new order of the fused list (positions) and the Cut."""
+    if per_list and len(lists) > 1 and config.rule != "fixed":
+        return cut_per_list(config, lists, fused_ids, vectors)
+    embeddings = vectors(list(fused_ids)) if config.uses_embeddings else None
+    return list(range(len(fused_ids))), apply_cut(config, fused_scores, embeddings, normalized=True)
+
+
 CUT_RULES = ("paper", "fixed", "margin", "zmargin", "rmargin", "mass")  # the rules apply_cut dispatches on

@@ -2,8 +2,8 @@
 
 ``peak_rank_fusion`` is ToolQP's aggregation: a tool's fused rank is the best rank it reached in
 any single list, so a sub-task that produced many lists does not outvote the others. Ties (the
-same best rank in several lists) go to the higher score, then to the earlier list.
-``reciprocal_rank_fusion`` (Cormack et al.) is kept for comparison.
+same best rank in several lists) go to the higher score, then to the earlier list (reciprocal
+rank fusion lost to it on the development sets and was removed).
 """
 from __future__ import annotations
 
@@ -53,19 +53,3 @@ def peak_rank_fusion(lists: Sequence[RankedList]) -> Fused:
     order = sorted(best.items(), key=lambda kv: kv[1])
     return Fused([t for t, _ in order], np.array([-k[1] for _, k in order], dtype=np.float32),
                  [k[2] for _, k in order])
-
-
-def reciprocal_rank_fusion(lists: Sequence[RankedList], k: int = 60) -> Fused:
-    total: dict[str, float] = {}
-    peak: dict[str, tuple[int, int]] = {}
-    for li, lst in enumerate(lists):
-        for rank, tid in enumerate(lst.ids):
-            total[tid] = total.get(tid, 0.0) + 1.0 / (k + rank + 1)
-            if tid not in peak or rank < peak[tid][0]:
-                peak[tid] = (rank, li)
-    order = sorted(total.items(), key=lambda kv: (-kv[1], peak[kv[0]]))
-    return Fused([t for t, _ in order], np.array([s for _, s in order], dtype=np.float32),
-                 [peak[t][1] for t, _ in order])
-
-
-FUSIONS = {"peak": peak_rank_fusion, "rrf": reciprocal_rank_fusion}

@@ -21,9 +21,9 @@ over all postings (O(total postings)); the weights, which N and avgdl change for
 recomputed once by the next query (also O(total postings)), so a batch of changes pays it once
 (docs/bench/lexical.md measures both).
 
-``fuse_lexical`` merges each dense retrieval list with the lexical list of the same text, by
-weighted reciprocal rank fusion (``rrf``) or by a weighted sum of per-list z-scores of the cosine
-and BM25 scores (``zmix``, both computed exactly for every candidate of either list).
+``fuse_lexical`` merges each dense retrieval list with the lexical list of the same text by a
+weighted sum of per-list z-scores of the cosine and BM25 scores, both computed exactly for every
+candidate of either list.
 """
 from __future__ import annotations
 
@@ -42,8 +42,6 @@ from .fuse import RankedList
 
 FORMAT = "magicselector-bm25/1"
 IDF_MODES = ("lucene", "okapi")
-LEXICAL_FUSIONS = ("rrf", "zmix")
-RRF_K = 60
 _OKAPI_EPSILON = 0.25
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # not after a digit: "ZR4QX7" is one code
@@ -329,43 +327,27 @@ def _json_bytes(value) -> np.ndarray:
 
 
 # -- fusion with the dense lists ---------------------------------------------------------------------
-def fuse_lexical(lists: Sequence[RankedList], texts: Sequence[str], vectors: np.ndarray, index, lexical: LexicalIndex,
-                 config) -> list[RankedList]:
-    """Each dense list fused with the lexical list of its text (``config.lexical_candidates`` BM25
-    hits), cut to ``config.candidates`` tools; ``config.lexical_fusion`` says how, with
-    ``weight`` = ``config.lexical_weight``:
-
-    ``rrf``: score = (1 - weight) / (60 + dense rank) + weight / (60 + lexical rank), a list
-    contributing nothing where it lacks the tool. ``zmix``: score = (1 - weight) * z(cosine) +
-    weight * z(BM25) over the union of both lists, with the cosine from the index's vectors and
-    the BM25 of every candidate (0 where it shares no token), so a text that matches no tool
-    lexically keeps its dense order. ``index`` gives the tool vectors (``ToolIndex.vectors``).
-    """
-    fusion, weight, count = config.lexical_fusion, config.lexical_weight, config.candidates
-    if fusion not in LEXICAL_FUSIONS:
-        raise InputError(f"lexical fusion must be one of {LEXICAL_FUSIONS}, got {fusion!r}")
+def fuse_lexical(lists: Sequence[RankedList], texts: Sequence[str], vectors: np.ndarray, index,
+                 lexical: LexicalIndex, *, weight: float, lexical_candidates: int, candidates: int) -> list[RankedList]:
+    """Each dense list fused with the lexical list of its text (its ``lexical_candidates`` best BM25
+    hits), cut to ``candidates`` tools: score = (1 - weight) * z(cosine) + weight * z(BM25) over
+    the union of both lists, with the cosine from the index's vectors (``index.vectors``) and the
+    BM25 of every candidate (0 where it shares no token), so a text that matches no tool lexically
+    keeps its dense order."""
     out = []
     for lst, text, vec in zip(lists, texts, vectors):
         bm25 = lexical.scores(text)
-        lex_ids, _ = lexical.top(bm25, config.lexical_candidates)
+        lex_ids, _ = lexical.top(bm25, lexical_candidates)
         if not lex_ids or weight <= 0.0:
-            dense = np.asarray(lst.scores, dtype=np.float32)[:count]
-            ids = list(lst.ids)[:count]
+            dense = np.asarray(lst.scores, dtype=np.float32)[:candidates]
+            ids = list(lst.ids)[:candidates]
             out.append(RankedList(ids, dense, dense=dense, lexical=lexical.score_of(bm25, ids)))
             continue
         union = list(dict.fromkeys([*lst.ids, *lex_ids]))
         cos = index.vectors(union) @ np.asarray(vec, dtype=np.float32)
         lex = lexical.score_of(bm25, union)
-        if fusion == "rrf":
-            fused = np.zeros(len(union))
-            pos = {t: i for i, t in enumerate(union)}
-            for rank, t in enumerate(lst.ids):
-                fused[pos[t]] += (1.0 - weight) / (RRF_K + rank + 1)
-            for rank, t in enumerate(lex_ids):
-                fused[pos[t]] += weight / (RRF_K + rank + 1)
-        else:
-            fused = (1.0 - weight) * _z(cos) + weight * _z(lex)
-        order = np.argsort(-fused, kind="stable")[:count]
+        fused = (1.0 - weight) * _z(cos) + weight * _z(lex)
+        order = np.argsort(-fused, kind="stable")[:candidates]
         out.append(RankedList([union[i] for i in order], fused[order].astype(np.float32),
                               dense=cos[order].astype(np.float32), lexical=lex[order]))
     return out

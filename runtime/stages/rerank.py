@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -224,3 +224,27 @@ def mix_scores(rerank: np.ndarray, retrieval: np.ndarray, weight: float) -> np.n
     if weight >= 1.0:
         return np.asarray(rerank, dtype=np.float32)
     return (weight * zscore(rerank) + (1.0 - weight) * zscore(retrieval)).astype(np.float32)
+
+
+def rerank_fused(scorer: Reranker, pairs_of: Callable[[int], list[tuple[str, str]]], scores: np.ndarray,
+                 candidates: int, weight: float, skip_margin: float | None
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rerank of one turn: skip, score, mix.
+
+    The fused list's head, its first ``candidates`` tools (``scores``: the fused list's scores), is
+    scored by the cross-encoder in one call, each tool paired with the text of the list it came
+    from (``pairs_of(n)`` gives the head's n pairs), and the logits are mixed with the fused scores
+    (``mix_scores``, ``weight``). Returns the head's new order (positions into it) and its mixed
+    scores in that order; the rest of the list is dropped by the caller. None, and no
+    cross-encoder call, where the list is empty or retrieval is sure: its top tool leads the
+    runner-up by ``skip_margin`` or more (None: never sure), since the cross-encoder's gain sits
+    in the turns retrieval is unsure of (docs/bench/defaults.md)."""
+    n = min(candidates, len(scores))
+    if n == 0:
+        return None
+    if skip_margin is not None and n >= 2 and float(scores[0]) - float(scores[1]) >= skip_margin:
+        return None
+    ce = np.asarray(scorer.score_pairs(pairs_of(n)), dtype=np.float32)
+    final = mix_scores(ce, np.asarray(scores[:n], dtype=np.float32), weight)
+    order = np.argsort(-final, kind="stable")
+    return order, final[order]
