@@ -229,6 +229,13 @@ class Bundle:
         except BundleError:
             return True
 
+    def sha256_of(self, rel: str) -> str:
+        """The sha256 the manifest lists for a file (BundleError where it lists none)."""
+        digest = self._entry(rel).get("sha256")
+        if not isinstance(digest, str):
+            raise BundleError(f"{self.path / MANIFEST}: files[{rel!r:.120}] has no sha256")
+        return digest
+
     def file(self, rel: str) -> Path:
         files = self.manifest.get("files")
         if not isinstance(rel, str) or not isinstance(files, Mapping) or rel not in files:

@@ -32,6 +32,37 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+@contextmanager
+def pinned_file(path: str | Path, sha256: str, error: type[Exception], what: str = "file") -> Iterator[str]:
+    """A path to exactly the bytes that were checked: ``path`` is opened once, hashed through that
+    descriptor and compared with ``sha256`` (``error`` naming it on a mismatch), and what is yielded
+    is the descriptor's own path (``/proc/self/fd/N``, ``/dev/fd/N``), so a library that opens it
+    by name (llama.cpp) reads that same file even if ``path`` is replaced meanwhile. Only where
+    neither exists is ``path`` itself yielded. The descriptor closes on exit (a mapping made from
+    it stays valid)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise error(f"{path}: cannot open the {what} ({e.strerror or e})") from None
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(os.dup(fd), "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+        if h.hexdigest() != sha256:
+            raise error(f"{path}: sha256 {h.hexdigest()[:12]}... does not match the pinned {sha256[:12]}...; "
+                        f"the {what} was altered or replaced")
+        for base in ("/proc/self/fd", "/dev/fd"):
+            own = f"{base}/{fd}"
+            if os.path.exists(own):
+                yield own
+                break
+        else:
+            yield str(path)
+    finally:
+        os.close(fd)
+
+
 BLANK_LINE: Any = object()  # what ``json_line`` returns for a line of only white space (a JSON null is None)
 
 

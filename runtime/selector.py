@@ -158,7 +158,7 @@ class Selector:
                  lexical: LexicalIndex | None = None, *, _state: _CatalogState | None = None) -> None:
         self.config = config or SelectorConfig()
         self.embedder = embedder
-        self.decomposer = decomposer or _decomposer_for(self.config)
+        self.decomposer = decomposer or _decomposer_for(self.config, bundle=bundle)
         self.bundle = bundle
         self.reranker = reranker
         self._state = _state if _state is not None else _CatalogState(catalog, index, lexical)
@@ -220,7 +220,7 @@ class Selector:
         """A Selector sharing this one's models and index, with some settings changed."""
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
-                        decomposer=_decomposer_for(config, self.decomposer), reranker=self.reranker,
+                        decomposer=_decomposer_for(config, self.decomposer, self.bundle), reranker=self.reranker,
                         _state=self._state)
 
     def with_catalog(self, catalog: Catalog, config: SelectorConfig | None = None) -> "Selector":
@@ -428,14 +428,20 @@ class Selector:
 
 
 # -- bounds, decomposer and cut helpers -----------------------------------------------------------
-def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None) -> Decomposer:
+def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None,
+                    bundle: Bundle | None = None) -> Decomposer:
     """The decomposer a config asks for. A decomposer the caller handed in stays while the config
     asks for none; otherwise the LLM of ``current`` (loaded or not) is kept when it was built with
-    the same model settings (``build_decomposer``'s ``reuse``)."""
+    the same model settings (``build_decomposer``'s ``reuse``). The bundle's own GGUF loads only
+    with the sha256 its manifest lists, checked on the file that is opened (``files.pinned_file``)."""
     if current is not None and not isinstance(current, BUILT_IN) and config.decompose == "none":
         return current
+    sha256 = None
+    dec = bundle.section("decomposer") if bundle is not None else None
+    if dec and config.decomposer_model == str(bundle.file(dec["file"])):
+        sha256 = bundle.sha256_of(dec["file"])
     llm = LlmSettings(model=config.decomposer_model, prompt=config.decomposer_prompt, threads=config.llm_threads,
-                      n_ctx=config.llm_ctx)
+                      n_ctx=config.llm_ctx, sha256=sha256)
     return build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
                             deadline_ms=config.decompose_deadline_ms, llm=llm, reuse=current)
 

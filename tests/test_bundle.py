@@ -1,9 +1,11 @@
 import json
+import os
 import shutil
 
 import pytest
 
 from magicselector import Bundle, BundleError, Selector
+from magicselector.errors import ModelError
 from magicselector.bundle_check import verify_bundle
 
 
@@ -91,6 +93,18 @@ def test_a_bundles_decomposer_and_its_prompt_are_the_selectors(tmp_path, bundle_
     assert sel.decomposer.model_path == sel.config.decomposer_model and sel.decomposer.prompt == "zero_shot"
     mine = Selector.from_bundle(out, config=SelectorConfig(decompose="llm", decomposer_model="/x/other.gguf"))
     assert mine.decomposer.model_path == "/x/other.gguf" and mine.decomposer.prompt == "few_shot"
+    # the bundle's GGUF loads only as the manifest lists it, checked on the file that is opened
+    listed = json.loads((out / "manifest.json").read_text())["files"]["decomposer/model.gguf"]["sha256"]
+    assert sel.decomposer.sha256 == listed and mine.decomposer.sha256 is None
+    assert sel.with_config(decompose="auto").decomposer.llm.sha256 == listed
+    with pytest.raises(ModelError, match="llama.cpp could not load") as err:  # checked, then opened: not a model
+        sel.decomposer.ensure_loaded()
+    assert str(out / "decomposer" / "model.gguf") in str(err.value) and "/fd/" not in str(err.value)
+    swapped = tmp_path / "swapped.gguf"
+    swapped.write_bytes(b"GGUF" + bytes(63) + b"!")
+    os.replace(swapped, out / "decomposer" / "model.gguf")  # replaced after from_bundle checked the bundle
+    with pytest.raises(ModelError, match="altered or replaced"):
+        sel.decomposer.ensure_loaded()
 
 
 @pytest.mark.slow

@@ -17,7 +17,8 @@ from typing import Sequence
 
 from ..backends.llama import Generation, Grammar, LlamaRunner
 from ..dialogue import Turn
-from ..errors import InputError
+from ..errors import InputError, ModelError
+from ..files import pinned_file
 from .base import DecomposeTrace, Decomposition
 from .prompts import PROMPT_STYLES, build_suffix, parse_tasks, prompt_prefix
 from .rules import task_key
@@ -40,6 +41,9 @@ class LlmSettings:
     prompt: str = "few_shot"  # a style of ``prompts.PROMPT_STYLES``
     threads: int = 2
     n_ctx: int = 2048
+    # the sha256 the GGUF must have when it loads (a bundle's decomposer: its manifest's); the
+    # pinned default always has one
+    sha256: str | None = None
 
 
 class LlmDecomposer:
@@ -50,10 +54,12 @@ class LlmDecomposer:
 
     def __init__(self, model_path: str | Path | None = None, threads: int = 2, n_ctx: int = 2048,
                  max_lines: int = 4, max_chars: int = 80, max_tokens: int = 96, history_turns: int = 4,
-                 reuse_prefix: bool = True, runner: LlamaRunner | None = None, prompt: str = "few_shot") -> None:
+                 reuse_prefix: bool = True, runner: LlamaRunner | None = None, prompt: str = "few_shot",
+                 sha256: str | None = None) -> None:
         if prompt not in PROMPT_STYLES:
             raise InputError(f"unknown decomposer prompt {prompt!r}; choose one of {PROMPT_STYLES}")
         self.model_path = model_path
+        self.sha256 = sha256
         self.prompt = prompt
         self.threads = threads
         self.n_ctx = n_ctx
@@ -69,13 +75,14 @@ class LlmDecomposer:
 
     @classmethod
     def from_settings(cls, settings: LlmSettings) -> "LlmDecomposer":
-        return cls(settings.model, threads=settings.threads, n_ctx=settings.n_ctx, prompt=settings.prompt)
+        return cls(settings.model, threads=settings.threads, n_ctx=settings.n_ctx, prompt=settings.prompt,
+                   sha256=settings.sha256)
 
     @property
     def settings(self) -> LlmSettings:
         """The settings this decomposer's model is built from (``build_decomposer`` reuses it when they match)."""
         model = None if self.model_path is None else str(self.model_path)
-        return LlmSettings(model=model, prompt=self.prompt, threads=self.threads, n_ctx=self.n_ctx)
+        return LlmSettings(model=model, prompt=self.prompt, threads=self.threads, n_ctx=self.n_ctx, sha256=self.sha256)
 
     @property
     def loaded(self) -> bool:
@@ -86,11 +93,22 @@ class LlmDecomposer:
         with self._lock:
             spent = 0.0
             if self._runner is None:
-                from .model import ensure_default_model
+                from .model import DEFAULT_MODEL_SHA256, ensure_default_model
 
                 t0 = time.perf_counter()
-                path = self.model_path if self.model_path is not None else ensure_default_model()
-                self._runner = LlamaRunner(path, n_threads=self.threads, n_ctx=self.n_ctx)
+                if self.model_path is None:
+                    path, sha256 = ensure_default_model(), DEFAULT_MODEL_SHA256
+                else:
+                    path, sha256 = self.model_path, self.sha256
+                if sha256 is None:  # a GGUF the caller named, unpinned: opened as it is
+                    self._runner = LlamaRunner(path, n_threads=self.threads, n_ctx=self.n_ctx)
+                else:  # checked and opened from the same file: a swap after the check is never loaded
+                    with pinned_file(path, sha256, ModelError, "decomposer model") as same:
+                        try:
+                            self._runner = LlamaRunner(same, n_threads=self.threads, n_ctx=self.n_ctx)
+                        except ModelError as e:  # name the file, not its descriptor
+                            raise ModelError(str(e).replace(same, str(path))) from None
+                    self._runner.path = Path(path)  # the name, not the descriptor's (closed now)
                 spent += (time.perf_counter() - t0) * 1e3
             if self._grammar is None:
                 self._grammar = Grammar(self._runner, lines_grammar(self.max_lines, self.max_chars))
