@@ -36,6 +36,8 @@ whatever the specification adds) are kept on the Tool (``Tool.extra``) and passe
 from __future__ import annotations
 
 import collections.abc as _abc
+import contextlib
+import gc
 import hashlib
 import json
 import re
@@ -214,7 +216,16 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
     (and outputSchema) must be an object schema that passes the JSON Schema meta-schema check
     (``check_json_schema``). Keys Tool does not model are kept in ``Tool.extra``.
     """
-    if not isinstance(entry, Mapping):
+    return _parse_tool(entry, where, domain, check_schemas, decoded=False)
+
+
+_SCHEMA_KEYS = ("inputSchema", "input_schema", "parameters")  # where a tool's input schema is, first found
+
+
+def _parse_tool(entry: Any, where: str, domain: str | None, check_schemas: bool, *, decoded: bool) -> Tool:
+    """``parse_tool``; ``decoded``: ``entry`` is what ``json.loads`` returned (dicts with string keys,
+    lists and JSON scalars, no cycles), so its bounds are first tried with ``_decoded_bounds``."""
+    if type(entry) is not dict and not isinstance(entry, _abc.Mapping):
         raise CatalogError(f"{where}: a tool must be a JSON object, got {type(entry).__name__}")
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -225,8 +236,12 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
     if not _NAME_RE.match(name):
         raise CatalogError(f"{where}: tool name {name!r} has characters a tool name cannot have (control "
                            "characters or line breaks)")
-    _check_bounds(entry, f"{where}: tool {name!r}")
-    entry = _plain_json(entry)  # nested mappings that are not dicts (MappingProxyType, UserDict) as dicts
+    schema_key = "inputSchema" if "inputSchema" in entry else next((k for k in _SCHEMA_KEYS if k in entry), None)
+    keys = _decoded_bounds(entry, schema_key) if decoded and type(entry) is dict else None
+    if keys is None:
+        keys = {}
+        if not _check_bounds(entry, f"{where}: tool {name!r}"):
+            entry = _plain_json(entry)  # nested mappings that are not dicts (MappingProxyType, UserDict) as dicts
     description = entry.get("description", "")
     if description is None:
         description = ""
@@ -235,13 +250,13 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
     if len(description) > MAX_DESCRIPTION_CHARS:
         raise CatalogError(f"{where}: tool {name!r}: 'description' is {len(description):,} characters long "
                            f"(at most {MAX_DESCRIPTION_CHARS:,})")
-    schema = entry.get("inputSchema", entry.get("input_schema", entry.get("parameters", {})))
+    schema = entry[schema_key] if schema_key is not None else {}
     if schema is None:
         schema = {}
-    if not isinstance(schema, Mapping):
+    if type(schema) is not dict:  # entry is plain JSON here: its mappings are dicts
         raise CatalogError(f"{where}: tool {name!r}: 'inputSchema'/'parameters' must be a JSON object")
     props = schema.get("properties")
-    if props is not None and not isinstance(props, Mapping):
+    if props is not None and type(props) is not dict:
         raise CatalogError(f"{where}: tool {name!r}: schema 'properties' must be an object")
     if "type" in schema and not isinstance(schema["type"], (str, list)):
         raise CatalogError(f"{where}: tool {name!r}: schema 'type' must be a string")
@@ -256,10 +271,10 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
     if title is not None and len(title) > MAX_TITLE_CHARS:
         raise CatalogError(f"{where}: tool {name!r}: 'title' is longer than {MAX_TITLE_CHARS:,} characters")
     annotations = entry.get("annotations")
-    if annotations is not None and not isinstance(annotations, Mapping):
+    if annotations is not None and type(annotations) is not dict:
         raise CatalogError(f"{where}: tool {name!r}: 'annotations' must be a JSON object")
     output_schema = entry.get("outputSchema")
-    if output_schema is not None and not isinstance(output_schema, Mapping):
+    if output_schema is not None and type(output_schema) is not dict:
         raise CatalogError(f"{where}: tool {name!r}: 'outputSchema' must be a JSON object")
     server = entry.get("server")
     if server is not None and not isinstance(server, str):
@@ -267,12 +282,12 @@ def parse_tool(entry: Any, *, where: str, domain: str | None = None,
     dom = entry.get("domain", domain)
     extra = {k: v for k, v in entry.items() if k not in _KNOWN_KEYS}
     for key in ("execution", "_meta"):  # MCP: objects when present
-        if key in extra and not isinstance(extra[key], Mapping):
+        if key in extra and type(extra[key]) is not dict:
             raise CatalogError(f"{where}: tool {name!r}: {key!r} must be a JSON object")
     if check_schemas and schema:  # a tool without parameters may leave its schema out
-        check_json_schema(schema, f"{where}: tool {name!r}: inputSchema", bounded=True)
+        _check_plain_schema(schema, f"{where}: tool {name!r}: inputSchema", keys.get(schema_key or ""))
         if output_schema is not None:
-            check_json_schema(output_schema, f"{where}: tool {name!r}: outputSchema", bounded=True)
+            _check_plain_schema(output_schema, f"{where}: tool {name!r}: outputSchema", keys.get("outputSchema"))
     return Tool(id=tool_id, name=name, description=description.strip(), parameters=dict(schema),
                 domain=dom if isinstance(dom, str) else None, title=title or None,
                 annotations=dict(annotations) if annotations is not None else None,
@@ -352,18 +367,22 @@ _SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_SCALARS)
 
 
-def _check_bounds(value: Any, where: str) -> None:
+def _check_bounds(value: Any, where: str) -> bool:
     """Refuse a value that is not plain JSON within the module's limits: at most ``MAX_TOOL_DEPTH``
     levels, ``MAX_TOOL_NODES`` values and ``MAX_TOOL_JSON_CHARS`` characters as JSON, string keys,
     no lone surrogate (JSON's "\\ud800" escapes decode to one: no tokenizer can read it). Walked
-    without recursion, so a hostile value costs at most the limits."""
+    without recursion, so a hostile value costs at most the limits. True when every mapping in
+    ``value`` is a dict (``_plain_json`` would return it unchanged), False when one is not."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     nodes = 0
+    plain = True
     while stack:
         v, depth = stack.pop()
         nodes += 1
         t = type(v)
         if t is dict or (t not in _SCALAR_TYPES and t is not list and isinstance(v, _abc.Mapping)):
+            if t is not dict:
+                plain = False
             if depth >= MAX_TOOL_DEPTH:
                 raise CatalogError(f"{where}: nested more than {MAX_TOOL_DEPTH} levels deep")
             nodes += len(v)
@@ -394,6 +413,52 @@ def _check_bounds(value: Any, where: str) -> None:
                            "number") from None
     if size > MAX_TOOL_JSON_CHARS:
         raise CatalogError(f"{where}: is {size:,} bytes as JSON (at most {MAX_TOOL_JSON_CHARS:,})")
+    return plain
+
+
+# Compact JSON, in the key order given (the schema-cache key of a decoded schema, and the size bound).
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _decoded_bounds(entry: dict[str, Any], schema_key: str | None) -> dict[str, str] | None:
+    """The bounds of ``_check_bounds`` for an entry ``json.loads`` returned, from its compact JSON
+    (C speed) instead of a walk: {field: compact JSON} of the entry's input schema (the value at
+    ``schema_key``) and ``outputSchema`` when they are objects (their schema-cache keys), or None
+    when this cannot show that ``_check_bounds`` passes the entry; the caller then runs it, and it
+    gives the verdict and the message. No limit is loosened: every count here is an upper bound of
+    the one ``_check_bounds`` takes.
+
+    In a decoded entry every value is a dict, a list or a JSON scalar, and every key a string, so
+    ``_check_bounds`` counts each container twice (it pops it, and its parent counts it) and each
+    scalar once: its count is at most 2 x (``{`` and ``[`` in the JSON) + ``,`` in the JSON (a
+    container of n values holds n - 1 commas). A value n levels deep sits in n + 1 nested
+    containers, so fewer than ``MAX_TOOL_DEPTH`` + 1 containers cannot be too deep. The size as
+    ``_check_bounds`` writes it (``", "`` and ``": "``) is the compact size plus one for each
+    separator: at most the commas and colons in the compact JSON. NaN, infinities, integers too
+    long to write and lone surrogates raise here as there."""
+    encode = _COMPACT_JSON.encode
+    pieces: dict[str, str] = {}
+    try:
+        rest = entry
+        for k in (schema_key, "outputSchema"):
+            if k is not None and type(entry.get(k)) is dict:
+                pieces[k] = encode(entry[k])
+                if rest is entry:
+                    rest = dict(entry)
+                rest[k] = 0  # one character, "0", in place of the piece
+        size = -len(pieces)  # the placeholders
+        containers = commas = colons = 0
+        for text in (encode(rest), *pieces.values()):
+            size += len(text) if text.isascii() else len(text.encode("utf-8", "strict"))
+            containers += text.count("{") + text.count("[")
+            commas += text.count(",")
+            colons += text.count(":")
+    except Exception:  # NaN, an integer too long, a lone surrogate, nested too deeply to write: the walk says
+        return None
+    if containers > MAX_TOOL_DEPTH or 2 * containers + commas > MAX_TOOL_NODES \
+            or size + commas + colons > MAX_TOOL_JSON_CHARS:
+        return None
+    return pieces
 
 
 def _json_default(value: Any) -> Any:
@@ -425,7 +490,8 @@ def _has_surrogate(value: Any) -> bool:
         return True
 
 
-_SCHEMA_OK: dict[str, None] = {}  # canonical JSON of schemas that passed their meta-schema
+# The SHA-256 of the JSON of schemas that passed their meta-schema (32 bytes a schema, not its text).
+_SCHEMA_OK: dict[bytes, None] = {}
 _SCHEMA_OK_MAX = 65_536
 
 
@@ -439,19 +505,46 @@ def check_json_schema(schema: Mapping[str, Any], where: str, *, bounded: bool = 
     canonical JSON) are not checked again."""
     if not isinstance(schema, Mapping):
         raise CatalogError(f"{where}: must be a JSON object, got {type(schema).__name__}")
-    if not bounded:
-        _check_bounds(schema, where)
-    schema = _plain_json(schema)  # mappings that are not dicts, as dicts: what JSON and jsonschema-rs read
+    if bounded or not _check_bounds(schema, where):
+        schema = _plain_json(schema)  # mappings that are not dicts, as dicts: what JSON and jsonschema-rs read
+    _check_plain_schema(schema, where)
+
+
+def _schema_cache_key(text: str) -> bytes:
+    """The ``_SCHEMA_OK`` key of a schema written as compact JSON (any key order: two schemas that
+    write the same text are the same JSON value)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _jsonschema() -> tuple[Any, Any]:
+    """jsonschema's ``exceptions`` and ``validators`` modules, imported on first use (only MCP
+    catalogs need them) and kept: an import statement costs microseconds even when cached."""
+    global _JSONSCHEMA
+    if _JSONSCHEMA is None:
+        from jsonschema import exceptions, validators
+
+        _JSONSCHEMA = (exceptions, validators)
+    return _JSONSCHEMA
+
+
+_JSONSCHEMA: tuple[Any, Any] | None = None
+
+
+def _check_plain_schema(schema: Mapping[str, Any], where: str, text: str | None = None) -> None:
+    """``check_json_schema`` of a schema already bounded whose mappings are all dicts; ``text``:
+    its compact JSON, when the caller wrote it (``_decoded_bounds``)."""
     if schema.get("type") != "object":
         raise CatalogError(f"{where}: must be a JSON Schema with \"type\": \"object\" (MCP), "
                            f"got type {schema.get('type')!r}")
     meta = schema.get("$schema")
     if "$schema" in schema and not isinstance(meta, str):
         raise CatalogError(f"{where}: \"$schema\" must be a string (a JSON Schema draft URI), got {meta!r}")
-    key = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if text is None:
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    key = _schema_cache_key(text)
     if key in _SCHEMA_OK:
         return
-    from jsonschema import exceptions, validators  # imported here: only MCP catalogs need it
+    exceptions, validators = _jsonschema()
 
     try:
         cls = validators.validator_for(schema, default=validators.Draft202012Validator)
@@ -461,7 +554,8 @@ def check_json_schema(schema: Mapping[str, Any], where: str, *, bounded: bool = 
                        and meta.rstrip("#") not in _DRAFT_2020_12_URIS):
         raise CatalogError(f"{where}: unknown \"$schema\" {meta!r}; use a JSON Schema draft URI "
                            "(MCP's default is https://json-schema.org/draft/2020-12/schema)")
-    _check_patterns(schema, where)
+    if '"pattern' in text:  # a "pattern" or "patternProperties" key writes so; else there is none to compile
+        _check_patterns(schema, where)
     fast = _rs_meta_valid(schema)
     if fast is not True:
         try:
@@ -632,31 +726,50 @@ def _check_unique_names(tools: Sequence[Tool], where: str) -> None:
         seen[t.name] = i
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused (when it runs) while a catalog is decoded and parsed:
+    the millions of objects JSON decoding makes hold no cycles, yet they start collections that
+    walk every object made so far again and again (about 1.5 s of 9 s for 100,000 MCP tools)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def load_catalog(path: str | Path) -> Catalog:
     """Read a catalog from an MCP JSON file (a tools/list response, its result, or a list of tools),
     a ``tools.jsonl`` file, a benchmark folder or a folder of JSON files."""
-    path = Path(path)
+    with _gc_paused():
+        return _load_catalog(Path(path))
+
+
+def _load_catalog(path: Path) -> Catalog:
     if not path.exists():
         raise CatalogError(f"{path}: no such catalog file or folder")
     tools: list[Tool] = []
     if path.is_dir():
         if (path / "tools.jsonl").exists():
-            return load_catalog(path / "tools.jsonl")
+            return _load_catalog(path / "tools.jsonl")
         files = sorted(path.glob("*.json"))
         if not files:
             raise CatalogError(f"{path}: folder holds no tools.jsonl and no *.json catalog files")
         for file in files:
             entries, domain = _entries_from_json(file)
             domain = domain or file.stem
-            tools += [parse_tool(e, where=w, domain=domain, check_schemas=True) for e, w in entries]
+            tools += [_parse_tool(e, w, domain, True, decoded=True) for e, w in entries]
         strict_names = True
     elif path.suffix == ".jsonl":
-        tools = [parse_tool(e, where=w) for e, w in _entries_from_jsonl(path)]
+        tools = [_parse_tool(e, w, None, False, decoded=True) for e, w in _entries_from_jsonl(path)]
         # Benchmark folders may reuse a name with different descriptions; ids tell them apart.
         strict_names = all(t.id == t.name for t in tools)
     else:
         entries, domain = _entries_from_json(path)
-        tools = [parse_tool(e, where=w, domain=domain, check_schemas=True) for e, w in entries]
+        tools = [_parse_tool(e, w, domain, True, decoded=True) for e, w in entries]
         strict_names = True
     if not tools:
         raise CatalogError(f"{path}: the catalog holds no tools")
