@@ -18,9 +18,12 @@ import binascii
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import BundleError, InputError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 SIGNATURE_FILE = "manifest.sig"
 MANIFEST_FILE = "manifest.json"
@@ -29,15 +32,16 @@ RAW_KEY_BYTES = 32
 _MAX_KEY_FILE_BYTES = 64 * 1024  # a PEM key is a few hundred bytes; refuse to read anything large
 
 
-def _crypto():
+def _crypto() -> None:
+    """BundleError unless cryptography imports; each caller then imports what it uses by name, so
+    mypy knows the modules' types (a module handed back from a function would be untyped)."""
     try:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ed25519
+        from cryptography.exceptions import InvalidSignature  # noqa: F401
+        from cryptography.hazmat.primitives import serialization  # noqa: F401
+        from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: F401
     except ImportError:
         raise BundleError("signing and verifying bundles needs the cryptography package: "
                           "pip install 'magicselector[sign]'") from None
-    return ed25519, serialization, InvalidSignature
 
 
 def _key_bytes(key: Any, what: str) -> tuple[bytes, str]:
@@ -82,9 +86,11 @@ def _decode_text_key(text: str) -> bytes | None:
     return raw if len(raw) == RAW_KEY_BYTES else None
 
 
-def load_public_key(key: Any, what: str = "public key"):
+def load_public_key(key: Any, what: str = "public key") -> Ed25519PublicKey:
     """An Ed25519 public key from a PEM file or text, 32 raw bytes, or base64 / hex text of them."""
-    ed25519, serialization, _ = _crypto()
+    _crypto()
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
     if isinstance(key, ed25519.Ed25519PublicKey):
         return key
     if isinstance(key, ed25519.Ed25519PrivateKey):
@@ -109,9 +115,11 @@ def load_public_key(key: Any, what: str = "public key"):
     return ed25519.Ed25519PublicKey.from_public_bytes(raw)
 
 
-def load_private_key(key: Any, what: str = "signing key"):
+def load_private_key(key: Any, what: str = "signing key") -> Ed25519PrivateKey:
     """An Ed25519 private key from an unencrypted PKCS#8 PEM file (what ``bundle keygen`` writes)."""
-    ed25519, serialization, _ = _crypto()
+    _crypto()
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
     if isinstance(key, ed25519.Ed25519PrivateKey):
         return key
     data, name = _key_bytes(key, what)
@@ -126,7 +134,8 @@ def load_private_key(key: Any, what: str = "signing key"):
 
 def raw_public_key(key: Any) -> bytes:
     """The 32 raw bytes of a public key (what an app pins)."""
-    _, serialization, _ = _crypto()
+    _crypto()
+    from cryptography.hazmat.primitives import serialization
     return load_public_key(key).public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
@@ -137,7 +146,9 @@ def key_fingerprint(key: Any) -> str:
 
 def generate_keypair(prefix: str | Path) -> dict[str, str]:
     """Write ``PREFIX.key`` (private, PKCS#8 PEM, owner-only) and ``PREFIX.pub`` (public, PEM)."""
-    ed25519, serialization, _ = _crypto()
+    _crypto()
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
     prefix = Path(prefix)
     private_path, public_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
     for p in (private_path, public_path):
@@ -165,7 +176,8 @@ def sign_manifest_bytes(manifest: bytes, private_key: Any) -> bytes:
 def verify_manifest_bytes(manifest: bytes, signature: bytes | None, public_key: Any, where: str) -> str:
     """Check ``signature`` over ``manifest`` with ``public_key``; BundleError unless it holds.
     Returns the key's fingerprint."""
-    _, _, invalid = _crypto()
+    _crypto()
+    from cryptography.exceptions import InvalidSignature
     key = load_public_key(public_key)
     if signature is None:
         raise BundleError(f"{where}: the bundle is not signed (no {SIGNATURE_FILE}) and a public key was given")
@@ -174,7 +186,7 @@ def verify_manifest_bytes(manifest: bytes, signature: bytes | None, public_key: 
                           f"({SIGNATURE_BYTES} bytes)")
     try:
         key.verify(signature, manifest)
-    except invalid:
+    except InvalidSignature:
         raise BundleError(f"{where}/{SIGNATURE_FILE}: the signature does not match {MANIFEST_FILE} under public key "
                           f"{key_fingerprint(key)}: signed by another key, or the manifest was changed") from None
     return key_fingerprint(key)

@@ -23,6 +23,7 @@ def catalog_vectors(embedder: "Embedder", catalog: Catalog, model_sha: str = "",
     key = hashlib.sha256((model_sha + "\x00" + "\x00".join(texts)).encode()).hexdigest()[:24]
     path = cache_home() / "embeddings" / f"{key}.npy"
     if cache and path.is_file():
+        vecs: np.ndarray | None
         try:
             vecs = np.load(path)
         except (OSError, ValueError):

@@ -80,4 +80,5 @@ class OnnxModel:
         """Output 0 for the feeds the graph takes (others, e.g. ``token_type_ids`` of a model
         without them, are left out). ONNX Runtime sessions are safe to run from many threads."""
         session = self.session
-        return session.run(None, {k: v for k, v in feeds.items() if k in self._input_names})[0]
+        outputs: list[np.ndarray] = session.run(None, {k: v for k, v in feeds.items() if k in self._input_names})
+        return outputs[0]

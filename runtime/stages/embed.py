@@ -6,12 +6,15 @@ holds only the task.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, cast
 
 import numpy as np
 
 from ..backends import EncoderModel, open_model
 from ..errors import BundleError, InputError
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding, Tokenizer
 
 
 class Embedder(Protocol):
@@ -42,7 +45,7 @@ class TextTokenizer:
         return pad_encodings(self._tok.encode_batch([tuple(p) for p in pairs]))
 
 
-def tokenizer_from(tokenizer_class, path: Path, data: bytes | None = None):
+def tokenizer_from(tokenizer_class: type[Tokenizer], path: Path, data: bytes | None = None) -> Tokenizer:
     """A ``tokenizers`` tokenizer from ``data`` (the file's bytes, already checked against a bundle's
     manifest: the file is not opened again) or else from the file; a damaged one is a BundleError."""
     try:
@@ -51,7 +54,7 @@ def tokenizer_from(tokenizer_class, path: Path, data: bytes | None = None):
         raise BundleError(f"{path}: not a readable tokenizer.json (truncated or damaged)") from None
 
 
-def pad_encodings(encodings) -> dict[str, np.ndarray]:
+def pad_encodings(encodings: Sequence[Encoding]) -> dict[str, np.ndarray]:
     """`tokenizers` encodings -> right-padded int64 input_ids / attention_mask / token_type_ids."""
     n = len(encodings)
     width = max((len(e.ids) for e in encodings), default=0)
@@ -73,7 +76,8 @@ def mean_pool_normalize(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     counts = np.clip(m.sum(axis=1), 1e-9, None)
     pooled = summed / counts
     norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-    return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+    unit: np.ndarray = pooled / np.clip(norms, 1e-12, None)  # numpy types this Any (dtype-generic arrays)
+    return unit.astype(np.float32)
 
 
 class TextEmbedder:
@@ -102,7 +106,7 @@ class TextEmbedder:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         step = batch_step(self.model, self.tokenizer.max_length, self.batch_size)
-        out = None  # sized by the model's output (a probe may not know the dimension yet)
+        out: np.ndarray | None = None  # sized by the model's output (a probe may not know the dimension yet)
         for start in range(0, len(texts), step):
             batch = self.tokenizer.encode(texts[start:start + step])
             for rows, feeds, hidden in grouped_runs(self.model, batch, self.max_padding):
@@ -110,10 +114,11 @@ class TextEmbedder:
                 if out is None:
                     out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
                 out[start + rows] = vectors
-        return out
+        return cast(np.ndarray, out)  # texts is not empty, so a group ran and sized it
 
 
-def grouped_runs(model: EncoderModel, batch: dict[str, np.ndarray], max_padding: float):
+def grouped_runs(model: EncoderModel, batch: dict[str, np.ndarray],
+                 max_padding: float) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]:
     """Run a padded batch in length groups (``length_groups``), yielding ``(rows, feeds, output 0)``.
 
     A row's cost is its call's width: a 27-token history turn padded its 13-token sub-tasks to 27

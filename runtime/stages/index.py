@@ -12,18 +12,30 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence, TypedDict, cast
 
 import numpy as np
 
 from ..errors import BundleError, InputError, UnknownToolError
 
+if TYPE_CHECKING:
+    from usearch.index import Index as UsearchIndex
+
 DTYPES = ("f32", "f16", "i8")
 EXACT_SEARCH_MAX = 50_000
-GRAPH = {"connectivity": 16, "expansion_add": 160, "expansion_search": 128}  # docs/bench/tool-index.md
 
 
-def usearch_index_class():
+class _Graph(TypedDict):
+    """usearch's HNSW parameters (typed by name, so ``**GRAPH`` reaches Index's int parameters)."""
+    connectivity: int
+    expansion_add: int
+    expansion_search: int
+
+
+GRAPH: _Graph = {"connectivity": 16, "expansion_add": 160, "expansion_search": 128}  # docs/bench/tool-index.md
+
+
+def usearch_index_class() -> type[UsearchIndex]:
     """usearch's ``Index``, imported after onnxruntime: onnxruntime 1.32 crashes (SIGSEGV) when it is
     first imported after usearch 2.26 has loaded its SIMD library, and a process that searches may
     embed later."""
@@ -45,7 +57,8 @@ def tool_key(tool_id: str) -> int:
 class ToolIndex:
     """Cosine nearest-neighbour search over tool vectors, addressed by tool id."""
 
-    def __init__(self, ndim: int, dtype: str = "f16", *, _index=None, _path: Path | None = None) -> None:
+    def __init__(self, ndim: int, dtype: str = "f16", *, _index: UsearchIndex | None = None,
+                 _path: Path | None = None) -> None:
         Index = usearch_index_class()
 
         if dtype not in DTYPES:
@@ -53,7 +66,9 @@ class ToolIndex:
         self.ndim = int(ndim)
         self.dtype = dtype
         self._index = _index if _index is not None else Index(ndim=self.ndim, metric="cos", dtype=dtype, **GRAPH)
-        self._index.expansion_search = GRAPH["expansion_search"]  # a restored file keeps the build's, not this
+        # a restored file keeps the build's, not this (the ignore: usearch defines this property's setter
+        # apart from its getter, which mypy reads as read-only)
+        self._index.expansion_search = GRAPH["expansion_search"]  # type: ignore[misc]
         self._path = _path
         self._viewed = _index is not None and _path is not None
         self._id_by_key: dict[int, str] = {}
@@ -127,7 +142,7 @@ class ToolIndex:
         self._index.save(str(path))
 
     # -- mutation ------------------------------------------------------------------------------
-    def _writable(self):
+    def _writable(self) -> UsearchIndex:
         if self._viewed:  # copy-on-write: a memory-mapped index cannot change in place
             Index = usearch_index_class()
 
@@ -205,8 +220,12 @@ class ToolIndex:
             return np.zeros((0, self.ndim), dtype=np.float32)
         vecs = self._get_raw(np.array(keys, dtype=np.uint64))
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-        return (vecs / np.clip(norms, 1e-12, None)).astype(np.float32)
+        unit: np.ndarray = vecs / np.clip(norms, 1e-12, None)  # numpy types this Any (dtype-generic arrays)
+        return unit.astype(np.float32)
 
     def _get_raw(self, keys: np.ndarray) -> np.ndarray:
-        got = self._index.get(keys, dtype=np.float32)
+        # usearch's annotations: dtype takes only names (numpy types work too), and a missing key would
+        # be None (every key here is one of the index's own, read from _key_by_id / _id_by_key)
+        got = cast("np.ndarray | tuple[np.ndarray, ...]",
+                   self._index.get(keys, dtype=np.float32))  # type: ignore[arg-type]
         return np.stack(got) if isinstance(got, (tuple, list)) else np.atleast_2d(got)

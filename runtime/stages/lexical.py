@@ -33,12 +33,19 @@ import re
 import zipfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypedDict
 
 import numpy as np
 
 from ..errors import BundleError, InputError, UnknownToolError
 from .fuse import RankedList
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11 only
+
+    from ..bundle import Bundle
+    from ..catalog import Catalog
+    from .index import ToolIndex
 
 FORMAT = "magicselector-bm25/1"
 IDF_MODES = ("lucene", "okapi")
@@ -65,6 +72,14 @@ def lexical_tokens(text: str, stem: bool = True) -> list[str]:
     return [s_stem(w) for w in words] if stem else words
 
 
+class LexicalParams(TypedDict, total=False):
+    """LexicalIndex's keyword parameters (what ``build`` and ``from_catalog`` pass on)."""
+    k1: float
+    b: float
+    idf: str
+    stem: bool
+
+
 class LexicalIndex:
     """BM25 over tool texts, addressed by tool id; ``search`` ranks tools for a batch of texts."""
 
@@ -89,14 +104,17 @@ class LexicalIndex:
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
-    def build(cls, ids: Sequence[str], texts: Sequence[str], **params) -> "LexicalIndex":
+    def build(cls, ids: Sequence[str], texts: Sequence[str], **params: Unpack[LexicalParams]) -> "LexicalIndex":
         """An index of these tools (``texts[i]`` is the text of ``ids[i]``)."""
         index = cls(**params)
         if len(ids) != len(texts):
             raise InputError(f"lexical build: {len(ids)} ids but {len(texts)} texts")
         if len(set(ids)) != len(ids):
             raise InputError("lexical build: the same tool id appears twice")
-        terms, docs, tfs, lengths = [], [], [], []
+        terms: list[int] = []  # term id, tool row and term frequency of each posting
+        docs: list[int] = []
+        tfs: list[int] = []
+        lengths: list[int] = []
         for row, text in enumerate(texts):
             counts = index._counts(text)
             terms.extend(index._intern(t) for t in counts)
@@ -110,7 +128,7 @@ class LexicalIndex:
         return index
 
     @classmethod
-    def from_catalog(cls, catalog, **params) -> "LexicalIndex":
+    def from_catalog(cls, catalog: Catalog, **params: Unpack[LexicalParams]) -> "LexicalIndex":
         """An index of a catalog's tool texts (``catalog.tool_text``)."""
         from ..catalog import tool_text
 
@@ -162,7 +180,7 @@ class LexicalIndex:
         self._weights = (idf[term_of] * tf * (self.k1 + 1.0) / (tf + norm)).astype(np.float32)
 
     # -- persistence ----------------------------------------------------------------------------
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The index's format, parameters and size (the bundle manifest's ``lexical`` section)."""
         return {"format": FORMAT, **self.params, "text": "catalog.tool_text",
                 "tokens": "words split at snake/kebab/camelCase, lowercased" + (", S-stemmed" if self.stem else ""),
@@ -268,7 +286,7 @@ class LexicalIndex:
         return list(self._ids)
 
     @property
-    def params(self) -> dict:
+    def params(self) -> dict[str, Any]:
         return {"k1": self.k1, "b": self.b, "idf": self.idf_mode, "stem": self.stem}
 
     def tokens(self, text: str) -> list[str]:
@@ -313,7 +331,7 @@ class LexicalIndex:
         return [self._ids[i] for i in hit[order]], s[order]
 
 
-def bundle_lexical(bundle, ids: Sequence[str], verify: bool = True) -> "LexicalIndex | None":
+def bundle_lexical(bundle: Bundle, ids: Sequence[str], verify: bool = True) -> "LexicalIndex | None":
     """The bundle's lexical index (its ``lexical`` manifest section), read once from the file's
     checked bytes (``Bundle.read``) and bound to the catalog's ids; None when the bundle has none."""
     section = bundle.section("lexical")
@@ -322,12 +340,12 @@ def bundle_lexical(bundle, ids: Sequence[str], verify: bool = True) -> "LexicalI
     return LexicalIndex.load(bundle.file(section["file"]), ids, data=bundle.read(section["file"], verify))
 
 
-def _json_bytes(value) -> np.ndarray:
+def _json_bytes(value: object) -> np.ndarray:
     return np.frombuffer(json.dumps(value, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
 
 
 # -- fusion with the dense lists ---------------------------------------------------------------------
-def fuse_lexical(lists: Sequence[RankedList], texts: Sequence[str], vectors: np.ndarray, index,
+def fuse_lexical(lists: Sequence[RankedList], texts: Sequence[str], vectors: np.ndarray, index: ToolIndex,
                  lexical: LexicalIndex, *, weight: float, lexical_candidates: int, candidates: int) -> list[RankedList]:
     """Each dense list fused with the lexical list of its text (its ``lexical_candidates`` best BM25
     hits), cut to ``candidates`` tools: score = (1 - weight) * z(cosine) + weight * z(BM25) over
