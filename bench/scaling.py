@@ -174,6 +174,59 @@ def cut_scaling(ns: Sequence[int] = DEFAULT_CUT_NS, dim: int = 384, repeats: int
             "fit_min": fit_time_vs_n([p["n"] for p in points], [p["us_min"] for p in points]) if ok else None}
 
 
+def _build_index(Index, db, keys, dtype: str, *, dim: int, connectivity: int, expansion_add: int, threads: int,
+                 build_budget_s: float | None, say: Callable[[str], None]):
+    """The usearch index over ``db``; returns (index, build seconds). An index may come back short of
+    ``len(db)`` vectors when ``build_budget_s`` ran out."""
+    n = len(keys)
+    index = Index(ndim=dim, metric="cos", dtype=dtype, connectivity=connectivity, expansion_add=expansion_add)
+    t = time.perf_counter()
+    step = n if n <= 200_000 else 100_000  # big builds go in steps: progress lines and a time budget
+    for s0 in range(0, n, step):
+        index.add(keys[s0:s0 + step], db[s0:s0 + step], threads=threads)
+        elapsed = time.perf_counter() - t
+        if step < n:
+            say(f"[scaling] n={n:,} {dtype}: built {min(n, s0 + step):,} in {elapsed:.0f} s")
+        if build_budget_s is not None and elapsed > build_budget_s and s0 + step < n:
+            break
+    return index, time.perf_counter() - t
+
+
+def _saved_bytes(index) -> int:
+    """The size of the index's file on disk."""
+    with tempfile.TemporaryDirectory(prefix="ms-scaling-") as tmp:
+        path = os.path.join(tmp, "index.usearch")
+        index.save(path)
+        return os.path.getsize(path)
+
+
+def _time_search(index, q, truth, expansion_search: int, kk: int, k: int) -> dict[str, Any]:
+    """One ``expansion_search`` setting: single-query latency (1 thread) and recall against ``truth``."""
+    import numpy as np
+
+    index.expansion_search = expansion_search
+    nq = len(q)
+    for i in range(min(5, nq)):  # warm up
+        index.search(q[i], kk, threads=1)
+    lat, found = [], []
+    for i in range(nq):
+        t0 = time.perf_counter()
+        m = index.search(q[i], kk, threads=1)
+        lat.append((time.perf_counter() - t0) * 1e3)
+        found.append(np.asarray(m.keys)[: int(getattr(m, "count", kk))])
+    recall = float(np.mean([len(set(f.tolist()) & set(truth[i].tolist())) / kk for i, f in enumerate(found)]))
+    lat_a = np.asarray(lat)
+    return {"expansion_search": expansion_search, "p50_ms": float(np.percentile(lat_a, 50)),
+            "p90_ms": float(np.percentile(lat_a, 90)), "mean_ms": float(lat_a.mean()), f"recall@{k}": recall}
+
+
+def _chosen_setting(settings: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
+    """The smallest ``expansion_search`` with recall >= 0.99, else the best recall (the smaller setting on a tie)."""
+    good = [s for s in settings if s[f"recall@{k}"] >= 0.99]
+    return min(good, key=lambda s: s["expansion_search"]) if good else max(
+        settings, key=lambda s: (s[f"recall@{k}"], -s["expansion_search"]))
+
+
 def search_scaling(ns: Sequence[int] = DEFAULT_NS, dtypes: Sequence[str] = ("f16", "i8"), dim: int = 384,
                    k: int = 50, queries: int = 100, queries_large: int = 50, kind: str = "clustered",
                    cluster_size: int = 100, connectivity: int = 16, expansion_add: int = 64,
@@ -203,59 +256,30 @@ def search_scaling(ns: Sequence[int] = DEFAULT_NS, dtypes: Sequence[str] = ("f16
         for dtype in dtypes:
             gc.collect()
             rss0 = rss_mb()
-            index = Index(ndim=dim, metric="cos", dtype=dtype, connectivity=connectivity,
-                          expansion_add=expansion_add)
-            t = time.perf_counter()
-            step = n if n <= 200_000 else 100_000  # big builds go in steps: progress lines and a time budget
-            for s0 in range(0, n, step):
-                index.add(keys[s0:s0 + step], db[s0:s0 + step], threads=threads)
-                elapsed = time.perf_counter() - t
-                if step < n:
-                    say(f"[scaling] n={n:,} {dtype}: built {min(n, s0 + step):,} in {elapsed:.0f} s")
-                if build_budget_s is not None and elapsed > build_budget_s and s0 + step < n:
-                    break
-            build_s = time.perf_counter() - t
+            index, build_s = _build_index(Index, db, keys, dtype, dim=dim, connectivity=connectivity,
+                                          expansion_add=expansion_add, threads=threads,
+                                          build_budget_s=build_budget_s, say=say)
             rss_delta = rss_mb() - rss0
+            row = {"n": int(n), "dtype": dtype, "dim": dim, "data": kind, "connectivity": connectivity,
+                   "expansion_add": expansion_add, "build_s": build_s, "build_threads": threads}
             if len(index) < n:
                 say(f"[scaling] n={n:,} {dtype}: build stopped at {len(index):,} vectors after {build_s:.0f} s "
                     f"(--build-budget-s {build_budget_s}); not searched")
-                rows.append({"n": int(n), "dtype": dtype, "dim": dim, "data": kind, "connectivity": connectivity,
-                             "expansion_add": expansion_add, "build_s": build_s, "build_threads": threads,
-                             "aborted": True, "built": int(len(index)), "rss_delta_mb": rss_delta,
+                rows.append({**row, "aborted": True, "built": int(len(index)), "rss_delta_mb": rss_delta,
                              "settings": [], "chosen": None})
                 del index
                 gc.collect()
                 continue
-            with tempfile.TemporaryDirectory(prefix="ms-scaling-") as tmp:
-                path = os.path.join(tmp, "index.usearch")
-                index.save(path)
-                file_bytes = os.path.getsize(path)
+            file_bytes = _saved_bytes(index)
             settings = []
             for es in expansion_search:
-                index.expansion_search = es
-                for i in range(min(5, nq)):  # warm up
-                    index.search(q[i], kk, threads=1)
-                lat, found = [], []
-                for i in range(nq):
-                    t0 = time.perf_counter()
-                    m = index.search(q[i], kk, threads=1)
-                    lat.append((time.perf_counter() - t0) * 1e3)
-                    found.append(np.asarray(m.keys)[: int(getattr(m, "count", kk))])
-                recall = float(np.mean([len(set(f.tolist()) & set(truth[i].tolist())) / kk
-                                        for i, f in enumerate(found)]))
-                lat_a = np.asarray(lat)
-                settings.append({"expansion_search": es, "p50_ms": float(np.percentile(lat_a, 50)),
-                                 "p90_ms": float(np.percentile(lat_a, 90)), "mean_ms": float(lat_a.mean()),
-                                 f"recall@{k}": recall})
-                say(f"[scaling] n={n:,} {dtype} es={es}: p50 {settings[-1]['p50_ms']:.3f} ms, "
-                    f"recall@{k} {recall:.4f}")
-            good = [s for s in settings if s[f"recall@{k}"] >= 0.99]
-            chosen = min(good, key=lambda s: s["expansion_search"]) if good else max(
-                settings, key=lambda s: (s[f"recall@{k}"], -s["expansion_search"]))
+                setting = _time_search(index, q, truth, es, kk, k)
+                settings.append(setting)
+                recall = setting[f"recall@{k}"]
+                say(f"[scaling] n={n:,} {dtype} es={es}: p50 {setting['p50_ms']:.3f} ms, recall@{k} {recall:.4f}")
+            chosen = _chosen_setting(settings, k)
             usage = getattr(index, "memory_usage", None)
-            rows.append({"n": int(n), "dtype": dtype, "dim": dim, "data": kind, "connectivity": connectivity,
-                         "expansion_add": expansion_add, "build_s": build_s, "build_threads": threads,
-                         "file_bytes": int(file_bytes), "rss_delta_mb": rss_delta,
+            rows.append({**row, "file_bytes": int(file_bytes), "rss_delta_mb": rss_delta,
                          "memory_usage_bytes": int(usage) if isinstance(usage, (int, np.integer)) else None,
                          "queries": nq, "k": kk, "settings": settings, "chosen": chosen})
             say(f"[scaling] n={n:,} {dtype}: built in {build_s:.1f} s, file {file_bytes / 2**20:.1f} MB, "

@@ -92,6 +92,158 @@ def _digest(sel) -> bytes:
     return hashlib.blake2b(repr(key).encode("utf-8"), digest_size=16).digest()
 
 
+class _ConcurrentRun:
+    """The concurrent half of the soak: worker threads selecting, a churn thread changing the
+    catalog, a sampler reading the RSS. The record arrays are allocated up front and written in
+    place, so the soak's own bookkeeping does not grow the RSS it measures."""
+
+    def __init__(self, selector, work: list[tuple[str, bool]], config: SoakConfig) -> None:
+        self.selector, self.work, self.config = selector, work, config
+        self.digests = np.full((len(work), 16), 0xFF, dtype=np.uint8)
+        self.versions = np.full(len(work), -1, dtype=np.int64)   # -1: the select did not finish
+        self.errors: list[str] = []
+        self.churn_log: list[tuple[int, str, Any]] = []   # (version after the change, op, tool or id)
+        self.rss: list[tuple[float, int, float]] = []     # (seconds, selects done, MB)
+        self.done = 0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.next_item = iter(range(len(work)))
+
+    def worker(self) -> None:
+        while not self.stop.is_set():
+            with self.lock:
+                i = next(self.next_item, None)
+            if i is None:
+                return
+            text, with_history = self.work[i]
+            try:
+                sel = self.selector.select(text, HISTORY if with_history else ())
+                self.digests[i] = np.frombuffer(_digest(sel), dtype=np.uint8)
+                self.versions[i] = sel.catalog_version
+            except Exception as e:  # the soak's finding: any error at all
+                with self.lock:
+                    self.errors.append(f"select {i} ({text!r}): {type(e).__name__}: {e}")
+            with self.lock:
+                self.done += 1
+
+    def churn(self) -> None:
+        selector, log = self.selector, self.churn_log
+        rng = random.Random(self.config.seed + 1)
+        removed: list = []
+        extra: list = []
+        made = 0
+        while not self.stop.is_set():
+            try:
+                op = rng.random()
+                if op < 0.3 and len(removed) < 10:
+                    tool = rng.choice([t for t in selector.catalog if not t.id.startswith("soak_tool_")])
+                    selector.remove_tool(tool.id)
+                    removed.append(tool)
+                    log.append((selector.catalog_version, "remove", tool.id))
+                elif op < 0.6 and removed:
+                    tool = removed.pop(rng.randrange(len(removed)))
+                    selector.add_tool(tool)
+                    log.append((selector.catalog_version, "add", tool))
+                elif op < 0.8 and len(extra) < self.config.extra_tools:
+                    tool = _churn_tool(made)
+                    made += 1
+                    selector.add_tool(tool)
+                    extra.append(tool)
+                    log.append((selector.catalog_version, "add", tool))
+                elif extra:
+                    tool = extra.pop(rng.randrange(len(extra)))
+                    selector.remove_tool(tool.id)
+                    log.append((selector.catalog_version, "remove", tool.id))
+            except Exception as e:
+                with self.lock:
+                    self.errors.append(f"churn: {type(e).__name__}: {e}")
+            self.stop.wait(self.config.churn_interval_ms / 1e3)
+
+    def sample_rss(self) -> None:
+        t0 = time.perf_counter()
+        while not self.stop.is_set():
+            self.rss.append((time.perf_counter() - t0, self.done, _rss_mb()))
+            self.stop.wait(self.config.rss_interval_s)
+
+    def run(self, say: Callable[[str], None]) -> float:
+        """Start every thread, report every 30 s, wait for the workers; the seconds they took."""
+        config = self.config
+        t0 = time.perf_counter()
+        workers = [threading.Thread(target=self.worker, name=f"soak-{n}") for n in range(config.threads)]
+        helpers = [threading.Thread(target=self.churn, name="soak-churn"),
+                   threading.Thread(target=self.sample_rss, name="soak-rss")]
+        for th in helpers + workers:
+            th.start()
+        last = time.perf_counter()
+        while any(th.is_alive() for th in workers):
+            time.sleep(0.2)
+            if time.perf_counter() - last > 30:
+                last = time.perf_counter()
+                say(f"[soak] {self.done:,}/{config.selects:,} selects, {len(self.churn_log)} catalog changes, "
+                    f"RSS {self.rss[-1][2] if self.rss else 0:.0f} MB, {len(self.errors)} errors")
+        for th in workers:
+            th.join()
+        seconds = time.perf_counter() - t0
+        self.rss.append((seconds, self.done, _rss_mb()))
+        self.stop.set()
+        for th in helpers:
+            th.join()
+        return seconds
+
+
+def _rss_after_warmup(rss: list[tuple[float, int, float]], config: SoakConfig) -> tuple[dict[str, Any], bool]:
+    """The RSS report, and whether it stayed within ``rss_tolerance`` after the warm-up."""
+    warm = int(config.selects * config.warmup_share)
+    after = [mb for _, n, mb in rss if n >= warm]
+    base = after[0] if after else None
+    report = {"samples": len(rss), "start_mb": round(rss[0][2], 1) if rss else None,
+              "after_warmup_mb": round(base, 1) if base else None,
+              "max_after_warmup_mb": round(max(after), 1) if after else None,
+              "end_mb": round(rss[-1][2], 1) if rss else None,
+              "growth_after_warmup": round(max(after) / base - 1, 4) if base else None}
+    return report, base is not None and max(after) <= base * (1 + config.rss_tolerance)
+
+
+def _replay(replay, run: _ConcurrentRun) -> tuple[dict[int, set[tuple[str, bool]]],
+                                                 dict[tuple[int, str, bool], tuple[bytes, list[str]]]]:
+    """Walk ``replay`` (a fresh Selector) through the churn log single-threaded and select every
+    (utterance, history) pair at the catalog version it was seen at; returns (the pairs wanted per
+    version, the replayed digest and ids per (version, utterance, history)). A replayed change that
+    lands on another version than the logged one is recorded in ``run.errors``."""
+    wanted: dict[int, set[tuple[str, bool]]] = {}
+    for i, (text, hist) in enumerate(run.work):
+        if run.versions[i] >= 0:
+            wanted.setdefault(int(run.versions[i]), set()).add((text, hist))
+    expected: dict[tuple[int, str, bool], tuple[bytes, list[str]]] = {}
+    changes = iter(run.churn_log)
+    version = 0
+    for v in sorted(wanted):
+        while version < v:
+            logged, op, what = next(changes)
+            (replay.add_tool if op == "add" else replay.remove_tool)(what)
+            version = replay.catalog_version
+            if version != logged:
+                run.errors.append(f"replay: version {version} after change {logged}")
+        for text, hist in sorted(wanted[v]):
+            sel = replay.select(text, HISTORY if hist else ())
+            expected[(v, text, hist)] = (_digest(sel), sel.ids)
+    return wanted, expected
+
+
+def _mismatches(run: _ConcurrentRun, expected: dict[tuple[int, str, bool], tuple[bytes, list[str]]]
+                ) -> list[dict[str, Any]]:
+    """Every finished concurrent select whose digest differs from its replay."""
+    out = []
+    for i, (text, hist) in enumerate(run.work):
+        if run.versions[i] < 0:
+            continue
+        want, ids = expected[(int(run.versions[i]), text, hist)]
+        if run.digests[i].tobytes() != want:
+            out.append({"select": i, "text": text, "history": hist, "version": int(run.versions[i]),
+                        "replay": ids})
+    return out
+
+
 def run_soak(bundle: str | Path | None = None, config: SoakConfig = SoakConfig(),
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the soak (see the module docstring); returns the report, ``ok`` when nothing failed."""
@@ -104,144 +256,27 @@ def run_soak(bundle: str | Path | None = None, config: SoakConfig = SoakConfig()
     sel_config = SelectorConfig(rerank=config.rerank, decompose=config.decompose, history="user")
     selector = Selector.from_bundle(path, config=sel_config)
     originals = list(selector.catalog)
-    work = _workload(config)
-    digests = np.full((len(work), 16), 0xFF, dtype=np.uint8)   # written in place: no growth while running
-    versions = np.full(len(work), -1, dtype=np.int64)          # -1: the select did not finish
-    errors: list[str] = []
-    churn_log: list[tuple[int, str, Any]] = []   # (version after the change, op, tool or id)
-    rss: list[tuple[float, int, float]] = []     # (seconds, selects done, MB)
-    done = [0]
-    lock = threading.Lock()
-    stop = threading.Event()
-    next_item = iter(range(len(work)))
-
-    def worker() -> None:
-        while not stop.is_set():
-            with lock:
-                i = next(next_item, None)
-            if i is None:
-                return
-            text, with_history = work[i]
-            try:
-                sel = selector.select(text, HISTORY if with_history else ())
-                digests[i] = np.frombuffer(_digest(sel), dtype=np.uint8)
-                versions[i] = sel.catalog_version
-            except Exception as e:  # the soak's finding: any error at all
-                with lock:
-                    errors.append(f"select {i} ({text!r}): {type(e).__name__}: {e}")
-            with lock:
-                done[0] += 1
-
-    def churn() -> None:
-        rng = random.Random(config.seed + 1)
-        removed: list = []
-        extra: list = []
-        made = 0
-        while not stop.is_set():
-            try:
-                op = rng.random()
-                if op < 0.3 and len(removed) < 10:
-                    tool = rng.choice([t for t in selector.catalog if not t.id.startswith("soak_tool_")])
-                    selector.remove_tool(tool.id)
-                    removed.append(tool)
-                    churn_log.append((selector.catalog_version, "remove", tool.id))
-                elif op < 0.6 and removed:
-                    tool = removed.pop(rng.randrange(len(removed)))
-                    selector.add_tool(tool)
-                    churn_log.append((selector.catalog_version, "add", tool))
-                elif op < 0.8 and len(extra) < config.extra_tools:
-                    tool = _churn_tool(made)
-                    made += 1
-                    selector.add_tool(tool)
-                    extra.append(tool)
-                    churn_log.append((selector.catalog_version, "add", tool))
-                elif extra:
-                    tool = extra.pop(rng.randrange(len(extra)))
-                    selector.remove_tool(tool.id)
-                    churn_log.append((selector.catalog_version, "remove", tool.id))
-            except Exception as e:
-                with lock:
-                    errors.append(f"churn: {type(e).__name__}: {e}")
-            stop.wait(config.churn_interval_ms / 1e3)
-
-    def sample_rss() -> None:
-        t0 = time.perf_counter()
-        while not stop.is_set():
-            rss.append((time.perf_counter() - t0, done[0], _rss_mb()))
-            stop.wait(config.rss_interval_s)
-
+    run = _ConcurrentRun(selector, _workload(config), config)
     say(f"[soak] {config.selects:,} selects from {config.threads} threads, churn every "
         f"{config.churn_interval_ms:g} ms, {len(originals)} tools, rerank={config.rerank}, "
         f"decompose={config.decompose}")
-    t0 = time.perf_counter()
-    workers = [threading.Thread(target=worker, name=f"soak-{n}") for n in range(config.threads)]
-    helpers = [threading.Thread(target=churn, name="soak-churn"), threading.Thread(target=sample_rss, name="soak-rss")]
-    for th in helpers + workers:
-        th.start()
-    last = time.perf_counter()
-    while any(th.is_alive() for th in workers):
-        time.sleep(0.2)
-        if time.perf_counter() - last > 30:
-            last = time.perf_counter()
-            say(f"[soak] {done[0]:,}/{config.selects:,} selects, {len(churn_log)} catalog changes, "
-                f"RSS {rss[-1][2] if rss else 0:.0f} MB, {len(errors)} errors")
-    for th in workers:
-        th.join()
-    seconds = time.perf_counter() - t0
-    rss.append((seconds, done[0], _rss_mb()))
-    stop.set()
-    for th in helpers:
-        th.join()
+    seconds = run.run(say)
+    rss_report, rss_ok = _rss_after_warmup(run.rss, config)
 
-    # -- RSS after the warm-up ---------------------------------------------------------------------
-    warm = int(config.selects * config.warmup_share)
-    after = [mb for _, n, mb in rss if n >= warm]
-    base = after[0] if after else None
-    rss_report = {"samples": len(rss), "start_mb": round(rss[0][2], 1) if rss else None,
-                  "after_warmup_mb": round(base, 1) if base else None,
-                  "max_after_warmup_mb": round(max(after), 1) if after else None,
-                  "end_mb": round(rss[-1][2], 1) if rss else None,
-                  "growth_after_warmup": round(max(after) / base - 1, 4) if base else None}
-    rss_ok = base is not None and max(after) <= base * (1 + config.rss_tolerance)
-
-    # -- single-threaded replay on the same catalog states -----------------------------------------
-    say(f"[soak] replaying {len(churn_log)} catalog changes single-threaded")
+    say(f"[soak] replaying {len(run.churn_log)} catalog changes single-threaded")
     t1 = time.perf_counter()
-    replay = Selector.from_bundle(path, config=sel_config)
-    wanted: dict[int, set[tuple[str, bool]]] = {}
-    for i, (text, hist) in enumerate(work):
-        if versions[i] >= 0:
-            wanted.setdefault(int(versions[i]), set()).add((text, hist))
-    expected: dict[tuple[int, str, bool], tuple[bytes, list[str]]] = {}
-    changes = iter(churn_log)
-    version = 0
-    for v in sorted(wanted):
-        while version < v:
-            logged, op, what = next(changes)
-            (replay.add_tool if op == "add" else replay.remove_tool)(what)
-            version = replay.catalog_version
-            if version != logged:
-                errors.append(f"replay: version {version} after change {logged}")
-        for text, hist in sorted(wanted[v]):
-            sel = replay.select(text, HISTORY if hist else ())
-            expected[(v, text, hist)] = (_digest(sel), sel.ids)
-    mismatches = []
-    for i, (text, hist) in enumerate(work):
-        if versions[i] < 0:
-            continue
-        want, ids = expected[(int(versions[i]), text, hist)]
-        if digests[i].tobytes() != want:
-            mismatches.append({"select": i, "text": text, "history": hist, "version": int(versions[i]),
-                               "replay": ids})
+    wanted, expected = _replay(Selector.from_bundle(path, config=sel_config), run)
+    mismatches = _mismatches(run, expected)
     replay_s = time.perf_counter() - t1
 
-    completed = int((versions >= 0).sum())
+    errors = run.errors
+    completed = int((run.versions >= 0).sum())
     report = {
         "config": {**config.__dict__, "bundle": str(path), "tools": len(originals)},
         "selects": completed,
         "errors": len(errors),
         "error_examples": errors[:10],
-        "catalog_changes": len(churn_log),
+        "catalog_changes": len(run.churn_log),
         "versions_seen": len(wanted),
         "replayed_pairs": len(expected),
         "mismatches": len(mismatches),
@@ -254,7 +289,7 @@ def run_soak(bundle: str | Path | None = None, config: SoakConfig = SoakConfig()
         "host": _host(),
     }
     report["ok"] = (not errors and not mismatches and rss_ok and completed == config.selects)
-    say(f"[soak] {completed:,} selects in {seconds:.0f} s, {len(churn_log)} changes, {len(errors)} errors, "
+    say(f"[soak] {completed:,} selects in {seconds:.0f} s, {len(run.churn_log)} changes, {len(errors)} errors, "
         f"{len(mismatches)} mismatches, RSS growth after warm-up {rss_report['growth_after_warmup']}")
     return report
 

@@ -18,8 +18,6 @@ ALLOWED = {
     ("bench/evaluate.py", "evaluate"),  # being split by another change
     ("bench/latency.py", "measure_latency"),  # being split by another change
     ("bench/llm_bench.py", "measure_llm"),  # being split by another change
-    ("bench/scaling.py", "search_scaling"),  # being split by another change
-    ("bench/soak.py", "run_soak"),  # being split by another change
 }
 
 
