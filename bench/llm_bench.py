@@ -80,6 +80,41 @@ def _llama_cpp_version() -> str | None:
         return None
 
 
+def _time_prompt(dec, llm, turn: tuple[str, list], tokens: list[int], suffix: list[int], gen_tokens: int,
+                 row: dict[str, Any]) -> None:
+    """One run of one prompt, appended to ``row``'s series: the decomposer's turn (ttft, decompose,
+    decode rate), then pp over the whole prompt ``tokens``, then ``gen_tokens`` single-token decodes."""
+    # the decomposer's turn: prefix from the KV cache (the raw evals below leave it in place:
+    # they start with the same prefix tokens)
+    t0 = time.perf_counter()
+    result = dec.decompose(*turn)
+    row["decompose"].append((time.perf_counter() - t0) * 1e3)
+    trace = result.trace
+    row["ttft"].append(trace.ttft_ms)
+    if trace.tokens > 1 and trace.ms > trace.ttft_ms:
+        row["decode"].append((trace.tokens - 1) / ((trace.ms - trace.ttft_ms) / 1e3))
+    row["tasks"] = list(result.tasks)
+    # pp: the whole prompt from an empty cache
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(tokens)
+    row["pp"].append(len(tokens) / (time.perf_counter() - t0))
+    # tg: single-token decodes after the prompt
+    feed = [suffix[i % len(suffix)] for i in range(gen_tokens)]
+    t0 = time.perf_counter()
+    for tok in feed:
+        llm.eval([tok])
+    row["tg"].append(gen_tokens / (time.perf_counter() - t0))
+
+
+def _prompt_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """One entry of ``prompts``: the prompt's sizes and the means of its series over the runs."""
+    return {"utterance": row["utterance"], "prompt_tokens": row["prompt_tokens"],
+            "suffix_tokens": row["suffix_tokens"], "pp_tokens_per_s": float(np.mean(row["pp"])),
+            "tg_tokens_per_s": float(np.mean(row["tg"])), "ttft_ms": float(np.mean(row["ttft"])),
+            "decompose_ms": float(np.mean(row["decompose"])), "tasks": row["tasks"]}
+
+
 def measure_llm(model: str | Path | None = None, *, bundle: str | Path | None = None, threads: int = 2,
                 n_ctx: int = 2048, prompt_style: str | None = None, prompts: int = 3, runs: int = 2,
                 gen_tokens: int = 32, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -118,36 +153,16 @@ def measure_llm(model: str | Path | None = None, *, bundle: str | Path | None = 
              "tg": [], "ttft": [], "decompose": [], "decode": [], "tasks": None} for (q, _), s in zip(turns, suffixes)]
     for r in range(runs):
         t_pass = time.perf_counter()
-        for (query, history), suffix, row in zip(turns, suffixes, rows):
-            # the decomposer's turn: prefix from the KV cache (the raw evals below leave it in place:
-            # they start with the same prefix tokens)
-            t0 = time.perf_counter()
-            result = dec.decompose(query, history)
-            row["decompose"].append((time.perf_counter() - t0) * 1e3)
-            trace = result.trace
-            row["ttft"].append(trace.ttft_ms)
-            if trace.tokens > 1 and trace.ms > trace.ttft_ms:
-                row["decode"].append((trace.tokens - 1) / ((trace.ms - trace.ttft_ms) / 1e3))
-            row["tasks"] = list(result.tasks)
-            # pp: the whole prompt from an empty cache
-            tokens = prefix_tokens + suffix
-            llm.reset()
-            t0 = time.perf_counter()
-            llm.eval(tokens)
-            row["pp"].append(len(tokens) / (time.perf_counter() - t0))
-            # tg: single-token decodes after the prompt
-            feed = [suffix[i % len(suffix)] for i in range(gen_tokens)]
-            t0 = time.perf_counter()
-            for tok in feed:
-                llm.eval([tok])
-            row["tg"].append(gen_tokens / (time.perf_counter() - t0))
+        for turn, suffix, row in zip(turns, suffixes, rows):
+            _time_prompt(dec, llm, turn, prefix_tokens + suffix, suffix, gen_tokens, row)
         say(f"[llm] run {r + 1}/{runs}: {len(turns)} prompts in {(time.perf_counter() - t_pass):.1f} s")
 
     from .latency import percentiles
 
-    pp = [x for row in rows for x in row["pp"]]
-    tg = [x for row in rows for x in row["tg"]]
-    decode = [x for row in rows for x in row["decode"]]
+    def series(name: str) -> list[float]:  # one series over every prompt and run
+        return [x for row in rows for x in row[name]]
+
+    decode = series("decode")
     result = {
         "schema": SCHEMA,
         "host": host,
@@ -160,15 +175,12 @@ def measure_llm(model: str | Path | None = None, *, bundle: str | Path | None = 
         "load_ms": runner.load_ms,
         "prefix": {"tokens": len(prefix_tokens), "eval_ms": runner.prefix_ms},
         "pp": {"prompt_tokens_mean": float(np.mean([row["prompt_tokens"] for row in rows])),
-               "tokens_per_s": _rate_stats(pp)},
-        "tg": {"tokens": gen_tokens, "tokens_per_s": _rate_stats(tg)},
-        "ttft_ms": percentiles([x for row in rows for x in row["ttft"]]),
-        "decompose_ms": percentiles([x for row in rows for x in row["decompose"]]),
+               "tokens_per_s": _rate_stats(series("pp"))},
+        "tg": {"tokens": gen_tokens, "tokens_per_s": _rate_stats(series("tg"))},
+        "ttft_ms": percentiles(series("ttft")),
+        "decompose_ms": percentiles(series("decompose")),
         "decode_tokens_per_s": _rate_stats(decode) if decode else None,
-        "prompts": [{"utterance": row["utterance"], "prompt_tokens": row["prompt_tokens"],
-                     "suffix_tokens": row["suffix_tokens"], "pp_tokens_per_s": float(np.mean(row["pp"])),
-                     "tg_tokens_per_s": float(np.mean(row["tg"])), "ttft_ms": float(np.mean(row["ttft"])),
-                     "decompose_ms": float(np.mean(row["decompose"])), "tasks": row["tasks"]} for row in rows],
+        "prompts": [_prompt_summary(row) for row in rows],
     }
     runner.close()
     return result

@@ -17,7 +17,6 @@ ALLOWED = {
     ("bench/cli.py", "register"),  # being split by another change
     ("bench/evaluate.py", "evaluate"),  # being split by another change
     ("bench/latency.py", "measure_latency"),  # being split by another change
-    ("bench/llm_bench.py", "measure_llm"),  # being split by another change
 }
 
 
