@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 from .config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
 from .errors import InputError
@@ -45,12 +45,14 @@ class DeprecatedSpelling(argparse.Action):
     ``new`` names the spelling to use instead. The flag is recorded in ``namespace.deprecated``
     so a command can tell an old command line from a new one where the meaning changed."""
 
-    def __init__(self, option_strings, dest, new: str, nargs=None, const=None, **kwargs: Any) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str, nargs: int | str | None = None,
+                 const: Any = None, **kwargs: Any) -> None:
         self.new = new
         kwargs.setdefault("help", f"deprecated spelling of {new}")
         super().__init__(option_strings, dest, nargs=nargs, const=const, **kwargs)
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
         warn(f"warning: {option_string} is deprecated and will be removed in the next release; use {self.new}")
         used = list(getattr(namespace, "deprecated", None) or [])
         setattr(namespace, "deprecated", used + [option_string])
@@ -249,7 +251,7 @@ def history_mode_with_history(args: argparse.Namespace, base: SelectorConfig = S
     """The history mode for a command that has a history to use (``select --history-file``, ``demo``):
     ``--history-mode`` when given, else the shipped mode, else (when that is ``none``, which would
     ignore the history) ``user``, with a note on stderr."""
-    mode = getattr(args, "history_mode", None)
+    mode: str | None = getattr(args, "history_mode", None)
     if mode is not None:
         return mode
     if base.history != "none":

@@ -114,8 +114,8 @@ class ToolSearch:
     # -- Anthropic ----------------------------------------------------------------------------
     def anthropic_catalog(self, request: Mapping[str, Any]) -> Catalog:
         """The request's deferred tools (``defer_loading: true`` client tools) as a catalog."""
-        request = _mapping(request)
-        tools = request.get("tools") if request is not None else None
+        fields = _mapping(request)  # a name of its own: None where the request is no mapping
+        tools = fields.get("tools") if fields is not None else None
         if not isinstance(tools, (list, tuple)):
             raise InputError("request.tools: an Anthropic request needs a 'tools' list")
         deferred = []
@@ -133,21 +133,21 @@ class ToolSearch:
     def anthropic_result(self, request: Mapping[str, Any], tool_use: Mapping[str, Any],
                          history: Any = None) -> dict[str, Any]:
         """The ``tool_result`` block answering one ``tool_use`` of the search tool."""
-        request, tool_use = _mapping(request) or request, _mapping(tool_use)
-        if not isinstance(tool_use, Mapping) or tool_use.get("type") != "tool_use" or not isinstance(tool_use.get("id"), str):
+        request, block = _mapping(request) or request, _mapping(tool_use)  # block: None where it is no mapping
+        if not isinstance(block, Mapping) or block.get("type") != "tool_use" or not isinstance(block.get("id"), str):
             raise InputError("tool_use: expected a {\"type\": \"tool_use\", \"id\", \"name\", \"input\"} block")
-        query = _query_of(tool_use.get("input", {}), f"tool_use {tool_use['id']}.input")
+        query = _query_of(block.get("input", {}), f"tool_use {block['id']}.input")
         catalog = self.anthropic_catalog(request)
         history = request.get("messages") if history is None else history
         selection = self._select(catalog, query, history)
         refs = [{"type": "tool_reference", "tool_name": catalog.get(i).name} for i in self._cap(selection.ids)]
-        return {"type": "tool_result", "tool_use_id": tool_use["id"], "content": refs}
+        return {"type": "tool_result", "tool_use_id": block["id"], "content": refs}
 
     def answer_anthropic(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> dict[str, Any]:
         """The user message answering every call of the search tool in a Messages API response
         (a ``tool_result`` block per ``tool_use``). ``response`` may be the SDK's ``Message``."""
-        request, response = _mapping(request) or request, _mapping(response)
-        content = response.get("content") if response is not None else None
+        request, fields = _mapping(request) or request, _mapping(response)  # fields: None where it is no mapping
+        content = fields.get("content") if fields is not None else None
         if not isinstance(content, (list, tuple)):
             raise InputError("response.content: an Anthropic response needs a 'content' list")
         blocks = [_mapping(b) for b in content]
@@ -159,11 +159,12 @@ class ToolSearch:
         return {"role": "user", "content": [self.anthropic_result(request, c, history) for c in calls]}
 
     # -- OpenAI Responses ---------------------------------------------------------------------
-    def openai_catalog(self, request: Mapping[str, Any]) -> tuple[Catalog, dict[str, tuple[str | None, dict]]]:
+    def openai_catalog(self, request: Mapping[str, Any]
+                       ) -> tuple[Catalog, dict[str, tuple[str | None, dict[str, Any]]]]:
         """The request's deferred function tools as a catalog, and per tool id its namespace (or
         None) and its definition as the request gives it."""
-        request = _mapping(request)
-        given = request.get("tools") if request is not None else None
+        fields = _mapping(request)  # a name of its own: None where the request is no mapping
+        given = fields.get("tools") if fields is not None else None
         if not isinstance(given, (list, tuple)):
             raise InputError("request.tools: a Responses request needs a 'tools' list")
         tools = [_mapping(t) or t for t in given]
@@ -171,7 +172,7 @@ class ToolSearch:
                    for t in tools):
             raise InputError("request.tools: no {\"type\": \"tool_search\", \"execution\": \"client\"} tool")
         found: list[Tool] = []
-        origin: dict[str, tuple[str | None, dict]] = {}
+        origin: dict[str, tuple[str | None, dict[str, Any]]] = {}
 
         def add(defn: Any, where: str, namespace: Mapping[str, Any] | None) -> None:
             defn = _mapping(defn)
@@ -202,12 +203,12 @@ class ToolSearch:
 
     def openai_output(self, request: Mapping[str, Any], call: Mapping[str, Any], history: Any = None) -> dict[str, Any]:
         """The ``tool_search_output`` item answering one client-executed ``tool_search_call``."""
-        request, call = _mapping(request) or request, _mapping(call)
-        if not isinstance(call, Mapping) or call.get("type") != "tool_search_call":
+        request, item = _mapping(request) or request, _mapping(call)  # item: None where it is no mapping
+        if not isinstance(item, Mapping) or item.get("type") != "tool_search_call":
             raise InputError("call: expected a {\"type\": \"tool_search_call\", \"call_id\", \"arguments\"} item")
-        if call.get("execution", "client") != "client":
+        if item.get("execution", "client") != "client":
             raise InputError("call: a server-executed tool_search_call needs no answer from the client")
-        query = _query_of(call.get("arguments", {}), f"tool_search_call {call.get('call_id')}.arguments")
+        query = _query_of(item.get("arguments", {}), f"tool_search_call {item.get('call_id')}.arguments")
         catalog, origin = self.openai_catalog(request)
         if history is None:
             given = request.get("input", [])
@@ -227,14 +228,14 @@ class ToolSearch:
                                      "tools": []}
                 tools.append(namespaces[space])
             namespaces[space]["tools"].append(defn)
-        return {"type": "tool_search_output", "call_id": call.get("call_id"), "execution": "client",
+        return {"type": "tool_search_output", "call_id": item.get("call_id"), "execution": "client",
                 "status": "completed", "tools": tools}
 
     def answer_openai(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The ``tool_search_output`` items answering every client-executed ``tool_search_call`` of a
         Responses API response (``response`` may be the SDK's ``Response``)."""
-        request, response = _mapping(request) or request, _mapping(response)
-        output = response.get("output") if response is not None else None
+        request, fields = _mapping(request) or request, _mapping(response)  # fields: None where it is no mapping
+        output = fields.get("output") if fields is not None else None
         if not isinstance(output, (list, tuple)):
             raise InputError("response.output: a Responses API response needs an 'output' list")
         calls = [o for o in map(_mapping, output) if o is not None and o.get("type") == "tool_search_call"

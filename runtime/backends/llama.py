@@ -102,15 +102,14 @@ def load_llama(path: str | Path, *, n_ctx: int = 512, threads: int = 2, extra_bu
     """
     path = check_gguf(path)
     llama_cpp = import_llama_cpp()
-    import llama_cpp.llama as llama_module
+    import llama_cpp.llama_cpp as lowlevel  # the binding module llama_cpp.llama reads the defaults from
 
     use_extra = default_extra_buffers() if extra_buffers is None else extra_buffers
-    lowlevel = llama_module.llama_cpp
     with _LOAD_LOCK:
         original = lowlevel.llama_model_default_params
 
-        def params():
-            p = original()
+        def params() -> lowlevel.llama_model_params:
+            p: lowlevel.llama_model_params = original()  # llama_cpp's ctypes decorator leaves it untyped
             p.use_extra_bufts = use_extra
             return p
 
@@ -242,10 +241,12 @@ class LlamaRunner:
 
     # -- tokens ----------------------------------------------------------------------------------
     def tokenize(self, text: str, special: bool = True) -> list[int]:
-        return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+        ids: list[int] = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+        return ids
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        return self.llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+        text: bytes = self.llm.detokenize(list(tokens))
+        return text.decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self.vocab, int(token)))

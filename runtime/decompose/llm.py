@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, cast
 
 from ..backends.llama import Generation, Grammar, LlamaRunner
 from ..dialogue import Turn
@@ -96,6 +96,8 @@ class LlmDecomposer:
                 from .model import DEFAULT_MODEL_SHA256, ensure_default_model
 
                 t0 = time.perf_counter()
+                path: str | Path
+                sha256: str | None
                 if self.model_path is None:
                     path, sha256 = ensure_default_model(), DEFAULT_MODEL_SHA256
                 else:
@@ -121,7 +123,7 @@ class LlmDecomposer:
     def load(self) -> LlamaRunner:
         """The loaded runner (loading it on first use)."""
         self.ensure_loaded()
-        return self._runner
+        return cast(LlamaRunner, self._runner)  # ensure_loaded set it
 
     @property
     def runner(self) -> LlamaRunner:
@@ -130,7 +132,7 @@ class LlmDecomposer:
     @property
     def grammar(self) -> Grammar:
         self.load()
-        return self._grammar
+        return cast(Grammar, self._grammar)  # ensure_loaded set it
 
     def _stop(self, text: str) -> bool:
         lines = [task_key(x) for x in text.split("\n")[:-1]]
@@ -138,9 +140,10 @@ class LlmDecomposer:
         return len(lines) != len(set(lines)) or len(lines) >= self.max_lines
 
     def _generate(self, query: str, history: Sequence[Turn], deadline: float | None) -> Generation:
-        return self._runner.generate(build_suffix(query, history, self.history_turns), grammar=self._grammar,
-                                     max_tokens=self.max_tokens, reuse_prefix=self.reuse_prefix, deadline=deadline,
-                                     stop=self._stop)
+        runner = cast(LlamaRunner, self._runner)  # decompose ran ensure_loaded first
+        return runner.generate(build_suffix(query, history, self.history_turns), grammar=self._grammar,
+                               max_tokens=self.max_tokens, reuse_prefix=self.reuse_prefix, deadline=deadline,
+                               stop=self._stop)
 
     def decompose(self, query: str, history: Sequence[Turn], deadline: float | None = None) -> Decomposition:
         """The model's sub-tasks (the utterance itself when none parses). ``deadline`` is a
