@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -12,6 +12,9 @@ from .errors import BundleError
 from .ranks import spearman
 from .selector import Selector
 from .stages.cut import paper_cut
+
+if TYPE_CHECKING:
+    from .stages.embed import TextEmbedder
 
 
 def verify_bundle(path: str | Path) -> dict[str, Any]:
@@ -25,7 +28,7 @@ def verify_bundle(path: str | Path) -> dict[str, Any]:
 
 def _verify(path: str | Path) -> dict[str, Any]:
     selector = Selector.from_bundle(path, verify=True)  # every file checked, every model loaded
-    bundle = selector.bundle
+    bundle = cast(Bundle, selector.bundle)  # from_bundle sets it
     checks: dict[str, Any] = {"files": len(bundle.manifest["files"]), "tools": len(selector.catalog),
                               "release": bundle.release}
     golden_meta = bundle.section("golden")
@@ -34,7 +37,7 @@ def _verify(path: str | Path) -> dict[str, Any]:
             golden = json.loads(bundle.read(golden_meta["file"]).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise BundleError(f"{bundle.file(golden_meta['file'])}: not readable golden probes ({e})") from None
-        tok = selector.embedder.tokenizer
+        tok = cast("TextEmbedder", selector.embedder).tokenizer  # what a bundle's embedder section loads
         for case in golden["tokenizer"]:
             enc = tok.encode([case["text"]])
             ids = enc["input_ids"][0][enc["attention_mask"][0] == 1].tolist()
@@ -71,7 +74,8 @@ def _check_golden_reranker(selector: Selector, golden: dict[str, Any]) -> dict[s
     groups: dict[str, list[dict[str, Any]]] = {}
     for case in golden["reranker"]:
         groups.setdefault(case["query"], []).append(case)
-    expected, got = [], []
+    expected: list[float] = []
+    got: list[float] = []
     for query, cases in groups.items():
         expected.extend(c["score"] for c in cases)
         got.extend(float(x) for x in selector.reranker.score(query, [c["text"] for c in cases]))
