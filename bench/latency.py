@@ -66,6 +66,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -338,6 +339,76 @@ def load_turns(path: str | Path, limit: int | None = None, seed: int = 0) -> lis
     return turns
 
 
+def _run_config(threads: int, history_mode: str | None, decompose: str | None, rerank: bool | None,
+                rerank_skip_margin: float | None) -> Any:
+    """The shipped ``SelectorConfig`` with the settings given (None: the shipped one): the bench
+    measures what users run. A negative skip margin: every turn reranks."""
+    from magicselector.config import SelectorConfig
+
+    shipped = SelectorConfig()
+    skip = shipped.rerank_skip_margin if rerank_skip_margin is None else (
+        None if rerank_skip_margin < 0 else rerank_skip_margin)
+    return SelectorConfig(history=shipped.history if history_mode is None else history_mode, threads=threads,
+                          decompose=shipped.decompose if decompose is None else decompose,
+                          rerank=shipped.rerank if rerank is None else rerank, rerank_skip_margin=skip)
+
+
+@dataclass
+class _PassSamples:
+    """What the timed passes collect, turn by turn."""
+
+    stages: dict[str, list[float]] = field(default_factory=dict)  # ms per stage (tokenize split from embed)
+    texts_per_turn: list[int] = field(default_factory=list)       # first timed pass only
+    reranked: list[int] = field(default_factory=list)  # did the cross-encoder set the order (skip and gate decide)
+
+
+def _timed_turn(selector: Any, turn: Mapping[str, Any], timed: _TimedTokenizer | None, samples: _PassSamples,
+                first_timed_pass: bool, handed: Any) -> None:
+    """One timed select of ``turn``, its stage timings added to ``samples``."""
+    sel = selector.select(turn["utterance"], turn.get("history") or [])
+    ms = dict(sel.timings_ms)
+    samples.reranked.append(int(sel.reranked > 0))
+    if timed is not None and "embed" in ms:
+        ms["tokenize"] = timed.ms
+        ms["embed"] = max(0.0, ms["embed"] - timed.ms)
+    for stage, v in ms.items():
+        samples.stages.setdefault(stage, []).append(float(v))
+    if first_timed_pass:
+        samples.texts_per_turn.append(len(turn_texts(selector, turn)))
+        handed.add(sel)
+
+
+def _passes(selector: Any, workload: Sequence[Mapping[str, Any]], runs: int, warmup: int, cool_down_s: float,
+            timed: _TimedTokenizer | None, handed: Any, progress: Callable[[str], None] | None) -> _PassSamples:
+    """``warmup`` untimed passes over the workload, then ``runs`` timed ones; one progress line per pass."""
+    samples = _PassSamples()
+    for r in range(warmup + runs):
+        timing = r >= warmup
+        t_pass = time.perf_counter()
+        for turn in workload:
+            if timed is not None:
+                timed.ms = 0.0
+                if not timing:
+                    timed.tokens.clear()
+            if timing:
+                _timed_turn(selector, turn, timed, samples, r == warmup, handed)
+            else:
+                selector.select(turn["utterance"], turn.get("history") or [])
+        if progress is not None:
+            label = f"warmup {r + 1}/{warmup}" if not timing else f"run {r - warmup + 1}/{runs}"
+            tot = samples.stages.get("total", [])[-len(workload):] if timing else []
+            extra = f", p50 total so far {percentiles(samples.stages['total'])['p50']:.2f} ms" if tot else ""
+            progress(f"[latency] {label}: {len(workload)} turns in {(time.perf_counter() - t_pass) * 1e3:.0f} ms"
+                     f"{extra}")
+        if cool_down_s > 0 and r + 1 < warmup + runs:
+            time.sleep(cool_down_s)
+    return samples
+
+
+def _share(values: Sequence[int]) -> float | None:
+    return (sum(values) / len(values)) if values else None
+
+
 def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, threads: int = 1,
                     workload: Sequence[Mapping[str, Any]] = WORKLOAD, *, cool_down_s: float = 0.0,
                     history_mode: str | None = None, verify: bool = True, decompose: str | None = None,
@@ -362,19 +433,10 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     started = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     device = machine_description()
 
-    from magicselector.config import SelectorConfig
     from magicselector.selector import Selector
 
-    # The shipped configuration unless a setting is given: the bench measures what users run.
     # With a decomposer, the LLM (if any) loads in the first select: part of the cold start.
-    shipped = SelectorConfig()
-    history_mode = shipped.history if history_mode is None else history_mode
-    decompose = shipped.decompose if decompose is None else decompose
-    rerank = shipped.rerank if rerank is None else rerank
-    skip = shipped.rerank_skip_margin if rerank_skip_margin is None else (
-        None if rerank_skip_margin < 0 else rerank_skip_margin)
-    config = SelectorConfig(history=history_mode, threads=threads, decompose=decompose, rerank=rerank,
-                            rerank_skip_margin=skip)
+    config = _run_config(threads, history_mode, decompose, rerank, rerank_skip_margin)
     first = workload[0]
     t0 = time.perf_counter()
     selector = Selector.from_bundle(bundle_dir, config=config, verify=verify)
@@ -387,64 +449,33 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     timed = _TimedTokenizer(tok) if tok is not None and hasattr(tok, "encode") else None
     if timed is not None:
         selector.embedder.tokenizer = timed
-    samples: dict[str, list[float]] = {}
-    texts_per_turn: list[int] = []
-    reranked: list[int] = []  # per timed turn: did the cross-encoder set its order (skip and gate decide)
     from .handed_tokens import HandedTokens
 
     handed = HandedTokens(selector.catalog)  # schema tokens per turn (first timed pass; outside the timings)
     try:
-        for r in range(warmup + runs):
-            timing = r >= warmup
-            t_pass = time.perf_counter()
-            for turn in workload:
-                if timed is not None:
-                    timed.ms = 0.0
-                    if not timing:
-                        timed.tokens.clear()
-                sel = selector.select(turn["utterance"], turn.get("history") or [])
-                if not timing:
-                    continue
-                ms = dict(sel.timings_ms)
-                reranked.append(int(sel.reranked > 0))
-                if timed is not None and "embed" in ms:
-                    ms["tokenize"] = timed.ms
-                    ms["embed"] = max(0.0, ms["embed"] - timed.ms)
-                for stage, v in ms.items():
-                    samples.setdefault(stage, []).append(float(v))
-                if r == warmup:
-                    texts_per_turn.append(len(turn_texts(selector, turn)))
-                    handed.add(sel)
-            if progress is not None:
-                label = f"warmup {r + 1}/{warmup}" if not timing else f"run {r - warmup + 1}/{runs}"
-                tot = samples.get("total", [])[-len(workload):] if timing else []
-                extra = f", p50 total so far {percentiles(samples['total'])['p50']:.2f} ms" if tot else ""
-                progress(f"[latency] {label}: {len(workload)} turns in {(time.perf_counter() - t_pass) * 1e3:.0f} ms"
-                         f"{extra}")
-            if cool_down_s > 0 and r + 1 < warmup + runs:
-                time.sleep(cool_down_s)
+        samples = _passes(selector, workload, runs, warmup, cool_down_s, timed, handed, progress)
     finally:
         if timed is not None:
             selector.embedder.tokenizer = tok
 
-    stages = {s: percentiles(samples[s]) for s in STAGE_ORDER if s in samples}
-    stages.update({s: percentiles(v) for s, v in samples.items() if s not in stages})
-    tokens = timed.tokens[-sum(texts_per_turn):] if timed is not None and timed.tokens else []
+    stages = {s: percentiles(samples.stages[s]) for s in STAGE_ORDER if s in samples.stages}
+    stages.update({s: percentiles(v) for s, v in samples.stages.items() if s not in stages})
+    tokens = timed.tokens[-sum(samples.texts_per_turn):] if timed is not None and timed.tokens else []
     manifest = selector.bundle.manifest if selector.bundle is not None else {}
     return {
         "schema": SCHEMA,
         "device": device,
         "config": {
             "bundle": str(bundle_dir), "runs": runs, "warmup": warmup, "threads": threads,
-            "cool_down_s": cool_down_s, "history_mode": history_mode,
+            "cool_down_s": cool_down_s, "history_mode": config.history,
             "candidates": selector.config.candidates, "cut": selector.config.cut.rule,
             "decomposer": selector.decomposer.name, "verify": verify, "turns": len(workload),
             "workload": {"name": workload_name, "sha256": workload_sha256},
             "rerank": bool(selector.config.rerank and selector.reranker is not None),
             "rerank_scope": selector.config.rerank_scope, "rerank_min_margin": selector.config.rerank_min_margin,
             "rerank_skip_margin": selector.config.rerank_skip_margin,
-            "reranked_share": (sum(reranked) / len(reranked)) if reranked else None,
-            "texts_per_turn": (sum(texts_per_turn) / len(texts_per_turn)) if texts_per_turn else None,
+            "reranked_share": _share(samples.reranked),
+            "texts_per_turn": _share(samples.texts_per_turn),
             "tokens": ({"mean": sum(tokens) / len(tokens), "max": max(tokens)} if tokens else None),
             "fresh_process": fresh_process, "started": started,
         },

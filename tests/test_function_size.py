@@ -16,7 +16,6 @@ ALLOWED = {
     ("bench/cli.py", "cmd_latency"),  # being split by another change
     ("bench/cli.py", "register"),  # being split by another change
     ("bench/evaluate.py", "evaluate"),  # being split by another change
-    ("bench/latency.py", "measure_latency"),  # being split by another change
 }
 
 
