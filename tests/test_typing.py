@@ -1,0 +1,23 @@
+"""The runtime (which ships ``py.typed``) type-checks clean under ``mypy --strict``."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = ["-m", "mypy", "--strict", "--ignore-missing-imports", "runtime"]
+
+
+# selector.py, config.py, catalog.py, catalogs/ and stages/{rerank,cut,budget}.py are being changed by
+# another change and still hold errors; strict=False, so the test passes (XPASS) once they are fixed
+@pytest.mark.xfail(strict=False, reason="selector.py, catalog.py and stages/rerank.py still hold mypy --strict "
+                                        "errors, to be fixed after the change in progress there (issue 26)")
+def test_the_runtime_is_clean_under_mypy_strict():
+    pytest.importorskip("mypy")
+    proc = subprocess.run([sys.executable, *COMMAND], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Success: no issues found" in proc.stdout, (
+        f"python {' '.join(COMMAND)} (exit {proc.returncode}):\n{output[-12000:]}")
