@@ -161,29 +161,92 @@ def _summarise(rows: list[dict[str, Any]], k: int, adaptive: bool, token_cost: C
     return out
 
 
-def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(), bundle: str | Path | None = None,
-             progress: bool = True, base: Selector | None = None) -> dict[str, Any]:
-    """Evaluate the pipeline on a benchmark folder; returns the report (see module docstring)."""
-    bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark, skip_bad_rows=True)
+def _sampled_queries(bench: Benchmark, config: EvalConfig) -> list[Query]:
+    """The benchmark's queries, or a seeded sample of ``config.limit`` (so limited runs are comparable)."""
     queries = bench.queries
     if config.limit is not None and config.limit < len(queries):
-        rng = np.random.default_rng(config.seed)  # a seeded sample, so limited runs are comparable
+        rng = np.random.default_rng(config.seed)
         queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
-    cut = config.cut
-    candidates = max(config.k, cut.k_max if config.adaptive else config.k, 30)
-    t0 = time.perf_counter()
+    return queries
+
+
+def _run_config(config: EvalConfig, base: Selector, candidates: int) -> SelectorConfig:
+    """The Selector's settings as the evaluation runs them: the asked ones with its cut, candidates,
+    retriever and decomposition; no model named: the bundle's decomposer with its prompt (unless
+    another prompt was asked for)."""
     asked = config.selector
-    if base is None:
-        base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress),
-                                    config=SelectorConfig(threads=asked.threads))
-    # no model named: the bundle's decomposer with its prompt (unless another prompt was asked for)
     model, prompt = asked.decomposer_model, asked.decomposer_prompt
     if model is None:
         model = base.config.decomposer_model
         if prompt == _SHIPPED.decomposer_prompt:
             prompt = base.config.decomposer_prompt
-    sel_config = replace(asked, candidates=candidates, cut=cut, decompose=config.decomposition,
-                         lexical=config.retrieval == "hybrid", decomposer_model=model, decomposer_prompt=prompt)
+    return replace(asked, candidates=candidates, cut=config.cut, decompose=config.decomposition,
+                   lexical=config.retrieval == "hybrid", decomposer_model=model, decomposer_prompt=prompt)
+
+
+def _bm25_ranking(selector: Selector, q: Query, run: SelectorConfig, candidates: int) -> tuple[list[str], int]:
+    """BM25 alone: the runtime's lexical index over the retrieval text, cut by the run's rule; (ranked ids, K)."""
+    text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), run.history, run.history_turns)
+    ids, scores = selector.lexical.search([text], candidates)[0]
+    emb = selector.index.vectors(ids) if run.cut.rule != "fixed" else None
+    return list(ids), apply_cut(run.cut, np.asarray(scores), emb).k
+
+
+def _scored_row(q: Query, selector: Selector, raw_selector: Selector | None, run: SelectorConfig,
+                config: EvalConfig, token_cost: Callable[[Sequence[str]], int]) -> dict[str, Any]:
+    """One query ranked, cut and scored (with the counterfactual without decomposition, if any)."""
+    extra: dict[str, Any] = {}
+    if config.retrieval != "bm25":
+        sel = selector.select(q.query, q.history)
+        ranked, K, kept = sel.ranked_ids, sel.k, sel.ids
+        if raw_selector is not None:
+            extra = _counterfactual_row(q, sel, raw_selector.select(q.query, q.history), selector, config.k)
+    else:
+        ranked, K = _bm25_ranking(selector, q, run, run.candidates)
+        kept = ranked[:K]
+    return {
+        "id": q.id, "category": q.category, "gold": q.gold, "ranked": ranked, "K": K, "kept": list(kept),
+        "ndcg": ndcg_at_k(ranked, q.gold, config.k), "recall": recall_at_k(ranked, q.gold, config.k),
+        "complete": completeness_at_k(ranked, q.gold, config.k),
+        "complete_K": completeness_at_k(ranked, q.gold, K), "tokens": token_cost(ranked[:K]),
+        **extra,
+    }
+
+
+def _bad_queries_report(bench: Benchmark, refused: list[dict[str, str]], policy: str) -> dict[str, Any]:
+    """``bad_queries``: the malformed rows (not JSON, unknown gold ids, a broken history), which never
+    reached the Selector and are skipped whatever the policy, listed with their line, then the
+    queries the Selector refused."""
+    malformed = [{"id": r["id"] if r["id"] is not None else f"line {r['line']}", "line": r["line"],
+                  "action": "skipped", "reason": r["error"][:300]} for r in bench.rejected]
+    bad = [*malformed, *refused]
+    return {"policy": policy, "count": len(bad), "ids": [b["id"] for b in bad],
+            "skipped": sum(b["action"] == "skipped" for b in bad),
+            "truncated": sum(b["action"] == "truncated" for b in bad),
+            "malformed_rows": len(malformed), "rows": bad}
+
+
+def _counterfactual_report(rows: list[dict[str, Any]], by_cat: dict[str, list], k: int) -> dict[str, Any]:
+    """``counterfactual``: decomposed against raw, overall, per category and on multi-tool turns."""
+    multi = [r for r in rows if len(set(r["gold"])) > 1]
+    return {**_counterfactual(rows, k),
+            "by_category": {c: _counterfactual(rs, k) for c, rs in sorted(by_cat.items())},
+            # the issue's aim is stated on turns needing two or more tools
+            "multi_gold": _counterfactual(multi, k)}
+
+
+def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(), bundle: str | Path | None = None,
+             progress: bool = True, base: Selector | None = None) -> dict[str, Any]:
+    """Evaluate the pipeline on a benchmark folder; returns the report (see module docstring)."""
+    bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark, skip_bad_rows=True)
+    queries = _sampled_queries(bench, config)
+    candidates = max(config.k, config.cut.k_max if config.adaptive else config.k, 30)
+    t0 = time.perf_counter()
+    asked = config.selector
+    if base is None:
+        base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress),
+                                    config=SelectorConfig(threads=asked.threads))
+    sel_config = _run_config(config, base, candidates)
     queries, bad = screen_queries(queries, sel_config, config.on_bad_query)  # before any indexing
     if not queries:
         raise InputError(f"{bench.path}: every query was refused ({len(bad)}), e.g. {bad[0]['id']}: {bad[0]['reason']}")
@@ -201,26 +264,7 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     rows = []
     bar = _progress(len(queries), f"eval {bench.name}", progress)
     for q in queries:
-        extra: dict[str, Any] = {}
-        if config.retrieval != "bm25":
-            sel = selector.select(q.query, q.history)
-            ranked, K, kept = sel.ranked_ids, sel.k, sel.ids
-            if raw_selector is not None:
-                extra = _counterfactual_row(q, sel, raw_selector.select(q.query, q.history), selector, config.k)
-        else:
-            text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), asked.history,
-                                  sel_config.history_turns)
-            ids, scores = selector.lexical.search([text], candidates)[0]
-            emb = selector.index.vectors(ids) if cut.rule != "fixed" else None
-            ranked, K = list(ids), apply_cut(cut, np.asarray(scores), emb).k
-            kept = ranked[:K]
-        rows.append({
-            "id": q.id, "category": q.category, "gold": q.gold, "ranked": ranked, "K": K, "kept": list(kept),
-            "ndcg": ndcg_at_k(ranked, q.gold, config.k), "recall": recall_at_k(ranked, q.gold, config.k),
-            "complete": completeness_at_k(ranked, q.gold, config.k),
-            "complete_K": completeness_at_k(ranked, q.gold, K), "tokens": token_cost(ranked[:K]),
-            **extra,
-        })
+        rows.append(_scored_row(q, selector, raw_selector, sel_config, config, token_cost))
         bar.update()
     bar.close()
     by_cat: dict[str, list] = defaultdict(list)
@@ -237,21 +281,9 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
             "seconds": round(time.perf_counter() - t0, 2)},
     }
     report["per_query"] = per_query_rows(rows)
-    # malformed rows (not JSON, unknown gold ids, a broken history) never reached the Selector:
-    # they are skipped whatever the policy, and listed with their line
-    malformed = [{"id": r["id"] if r["id"] is not None else f"line {r['line']}", "line": r["line"],
-                  "action": "skipped", "reason": r["error"][:300]} for r in bench.rejected]
-    bad = [*malformed, *bad]
-    report["bad_queries"] = {"policy": config.on_bad_query, "count": len(bad), "ids": [b["id"] for b in bad],
-                             "skipped": sum(b["action"] == "skipped" for b in bad),
-                             "truncated": sum(b["action"] == "truncated" for b in bad),
-                             "malformed_rows": len(malformed), "rows": bad}
+    report["bad_queries"] = _bad_queries_report(bench, bad, config.on_bad_query)
     if raw_selector is not None:
-        multi = [r for r in rows if len(set(r["gold"])) > 1]
-        report["counterfactual"] = {**_counterfactual(rows, config.k),
-                                    "by_category": {c: _counterfactual(rs, config.k) for c, rs in sorted(by_cat.items())},
-                                    # the issue's aim is stated on turns needing two or more tools
-                                    "multi_gold": _counterfactual(multi, config.k)}
+        report["counterfactual"] = _counterfactual_report(rows, by_cat, config.k)
         quality = _decomposition_quality(rows, config.k)
         if quality:
             report["decomposition"] = quality
