@@ -250,6 +250,67 @@ def _prefill_figures(bundle: str, device: str, results: Mapping[str, Any], args:
                            reps=args.prefill_reps, max_tokens=args.prefill_max_tokens)
 
 
+def _latency_args_problem(bundle: str, args: argparse.Namespace) -> str | None:
+    """Why ``bench latency`` cannot run with this bundle and these arguments (before anything runs), or None."""
+    if not Path(bundle, "manifest.json").is_file():
+        return f"{bundle}: not a bundle folder (no manifest.json)"
+    if args.reference_reranker is not None:
+        if not args.compare:
+            return "--reference-reranker times the FP32 reranker rows of --compare: add --compare"
+        if not Path(args.reference_reranker, "config.json").is_file():
+            return (f"--reference-reranker {args.reference_reranker}: not a Hugging Face checkpoint folder "
+                    "(no config.json)")
+    if args.turns_limit is not None and args.turns is None:
+        return "--turns-limit needs --turns"
+    return None
+
+
+def _run_on_device(bundle: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The runner's results from ``--device``: this machine, or a phone over ADB. Raises LookupError
+    for a device it cannot use, RuntimeError when the local runner failed."""
+    device = args.device
+    if device == "local":
+        return _run_local(bundle, args)
+    if device == "adb" or device.startswith("adb:"):
+        serial = device.split(":", 1)[1] or None if ":" in device else None
+        return _run_adb(bundle, serial, out, args)
+    raise LookupError(f"--device must be local or adb[:SERIAL], got {device!r}")
+
+
+def _compare_on_host(bundle: str, results: Mapping[str, Any], workload: list | None,
+                     args: argparse.Namespace) -> dict[str, Any]:
+    """``--compare``: the side-by-side variants, always timed on this machine (they need torch)."""
+    from .compare import compare_latency
+
+    cmp_ = compare_latency(bundle, runs=args.runs, warmup=args.warmup,
+                           **({"workload": workload} if workload is not None else {}),
+                           history_mode=results.get("config", {}).get("history_mode", "user"),
+                           reference_reranker=args.reference_reranker, progress=_progress)
+    cmp_["host"] = "this machine" if args.device == "local" else "the host (not the phone): compare needs torch"
+    return cmp_
+
+
+def _write_latency_report(results: Mapping[str, Any], out: Path, compare: bool) -> tuple[str, list[str]]:
+    """results.json, results.csv, summary.md and (with matplotlib) the plots; (the summary, the files written)."""
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_stage_csv(results, out / "results.csv")
+    summary = latency_summary(results)
+    (out / "summary.md").write_text(summary, encoding="utf-8")
+    written = ["results.json", "results.csv", "summary.md"]
+    try:
+        from .plots import plot_compare, plot_stage_latency
+
+        plot_stage_latency(results, out / "stages.png")
+        written.append("stages.png")
+        if compare:
+            plot_compare(results["compare"], out / "compare.png")
+            written.append("compare.png")
+    except ImportError as e:
+        print(f"bench latency: no plots (matplotlib missing: {e}); pip install 'magicselector[bench]'",
+              file=sys.stderr)
+    return summary, written
+
+
 def cmd_latency(args: argparse.Namespace) -> int:
     from magicselector.default_bundle import ensure_default_bundle
     from magicselector.cli_options import SHIPPED
@@ -260,16 +321,9 @@ def cmd_latency(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bundle = str(args.bundle) if args.bundle else str(ensure_default_bundle(progress=True))
-    if not Path(bundle, "manifest.json").is_file():
-        return _err(f"{bundle}: not a bundle folder (no manifest.json)")
-    if args.reference_reranker is not None:
-        if not args.compare:
-            return _err("--reference-reranker times the FP32 reranker rows of --compare: add --compare")
-        if not Path(args.reference_reranker, "config.json").is_file():
-            return _err(f"--reference-reranker {args.reference_reranker}: not a Hugging Face checkpoint folder "
-                        "(no config.json)")
-    if args.turns_limit is not None and args.turns is None:
-        return _err("--turns-limit needs --turns")
+    problem = _latency_args_problem(bundle, args)
+    if problem:
+        return _err(problem)
     workload = None
     if args.turns is not None:  # checked here too, so a bad file fails before a phone is touched
         from .latency import load_turns
@@ -282,18 +336,9 @@ def cmd_latency(args: argparse.Namespace) -> int:
         from magicselector.backends.llama import require_llama_cpp
 
         require_llama_cpp()
-    device = args.device
     try:
-        if device == "local":
-            results = _run_local(bundle, args)
-        elif device == "adb" or device.startswith("adb:"):
-            serial = device.split(":", 1)[1] or None if ":" in device else None
-            results = _run_adb(bundle, serial, out, args)
-        else:
-            return _err(f"--device must be local or adb[:SERIAL], got {device!r}")
-    except LookupError as e:
-        return _err(str(e))
-    except RuntimeError as e:
+        results = _run_on_device(bundle, out, args)
+    except (LookupError, RuntimeError) as e:
         return _err(str(e))
 
     from .latency import validate_results
@@ -303,37 +348,15 @@ def cmd_latency(args: argparse.Namespace) -> int:
         print("bench latency: warning: results do not follow the schema: " + "; ".join(problems), file=sys.stderr)
     results = dict(results)
     if args.compare:
-        from .compare import compare_latency
-
         try:
-            cmp_ = compare_latency(bundle, runs=args.runs, warmup=args.warmup,
-                                   **({"workload": workload} if workload is not None else {}),
-                                   history_mode=results.get("config", {}).get("history_mode", "user"),
-                                   reference_reranker=args.reference_reranker, progress=_progress)
+            results["compare"] = _compare_on_host(bundle, results, workload, args)
         except InputError as e:
             return _err(str(e))
-        cmp_["host"] = "this machine" if device == "local" else "the host (not the phone): compare needs torch"
-        results["compare"] = cmp_
     if args.decompose in ("llm", "auto"):
-        results["llm"] = _llm_figures(bundle, device)
+        results["llm"] = _llm_figures(bundle, args.device)
     if getattr(args, "prefill", False):
-        results["prefill"] = _prefill_figures(bundle, device, results, args)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    write_stage_csv(results, out / "results.csv")
-    summary = latency_summary(results)
-    (out / "summary.md").write_text(summary, encoding="utf-8")
-    written = ["results.json", "results.csv", "summary.md"]
-    try:
-        from .plots import plot_compare, plot_stage_latency
-
-        plot_stage_latency(results, out / "stages.png")
-        written.append("stages.png")
-        if args.compare:
-            plot_compare(results["compare"], out / "compare.png")
-            written.append("compare.png")
-    except ImportError as e:
-        print(f"bench latency: no plots (matplotlib missing: {e}); pip install 'magicselector[bench]'",
-              file=sys.stderr)
+        results["prefill"] = _prefill_figures(bundle, args.device, results, args)
+    summary, written = _write_latency_report(results, out, args.compare)
     print(summary)
     print(f"wrote {', '.join(written)} to {out}")
     return 0
@@ -585,12 +608,8 @@ def _add_prefill_options(sp: argparse.ArgumentParser) -> None:
                     help="with --prefill: a longer level is timed at N tokens and scaled linearly (default 4096)")
 
 
-def register(subparsers: Any) -> None:
-    """Add ``bench latency``, ``scaling``, ``rerank``, ``llm``, ``lexical``, ``soak``, ``worst-case`` and
-    ``quality`` to the ``magicselector`` command."""
-    bp = subparsers.add_parser("bench", help="latency and scaling benchmarks (local or on a phone over ADB)")
-    bsub = bp.add_subparsers(dest="bench_command", required=True)
-
+def _add_latency_parser(bsub: Any) -> None:
+    """``bench latency``: cold start, stage percentiles and peak RSS, here or on a phone."""
     sp = bsub.add_parser("latency", help="cold start, per-stage latency percentiles and peak RSS on a fixed workload")
     add_bundle_option(sp)
     sp.add_argument("--device", default="local", help="local (default) or adb[:SERIAL] for a phone")
@@ -621,6 +640,9 @@ def register(subparsers: Any) -> None:
     _add_prefill_options(sp)
     sp.set_defaults(func=cmd_latency)
 
+
+def _add_scaling_parser(bsub: Any) -> None:
+    """``bench scaling``: search and the cut against the number of tools."""
     from magicselector.stages.index import GRAPH  # the runtime's graph settings: what the bench measures
 
     sp = bsub.add_parser("scaling", help="search latency / memory / recall vs n, and adaptive Top-K time vs n")
@@ -641,6 +663,9 @@ def register(subparsers: Any) -> None:
                     help="stop building an index (>200k vectors, checked every 100k) once it took this long")
     sp.set_defaults(func=cmd_scaling)
 
+
+def _add_rerank_parser(bsub: Any) -> None:
+    """``bench rerank``: the rerank stage alone."""
     sp = bsub.add_parser("rerank", help="rerank stage latency: INT8 ONNX reranker vs its FP32 PyTorch checkpoint")
     sp.add_argument("--reranker", nargs="+", required=True, metavar="DIR",
                     help="reranker folder(s): model.onnx, tokenizer.json, reranker.json")
@@ -655,6 +680,9 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--md", metavar="OUT", help="write the markdown table")
     sp.set_defaults(func=cmd_rerank)
 
+
+def _add_llm_parser(bsub: Any) -> None:
+    """``bench llm``: the GGUF decomposer in llama-bench's terms."""
     sp = bsub.add_parser("llm", help="the GGUF decomposer as llama-bench measures a model: load time, prompt "
                                      "processing and generation tokens/s, time to first token, on its own prompts")
     sp.add_argument("--model", metavar="GGUF", help="a GGUF file (default: the bundle's decomposer, else the pinned "
@@ -670,6 +698,9 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.set_defaults(func=cmd_llm)
 
+
+def _add_lexical_parser(bsub: Any) -> None:
+    """``bench lexical``: the runtime's BM25 index."""
     sp = bsub.add_parser("lexical", help="the runtime BM25 index on synthetic catalogs: build, size, load, "
                                          "search and add/remove time, on one core")
     sp.add_argument("--ns", help="comma-separated catalog sizes (default: 10000,100000)")
@@ -678,6 +709,9 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.set_defaults(func=cmd_lexical)
 
+
+def _add_serve_parser(bsub: Any) -> None:
+    """``bench serve``: ``magicselector serve`` under concurrent callers."""
     from .serve_bench import add_arguments as add_serve_arguments, cmd_bench_serve  # standard library only
 
     sp = bsub.add_parser("serve", help="throughput and p50/p90/p99 of `magicselector serve` (spawned; over stdio, "
@@ -686,6 +720,9 @@ def register(subparsers: Any) -> None:
     add_serve_arguments(sp)
     sp.set_defaults(func=cmd_bench_serve)
 
+
+def _add_soak_parser(bsub: Any) -> None:
+    """``bench soak``: concurrent selects during catalog churn."""
     sp = bsub.add_parser("soak", help="selects from several threads while tools are added and removed: no error, "
                                       "flat RSS, every result equal to a single-threaded replay")
     add_bundle_option(sp)
@@ -698,6 +735,9 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--out", help="folder for soak.json")
     sp.set_defaults(func=cmd_soak)
 
+
+def _add_worst_case_parser(bsub: Any) -> None:
+    """``bench worst-case``: one select at the input limits."""
     sp = bsub.add_parser("worst-case", help="time and peak RSS of one select for inputs at the limits SelectorConfig "
                                             "admits, per decomposer and history mode (each in a fresh process)")
     add_bundle_option(sp)
@@ -708,6 +748,9 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.set_defaults(func=cmd_worst_case)
 
+
+def _add_quality_parser(bsub: Any) -> None:
+    """``bench quality``: every development set's evaluation part per pipeline configuration."""
     sp = bsub.add_parser("quality", help="NDCG, completeness and the cut's K on every development set's evaluation "
                                          "part: BM25, dense, hybrid, + reranker, + rules, shipped, FP32 reference")
     add_bundle_option(sp)
@@ -723,3 +766,19 @@ def register(subparsers: Any) -> None:
                                                                   "(default docs/bench/quality.md)")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=cmd_quality)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``bench latency``, ``scaling``, ``rerank``, ``llm``, ``lexical``, ``serve``, ``soak``, ``worst-case`` and
+    ``quality`` to the ``magicselector`` command."""
+    bp = subparsers.add_parser("bench", help="latency and scaling benchmarks (local or on a phone over ADB)")
+    bsub = bp.add_subparsers(dest="bench_command", required=True)
+    _add_latency_parser(bsub)
+    _add_scaling_parser(bsub)
+    _add_rerank_parser(bsub)
+    _add_llm_parser(bsub)
+    _add_lexical_parser(bsub)
+    _add_serve_parser(bsub)
+    _add_soak_parser(bsub)
+    _add_worst_case_parser(bsub)
+    _add_quality_parser(bsub)
