@@ -394,3 +394,16 @@ def test_the_runner_flags_are_spelled_once_for_the_phone_and_the_local_run():
     args = _parser().parse_args(phone.runner_argv("/d/bundle", "/d/run-1.json", None)[2:])
     assert (args.runs, args.warmup, args.threads, args.rerank, args.history_mode) == (3, 2, 4, True, None)
     assert args.cool_down_s == 0.0  # the harness cools between runs, not the runner
+
+
+def test_runner_argv_spells_every_flag_the_runner_parses():
+    """A flag added to the runner's parser without ``runner_argv`` learning it fails here, so the
+    phone's and the local run's command lines never fall behind the runner (issue 28)."""
+    from magicselector.bench.latency_runner import _parser, runner_argv
+
+    every = dict(runs=1, warmup=0, threads=1, cool_down_s=0.5, history_mode="all", decompose="rules",
+                 rerank_skip_margin=0.1, turns="t.jsonl", turns_limit=2, verify=False)
+    spelled = {a for rerank in (True, False) for a in runner_argv("B", "o.json", rerank=rerank, **every)
+               if a.startswith("--")}
+    parsed = {o for action in _parser()._actions for o in action.option_strings if o.startswith("--")}
+    assert spelled == parsed - {"--help"}
