@@ -173,7 +173,7 @@ class Catalog(Sequence[Tool]):
     def __len__(self) -> int:
         return len(self._tools)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: int) -> Tool:  # type: ignore[override]  # positions only, no slices
         return self._tools[i]
 
     def __iter__(self) -> Iterator[Tool]:
@@ -477,8 +477,8 @@ def _plain_json(value: Any) -> Any:
             return value
         return items
     if type(value) is list or type(value) is tuple:
-        items = [_plain_json(v) for v in value]
-        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+        elements = [_plain_json(v) for v in value]
+        return value if all(a is b for a, b in zip(elements, value)) else type(value)(elements)
     return value
 
 
@@ -582,7 +582,7 @@ def _rs_meta_valid(schema: Mapping[str, Any]) -> bool | None:
     except ImportError:
         return None
     try:
-        return bool(jsonschema_rs.meta.is_valid(schema))
+        return bool(jsonschema_rs.meta.is_valid(dict(schema)))
     except Exception:  # an unknown draft, a value it cannot take: let jsonschema decide
         return None
 
@@ -591,7 +591,7 @@ def _rs_meta_error(schema: Mapping[str, Any]) -> str:
     import jsonschema_rs
 
     try:
-        jsonschema_rs.meta.validate(schema)
+        jsonschema_rs.meta.validate(dict(schema))
     except jsonschema_rs.ValidationError as e:
         at = "/".join(str(p) for p in e.instance_path)
         return str(e.message) + (f" (at /{at})" if at else "")
@@ -687,7 +687,8 @@ def _entries_from_data(data: Any, where: str) -> tuple[list[tuple[Any, str]], st
         if not isinstance(data, list):
             raise CatalogError(f"{where}: expected a list of tools or an object with a 'tools' list")
         return [(e, f"{where}[{i}]") for i, e in enumerate(data)], None
-    entries, domain = [], None
+    entries: list[tuple[Any, str]] = []
+    domain = None
     for page in pages:
         tools = page["tools"]
         if not isinstance(tools, list):
@@ -912,8 +913,8 @@ def load_catalogs(specs: Sequence[str | Path], namespace: str = "server") -> Cat
         return load_catalog(parsed[0][1])
     tools: list[Tool] = []
     servers: dict[str, Path] = {}
-    for server, path in parsed:
-        server = server or server_name_of(path)
+    for named, path in parsed:
+        server = named or server_name_of(path)
         prefix = sanitize_server_name(server, str(path))
         if prefix in servers:
             raise CatalogError(f"{path}: server name {prefix!r} is also {servers[prefix]}'s; name them apart "

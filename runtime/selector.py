@@ -5,7 +5,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -44,7 +44,9 @@ class SelectedTool:
     probability: float | None = None
 
     def why(self) -> dict[str, Any]:
-        part = (lambda x: None if x is None else round(float(x), 6))
+        def part(x: float | None) -> float | None:
+            return None if x is None else round(float(x), 6)
+
         return {"list": self.list, "text": self.subtask, "rank": self.rank, "dense": part(self.dense),
                 "lexical": part(self.lexical), "probability": part(self.probability)}
 
@@ -227,8 +229,9 @@ class Selector:
         """A Selector over another catalog sharing this one's embedder and reranker; the catalog's
         tool vectors are cached on disk by embedder hash and tool texts (``tool_vectors``)."""
         model_sha = ""
-        if self.bundle is not None and self.bundle.section("embedder"):
-            model_sha = self.bundle.manifest["files"][self.bundle.section("embedder")["file"]]["sha256"]
+        embedder_section = self.bundle.section("embedder") if self.bundle is not None else None
+        if self.bundle is not None and embedder_section:
+            model_sha = self.bundle.sha256_of(embedder_section["file"])
         vecs = catalog_vectors(self.embedder, catalog, model_sha)
         index = ToolIndex(vecs.shape[1], self.index.dtype)
         index.add(catalog.ids, vecs)
@@ -342,8 +345,8 @@ class Selector:
                                 scores, self.config.rerank_candidates, self.config.rerank_weight,
                                 self.config.rerank_skip_margin)
             if head is not None:
-                order, scores = head
-                ids, source, reranked = [ids[i] for i in order], [source[i] for i in order], 1
+                head_order, scores = head
+                ids, source, reranked = [ids[i] for i in head_order], [source[i] for i in head_order], 1
             t = timer.lap("rerank", t)
         order, cut = cut_turn(self.config.cut, [(lst.ids, lst.scores) for lst in lists], ids, scores, vectors_of,
                               per_list=not reranked)
@@ -392,7 +395,9 @@ class Selector:
         """The budget on the cut's K tools: the kept ones move to the head, in ranked order."""
         if not budget.bounded:
             return ids, np.asarray(scores), source, k, None
-        cost = (lambda tid: self._state.schema_tokens(catalog.get(tid), budget.format))
+        def cost(tid: str) -> int:
+            return self._state.schema_tokens(catalog.get(tid), budget.format)
+
         kept = spend_budget(budget, ids, k, [lst.ids for lst in lists], cost)
         order = kept + [i for i in range(len(ids)) if i not in set(kept)]
         tokens = sum(cost(ids[i]) for i in kept) if budget.max_schema_tokens is not None else None
@@ -420,7 +425,7 @@ class Selector:
         if self.bundle is None:
             raise InputError("save: this Selector was not loaded from a bundle, so it has no model files to write")
 
-        def snapshot(write):
+        def snapshot(write: Callable[[Catalog, ToolIndex, LexicalIndex | None], dict[str, Any]]) -> dict[str, Any]:
             with self._lock:  # catalog, index and lexical index as one state
                 return write(self.catalog, self.index, self._state.lexical)
 
@@ -438,7 +443,7 @@ def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None,
         return current
     sha256 = None
     dec = bundle.section("decomposer") if bundle is not None else None
-    if dec and config.decomposer_model == str(bundle.file(dec["file"])):
+    if bundle is not None and dec and config.decomposer_model == str(bundle.file(dec["file"])):
         sha256 = bundle.sha256_of(dec["file"])
     llm = LlmSettings(model=config.decomposer_model, prompt=config.decomposer_prompt, threads=config.llm_threads,
                       n_ctx=config.llm_ctx, sha256=sha256)

@@ -11,10 +11,6 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ["-m", "mypy", "--strict", "--ignore-missing-imports", "runtime"]
 
 
-# selector.py, config.py, catalog.py, catalogs/ and stages/{rerank,cut,budget}.py are being changed by
-# another change and still hold errors; strict=False, so the test passes (XPASS) once they are fixed
-@pytest.mark.xfail(strict=False, reason="selector.py, catalog.py and stages/rerank.py still hold mypy --strict "
-                                        "errors, to be fixed after the change in progress there (issue 26)")
 def test_the_runtime_is_clean_under_mypy_strict():
     pytest.importorskip("mypy")
     proc = subprocess.run([sys.executable, *COMMAND], cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -223,7 +223,7 @@ def apply_cut(config: CutConfig, scores: np.ndarray, embeddings: np.ndarray | No
     return paper_cut(scores, embeddings, config.k_min, config.k_max, normalized)
 
 
-def cut_per_list(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequence[float]]],
+def cut_per_list(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],
                  fused_ids: Sequence[str], vectors: Callable[[list[str]], np.ndarray]) -> tuple[list[int], Cut]:
     """The cut on each retrieval list (``(ids, scores)``, one per sub-task and the anchor), then the
     union of the kept tools, in fused order, moves to the head of the fused list.
@@ -248,7 +248,8 @@ def cut_per_list(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequenc
     return order, cut
 
 
-def cut_turn(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequence[float]]], fused_ids: Sequence[str],
+def cut_turn(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],
+             fused_ids: Sequence[str],
              fused_scores: np.ndarray, vectors: Callable[[list[str]], np.ndarray], per_list: bool = True
              ) -> tuple[list[int], Cut]:
     """The cut of one turn: on each retrieval list with their union kept (``cut_per_list``) where

@@ -198,9 +198,10 @@ def reranker_model_file(folder: str | Path, meta: dict[str, Any], target: str | 
             raise BundleError(f"{path}: field 'targets' must map CPU targets to model files")
         target = resolve_target(target)
         entry = targets.get(target)
-        name = entry.get("file") if isinstance(entry, dict) else None
-        if not isinstance(name, str) or not name or Path(name).name != name:
+        listed = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(listed, str) or not listed or Path(listed).name != listed:
             raise BundleError(f"{path}: no model file for target {target!r} (it has {', '.join(sorted(targets))})")
+        name = listed
     model = folder / name
     if not model.is_file():
         raise BundleError(f"{model}: the reranker folder lacks its model file"
