@@ -177,8 +177,12 @@ def test_embedder_int8_pass_and_shipped_files(checkpoint, batch, tmp_path):
     for name, entry in meta["files"].items():
         assert is_attention_fused(onnx.load(str(SHIPPED_EMBEDDER_DIR / name)))
         assert entry["sha256"] == sha256_file(SHIPPED_EMBEDDER_DIR / name)
-        agreement = entry["derived"]["agreement_with_source"]
-        assert agreement["texts"] >= 250 and agreement["min_cosine"] >= 0.99
+        if "derived" in entry:  # rewritten in place by --apply-graph-passes: checked against its source file
+            agreement = entry["derived"]["agreement_with_source"]
+            assert agreement["texts"] >= 250 and agreement["min_cosine"] >= 0.99
+        else:  # exported with the pass: checked against the PyTorch checkpoint it came from
+            assert entry["parity"]["against"] == "pytorch-fp32" and entry["parity"]["probes"] >= 64
+            assert entry["parity"]["min_cosine"] >= 0.98
 
 
 def test_the_reranker_pass_list_leaves_attention_unfused():
