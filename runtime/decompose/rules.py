@@ -329,6 +329,9 @@ class RuleDecomposer:
                 task, context = ", ".join([*context, task]), []
             if content_words(task) and task_key(task) not in {task_key(x) for x in tasks}:
                 tasks.append(task)
+                if len(tasks) > self.max_tasks:
+                    # what the rest could change lies past the cap: later tasks, context joining them
+                    break
         if context and tasks:
             tasks[-1] = ", ".join([tasks[-1], *context])
         if len(tasks) <= 1 and not resolved_any:
