@@ -25,10 +25,15 @@ _LEGACY_STAGING = re.compile(r"[a-z0-9_]{8}|old")  # what older builds left: mkd
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     """The hex sha256 of a file's bytes, read in ``chunk``-byte blocks."""
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
+        return sha256_stream(f, chunk)
+
+
+def sha256_stream(f: Any, chunk: int = 1 << 20) -> str:
+    """The hex sha256 of what is left to read of an open binary file."""
+    h = hashlib.sha256()
+    while block := f.read(chunk):
+        h.update(block)
     return h.hexdigest()
 
 
@@ -45,12 +50,10 @@ def pinned_file(path: str | Path, sha256: str, error: type[Exception], what: str
     except OSError as e:
         raise error(f"{path}: cannot open the {what} ({e.strerror or e})") from None
     try:
-        h = hashlib.sha256()
         with os.fdopen(os.dup(fd), "rb") as f:
-            while block := f.read(1 << 20):
-                h.update(block)
-        if h.hexdigest() != sha256:
-            raise error(f"{path}: sha256 {h.hexdigest()[:12]}... does not match the pinned {sha256[:12]}...; "
+            digest = sha256_stream(f)
+        if digest != sha256:
+            raise error(f"{path}: sha256 {digest[:12]}... does not match the pinned {sha256[:12]}...; "
                         f"the {what} was altered or replaced")
         for base in ("/proc/self/fd", "/dev/fd"):
             own = f"{base}/{fd}"
