@@ -307,9 +307,10 @@ def _bundle_description(base: Any, path: Path) -> dict[str, Any]:
 
 def _shipped_line(s: dict[str, Any]) -> str:
     cut = s["cut"]
-    params = {"fixed": f"k {cut['fixed_k']}", "rmargin": f"range_margin {cut['range_margin']}, "
-              f"range_depth {cut['range_depth']}", "margin": f"margin {cut['margin']}",
-              "zmargin": f"z_margin {cut['z_margin']}", "mass": f"mass {cut['mass']}"}.get(cut["rule"], "")
+    # the cut's own parameters by rule; a rule this report does not know is named without them
+    params = {"fixed": f"k {cut.get('fixed_k')}",
+              "rmargin": f"range_margin {cut.get('range_margin')}, range_depth {cut.get('range_depth')}",
+              }.get(cut["rule"], "")
     return (f"lexical {s['lexical']} (z-score mix, weight {s['lexical_weight']}, "
             f"{s['lexical_candidates']} candidates), rerank {s['rerank']} (weight {s['rerank_weight']}, "
             f"{s['rerank_candidates']} candidates, once per turn, skip margin {s.get('rerank_skip_margin')}), "
