@@ -1,4 +1,4 @@
-"""PNG plots of the latency, compare and scaling results (matplotlib, Agg backend; needs the bench extra)."""
+"""PNG plots of the latency, compare, scaling and quality results (matplotlib, Agg backend; needs the bench extra)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -141,4 +141,32 @@ def plot_cut_fit(scaling: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_title(f"adaptive Top-K time vs n (dim {cut.get('dim')})", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
+    return _save(plt, fig, path)
+
+
+def plot_completeness_tokens(quality: Mapping[str, Any], path: str | Path) -> Path:
+    """Per set of a ``bench quality`` report: Completeness against the schema tokens handed per turn,
+    one line per configuration (fixed k = 1, 2, ...), and a marker at its cut (its mean K)."""
+    plt = _plt()
+    sets = quality["sets"]
+    fig, axes = plt.subplots(1, max(1, len(sets)), figsize=(4.6 * max(1, len(sets)), 4.2), squeeze=False)
+    names = quality["configurations"]
+    colors = plt.get_cmap("tab20")
+    for ax, (set_name, res) in zip(axes[0], sets.items()):
+        for i, name in enumerate(names):
+            r = res["rows"][name]
+            ours = name not in (quality.get("peers") or {})
+            curve = r.get("curve") or []
+            style = dict(color=colors(i % 20), lw=2.0 if name == "shipped" else 1.0,
+                         ls="-" if ours else "--")
+            ax.plot([c[2] for c in curve], [c[1] for c in curve], label=name, **style)
+            ax.scatter([r["tokens"]], [r["completeness@K"]], color=style["color"], marker="o" if ours else "x",
+                       s=40 if name == "shipped" else 18, zorder=3)
+        ax.set_title(f"{set_name} ({res['tools']:,} tools)", fontsize=9)
+        ax.set_xlabel("schema tokens per turn (MCP)")
+        ax.set_ylabel("Completeness")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=6, loc="lower right")
+    fig.suptitle("Completeness against the tokens handed over: lines fixed k = 1.., markers each row's cut",
+                 fontsize=9)
     return _save(plt, fig, path)

