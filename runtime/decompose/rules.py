@@ -6,8 +6,9 @@ or quoted text; keeps only clauses that ask for something as tasks and folds con
 invested $5000", "Imagine you are a drone operator") into the request they belong to; resolves
 elliptical follow-ups ("and for tomorrow?", "turn it off", "try again", an answer to the
 assistant's question) by carrying the previous user request's subject. A turn with one request and
-nothing to resolve stays whole. The word helpers here (``content_words``, ``grounded``,
-``task_key``) are shared with the LLM's output parser.
+nothing to resolve stays whole. The work is bounded: only an utterance's first ``max_chars``
+characters (and a history turn's last) are split. The word helpers here (``content_words``,
+``grounded``, ``task_key``) are shared with the LLM's output parser.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import re
 from typing import Sequence
 
 from ..dialogue import Turn
+from ..errors import InputError
 from .base import DecomposeTrace, Decomposition
 
 # -- shared word lists -------------------------------------------------------------------------------
@@ -100,19 +102,42 @@ _SEQUENCE_WORDS = ("first", "firstly", "second", "secondly", "third", "thirdly",
                    "one more thing", "on top of that", "additionally", "now")
 
 
+def _by_first_word(phrases: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Phrases by their leading run of letters, in their order: a text can start with a phrase
+    (followed by a space, a comma or its end) only when its own leading run of letters is the
+    phrase's, so each clause tests the few phrases that share its first word, not all of them."""
+    out: dict[str, list[str]] = {}
+    for f in phrases:
+        out.setdefault(_leading_letters(f), []).append(f)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+_LETTERS = re.compile(r"[a-z]*")
+
+
+def _leading_letters(text: str) -> str:
+    m = _LETTERS.match(text)
+    return m.group(0) if m else ""
+
+
+_FILLERS_BY_WORD = _by_first_word(_FILLERS)
+_SEQUENCE_BY_WORD = _by_first_word(_SEQUENCE_WORDS)
+
+
 def _strip_fillers(clause: str) -> str:
     c = clause.strip(" ,;:.-")
     changed = True
     while changed and c:
         changed = False
         low = c.lower()
-        for f in _FILLERS:
+        word = _leading_letters(low)
+        for f in _FILLERS_BY_WORD.get(word, ()):
             if low == f or low.startswith(f + " ") or low.startswith(f + ","):
                 c = c[len(f):].strip(" ,;:.-")
                 changed = True
                 break
         else:
-            for f in _SEQUENCE_WORDS:
+            for f in _SEQUENCE_BY_WORD.get(word, ()):
                 if low.rstrip(".!") == f or low.startswith(f + ","):
                     c = c[len(f):].strip(" ,;:.-")
                     changed = True
@@ -262,7 +287,10 @@ def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
 def _is_fragment(clause: str) -> bool:
     """A short follow-on that names no task of its own ("and for tomorrow", "what about Paris")."""
     low = " ".join(_WORD.findall(clause.lower().replace("’", "'")))
-    return len(low.split()) <= 6 and any(low.startswith(s.strip()) for s in ELLIPSIS_STARTS)
+    return len(low.split()) <= 6 and low.startswith(_ELLIPSIS_PREFIXES)
+
+
+_ELLIPSIS_PREFIXES = tuple(s.strip() for s in ELLIPSIS_STARTS)
 
 
 def _subject(request: str) -> str:
@@ -275,27 +303,55 @@ def _subject(request: str) -> str:
     return " ".join(words[i:]).strip(" ,.?!")
 
 
+# what the rules read per task they may return (``RuleDecomposer.max_chars``): several times a
+# long spoken request, and more than the embedder reads of a sub-task (128 tokens)
+CHARS_PER_TASK = 1_000
+
+
 class RuleDecomposer:
     """Clause splitting and elliptical carry-over, no model (see the module docstring)."""
 
     name = "rules"
 
-    def __init__(self, max_tasks: int = 4) -> None:
+    def __init__(self, max_tasks: int = 4, max_chars: int | None = None) -> None:
         self.max_tasks = max_tasks
+        # the most of an utterance (its start) or of a history turn (its end) the rules read: room
+        # for max_tasks requests, each far longer than what the embedder reads of it
+        self.max_chars = max_tasks * CHARS_PER_TASK if max_chars is None else max_chars
+        if not isinstance(self.max_chars, int) or self.max_chars < 1:
+            raise InputError(f"RuleDecomposer max_chars must be a positive int, got {max_chars!r}")
 
-    def previous_request(self, history: Sequence[Turn]) -> str:
+    def clauses(self, text: str) -> list[str]:
+        """``split_clauses`` of the utterance's first ``max_chars`` characters; past them, its last
+        complete clause there (the one the clip cut is dropped)."""
+        if len(text) <= self.max_chars:
+            return split_clauses(text)
+        clauses = split_clauses(text[: self.max_chars])
+        return clauses[:-1] if len(clauses) > 1 else clauses
+
+    def previous_request(self, history: Sequence[Turn], memo: dict[str, str] | None = None) -> str:
+        """The last request of the latest user turn (of its last ``max_chars`` characters);
+        ``memo`` keeps the answer per turn text for the other clauses of one utterance."""
         for t in reversed(history):
             if t.role == "user":
-                clauses = split_clauses(t.content)
+                if memo is not None and t.content in memo:
+                    return memo[t.content]
+                text = t.content[-self.max_chars:]
+                clauses = split_clauses(text)
+                if len(text) < len(t.content) and len(clauses) > 1:
+                    clauses = clauses[1:]  # the clip cut the first one
                 meaningful = [c for c in clauses if content_words(c) and _is_elliptical(c, []) is None]
-                return (meaningful or clauses or [t.content])[-1]
+                found = (meaningful or clauses or [text])[-1]
+                if memo is not None:
+                    memo[t.content] = found
+                return found
         return ""
 
-    def resolve(self, clause: str, history: Sequence[Turn]) -> str:
+    def resolve(self, clause: str, history: Sequence[Turn], memo: dict[str, str] | None = None) -> str:
         why = _is_elliptical(clause, history)
         if why is None:
             return clause
-        prev = self.previous_request(history)
+        prev = self.previous_request(history, memo)
         if not prev:
             return clause
         if why == "retry":
@@ -317,10 +373,11 @@ class RuleDecomposer:
         tasks: list[str] = []
         context: list[str] = []
         resolved_any = False
-        for clause in split_clauses(query):
+        memo: dict[str, str] = {}
+        for clause in self.clauses(query):
             # "... for Boston, and also for San Francisco?": a fragment completes the task before it
             local = [*history, Turn("user", tasks[-1])] if tasks and _is_fragment(clause) else history
-            task = self.resolve(clause, local)
+            task = self.resolve(clause, local, memo)
             if task == clause and not is_request(clause):
                 context.append(clause)
                 continue
@@ -340,8 +397,8 @@ class RuleDecomposer:
 
     def cues(self, query: str, history: Sequence[Turn]) -> dict[str, bool]:
         """What in a turn an LLM could help with (the gate's inputs)."""
-        clauses = split_clauses(query)
-        protected, _ = _protect(query)
+        clauses = self.clauses(query)
+        protected, _ = _protect(query[: self.max_chars])
         connectors = (len(_sentences(protected)) > 1
                       or bool(re.search(r"\b(and|also|then|plus|after that)\b|;", protected, re.IGNORECASE)))
         return {
