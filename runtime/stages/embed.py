@@ -37,12 +37,66 @@ class TextTokenizer:
         self._tok = tokenizer_from(Tokenizer, path, data)
         self._tok.enable_truncation(max_length=max_length)
         self._tok.no_padding()
+        self._boundaries = word_boundaries(self._tok)
+        # a longer text is tokenized from its first clip_chars characters where that gives the
+        # same tokens (``prefix_suffices``): tokenizers reads a whole text before it truncates
+        self.clip_chars = CLIP_CHARS_PER_TOKEN * max_length
 
     def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        return pad_encodings(self._tok.encode_batch(list(texts)))
+        return pad_encodings(self.encodings(texts))
+
+    def encodings(self, texts: Sequence[str]) -> list[Encoding]:
+        """The truncated encodings of ``texts``, the same as ``encode_batch``'s, with a long text
+        tokenized only as far as its kept tokens reach."""
+        texts = list(texts)
+        clip = self.clip_chars
+        if self._boundaries is None or all(len(t) <= clip for t in texts):
+            return self._tok.encode_batch(texts)
+        heads = [t[:clip] for t in texts]
+        encs = self._tok.encode_batch(heads)
+        for i, (text, head) in enumerate(zip(texts, heads)):
+            if len(text) > clip and not prefix_suffices(encs[i], head, self._boundaries):
+                encs[i] = self._tok.encode(text)  # the prefix cannot prove it: the whole text
+        return encs
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
         return pad_encodings(self._tok.encode_batch([tuple(p) for p in pairs]))
+
+
+# characters read per token kept before a long text falls back to being tokenized whole: several
+# times what a token of ordinary text spans, so the prefix nearly always holds the kept tokens
+CLIP_CHARS_PER_TOKEN = 8
+_SPACES = frozenset(" \t\n\r")  # whitespace every BERT-style normalizer keeps as a space
+_ASCII_PUNCT = frozenset(chr(c) for c in [*range(33, 48), *range(58, 65), *range(91, 97), *range(123, 127)])
+# normalizers that never join characters across a word boundary, nor turn one into a letter
+_CHAR_LOCAL_NORMALIZERS = ("BertNormalizer", "Lowercase", "StripAccents", "NFD", "NFKD")
+
+
+def word_boundaries(tok: Tokenizer) -> frozenset[str] | None:
+    """Characters at which ``tok``'s pre-tokenizer always ends a word, whatever follows (its
+    words are then tokenized each on its own); None where its pipeline is not one known to
+    (another normalizer or pre-tokenizer: its texts are always tokenized whole)."""
+    normalizer = type(tok.normalizer).__name__ if tok.normalizer is not None else None
+    pre = type(tok.pre_tokenizer).__name__ if tok.pre_tokenizer is not None else None
+    if normalizer not in (None, *_CHAR_LOCAL_NORMALIZERS) or (tok.truncation or {}).get("direction") != "right":
+        return None
+    if pre == "BertPreTokenizer":  # splits at whitespace and isolates every punctuation character
+        return _SPACES | _ASCII_PUNCT
+    if pre in ("Whitespace", "WhitespaceSplit"):
+        return _SPACES
+    return None
+
+
+def prefix_suffices(enc: Encoding, head: str, boundaries: frozenset[str]) -> bool:
+    """Whether the truncated encoding ``enc`` of ``head`` (a text's prefix) is the whole text's:
+    it was truncated, and a word boundary follows its last kept token inside ``head``, so every
+    kept token comes from words that end before the cut and are tokenized as in the whole text."""
+    if not enc.overflowing:
+        return False
+    ends = [end for (_, end), special in zip(enc.offsets, enc.special_tokens_mask) if not special]
+    if not ends:
+        return False
+    return any(c in boundaries for c in head[ends[-1]:])
 
 
 def tokenizer_from(tokenizer_class: type[Tokenizer], path: Path, data: bytes | None = None) -> Tokenizer:
@@ -108,13 +162,34 @@ class TextEmbedder:
         step = batch_step(self.model, self.tokenizer.max_length, self.batch_size)
         out: np.ndarray | None = None  # sized by the model's output (a probe may not know the dimension yet)
         for start in range(0, len(texts), step):
-            batch = self.tokenizer.encode(texts[start:start + step])
+            batch, of = distinct_rows(self.tokenizer.encode(texts[start:start + step]))
+            distinct: np.ndarray | None = None
             for rows, feeds, hidden in grouped_runs(self.model, batch, self.max_padding):
                 vectors = mean_pool_normalize(hidden, feeds["attention_mask"])
-                if out is None:
-                    out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
-                out[start + rows] = vectors
-        return cast(np.ndarray, out)  # texts is not empty, so a group ran and sized it
+                if distinct is None:
+                    distinct = np.zeros((len(batch["input_ids"]), vectors.shape[1]), dtype=np.float32)
+                distinct[rows] = vectors
+            distinct = cast(np.ndarray, distinct)  # the batch has a row, so a group ran and sized it
+            if out is None:
+                out = np.zeros((len(texts), distinct.shape[1]), dtype=np.float32)
+            out[start:start + len(of)] = distinct[of]
+        return cast(np.ndarray, out)  # texts is not empty, so a batch ran and sized it
+
+
+def distinct_rows(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The batch with each distinct row once (first occurrences, in order), and for each row of
+    ``batch`` its row there. Texts that truncate to the same tokens (a long utterance and the
+    history-folded text that starts with it) run once: the same row gives the same vector, and
+    a row's twin leaves the batch's value range, which dynamically quantized models scale by, as
+    it was."""
+    n = len(batch["input_ids"])
+    seen: dict[bytes, int] = {}
+    of = np.asarray([seen.setdefault(b"".join(v[i].tobytes() for v in batch.values()), len(seen))
+                     for i in range(n)], dtype=np.int64)
+    if len(seen) == n:
+        return batch, of
+    keep = np.unique(of, return_index=True)[1]  # first occurrences, in the order they appear
+    return {k: v[keep] for k, v in batch.items()}, of
 
 
 def grouped_runs(model: EncoderModel, batch: dict[str, np.ndarray],
