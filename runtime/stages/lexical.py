@@ -296,17 +296,16 @@ class LexicalIndex:
         """BM25 of every tool for one text, in index row order (``ids``)."""
         if self._stale:
             self._reweigh()
-        tids = [self._term_id[t] for t in lexical_tokens(text, self.stem) if t in self._term_id]
-        if not tids:
+        term_id = self._term_id
+        tids = np.fromiter((term_id[t] for t in lexical_tokens(text, self.stem) if t in term_id), dtype=np.int64)
+        if not len(tids):
             return np.zeros(len(self._ids), dtype=np.float32)
-        ip = self._indptr
-        if len(tids) == 1:
-            sl = slice(ip[tids[0]], ip[tids[0] + 1])
-            rows, w = self._docs[sl], self._weights[sl]
-        else:
-            rows = np.concatenate([self._docs[ip[t]:ip[t + 1]] for t in tids])
-            w = np.concatenate([self._weights[ip[t]:ip[t + 1]] for t in tids])
-        return np.bincount(rows, weights=w, minlength=len(self._ids)).astype(np.float32)
+        # every posting of every query token, in query order (one gather: a long query has
+        # thousands of tokens, and the summation order stays that of the postings concatenated)
+        starts, stops = self._indptr[tids], self._indptr[tids + 1]
+        sizes = stops - starts
+        at = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes) + np.arange(int(sizes.sum()))
+        return np.bincount(self._docs[at], weights=self._weights[at], minlength=len(self._ids)).astype(np.float32)
 
     def search(self, texts: Iterable[str], count: int) -> list[tuple[list[str], np.ndarray]]:
         """For each text, up to ``count`` tools that share a token with it, as (ids, BM25 scores),
