@@ -227,7 +227,7 @@ def _llm_figures(bundle: str, device: str) -> dict[str, Any]:
     from .llm_bench import measure_llm
 
     try:
-        return measure_llm(bundle=bundle, threads=SHIPPED.llm_threads, n_ctx=SHIPPED.llm_ctx, prompts=3, runs=1,
+        return measure_llm(bundle=bundle, threads=SHIPPED.llm.threads, n_ctx=SHIPPED.llm.ctx, prompts=3, runs=1,
                            progress=_progress)
     except MagicSelectorError as e:
         print(f"bench latency: no GGUF figures: {e}", file=sys.stderr)
@@ -542,8 +542,8 @@ def cmd_llm(args: argparse.Namespace) -> int:
     if args.model is not None and not Path(args.model).is_file():
         return _err(f"--model {args.model}: no such GGUF file")
     try:
-        res = measure_llm(args.model, bundle=args.bundle, threads=args.threads or SHIPPED.llm_threads,
-                          n_ctx=args.ctx or SHIPPED.llm_ctx, prompt_style=args.prompt, prompts=args.prompts,
+        res = measure_llm(args.model, bundle=args.bundle, threads=args.threads or SHIPPED.llm.threads,
+                          n_ctx=args.ctx or SHIPPED.llm.ctx, prompt_style=args.prompt, prompts=args.prompts,
                           runs=args.runs, gen_tokens=args.gen_tokens, progress=_progress)
     except MagicSelectorError as e:
         return _err(str(e))
@@ -688,8 +688,8 @@ def _add_llm_parser(bsub: Any) -> None:
     sp.add_argument("--model", metavar="GGUF", help="a GGUF file (default: the bundle's decomposer, else the pinned "
                                                     "Qwen2.5-Coder-0.5B Q4_K_M)")
     sp.add_argument("--bundle", metavar="DIR", help="take the decomposer (and its prompt) from this bundle")
-    sp.add_argument("--threads", type=int, metavar="N", help="llama.cpp threads (default: the shipped llm_threads)")
-    sp.add_argument("--ctx", type=int, metavar="N", help="context size (default: the shipped llm_ctx)")
+    sp.add_argument("--threads", type=int, metavar="N", help="llama.cpp threads (default: the shipped llm.threads)")
+    sp.add_argument("--ctx", type=int, metavar="N", help="context size (default: the shipped llm.ctx)")
     sp.add_argument("--prompt", choices=PROMPT_STYLES,
                     help="the decomposer prompt (default: the bundle decomposer's, else few_shot)")
     sp.add_argument("--prompts", type=int, default=3, help="decomposer prompts to time (default 3)")

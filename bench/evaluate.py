@@ -24,7 +24,7 @@ import numpy as np
 from magicselector.bundle import Bundle
 from magicselector.default_bundle import ensure_default_bundle
 from magicselector.catalog import Catalog, schema_tokens, tool_text
-from magicselector.config import REMOVED_VARIANTS, SelectorConfig
+from magicselector.config import REMOVED_VARIANTS, SelectorConfig, flat_config
 from magicselector.dialogue import retrieval_text, validate_history, validate_query
 from magicselector.errors import InputError
 from magicselector.files import cache_home
@@ -54,9 +54,9 @@ class EvalConfig:
     reranker: a reranker folder (model.onnx, tokenizer.json, reranker.json) used instead of the
       bundle's where ``selector.rerank`` is on.
     on_bad_query: a query the Selector refuses (over-long, empty, not valid Unicode, malformed
-      history) is skipped, or with ``truncate`` an over-long one is cut to ``max_query_chars``.
-    ``selector.decomposer_model`` None means the bundle's decomposer, with its prompt unless
-    ``selector.decomposer_prompt`` asks for another (what ``Selector.from_bundle`` ships).
+      history) is skipped, or with ``truncate`` an over-long one is cut to ``limits.max_query_chars``.
+    ``selector.llm.model`` None means the bundle's decomposer, with its prompt unless
+    ``selector.llm.prompt`` asks for another (what ``Selector.from_bundle`` ships).
     """
 
     selector: SelectorConfig = _SHIPPED
@@ -175,13 +175,13 @@ def _run_config(config: EvalConfig, base: Selector, candidates: int) -> Selector
     retriever and decomposition; no model named: the bundle's decomposer with its prompt (unless
     another prompt was asked for)."""
     asked = config.selector
-    model, prompt = asked.decomposer_model, asked.decomposer_prompt
+    model, prompt = asked.llm.model, asked.llm.prompt
     if model is None:
-        model = base.config.decomposer_model
-        if prompt == _SHIPPED.decomposer_prompt:
-            prompt = base.config.decomposer_prompt
+        model = base.config.llm.model
+        if prompt == _SHIPPED.llm.prompt:
+            prompt = base.config.llm.prompt
     return replace(asked, candidates=candidates, cut=config.cut, decompose=config.decomposition,
-                   lexical=config.retrieval == "hybrid", decomposer_model=model, decomposer_prompt=prompt)
+                   lexical=config.retrieval == "hybrid", llm=replace(asked.llm, model=model, prompt=prompt))
 
 
 def _bm25_ranking(selector: Selector, q: Query, run: SelectorConfig, candidates: int) -> tuple[list[str], int]:
@@ -292,12 +292,13 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
 
 def report_config(config: EvalConfig, ran: SelectorConfig, asked: SelectorConfig) -> dict[str, Any]:
     """The report's ``config``: one flat object, as the JSON has always had it: the Selector's
-    settings as they ran (``ran``; the decomposer model and prompt as asked, None for the bundle's),
-    the removed settings at their one value (their keys go next release), and the evaluation's own."""
+    settings as they ran (``ran``, its groups under their flat names, ``config.flat_config``; the
+    decomposer model and prompt as asked, None for the bundle's), the removed settings at their one
+    value (their keys go next release), and the evaluation's own."""
     own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "selector"}
-    return {**asdict(ran), **REMOVED_VARIANTS, "decomposer_model": asked.decomposer_model,
-            "decomposer_prompt": asked.decomposer_prompt if asked.decomposer_model is not None
-            or asked.decomposer_prompt != _SHIPPED.decomposer_prompt else None,
+    return {**flat_config(ran), **REMOVED_VARIANTS, "decomposer_model": asked.llm.model,
+            "decomposer_prompt": asked.llm.prompt if asked.llm.model is not None
+            or asked.llm.prompt != _SHIPPED.llm.prompt else None,
             **own, "retriever": config.retrieval, "decompose": config.decomposition, "cut": asdict(ran.cut)}
 
 
@@ -315,19 +316,20 @@ def screen_queries(queries: Sequence[Query], config: SelectorConfig, policy: str
                    ) -> tuple[list[Query], list[dict[str, str]]]:
     """The queries the Selector takes, and one row ({id, action, reason}) per query it would refuse,
     found with the Selector's own checks. ``policy="truncate"`` cuts an over-long utterance at a
-    word boundary within ``config.max_query_chars`` instead of skipping it."""
+    word boundary within ``config.limits.max_query_chars`` instead of skipping it."""
+    limits = config.limits
     kept, bad = [], []
     for q in queries:
         note = None
         try:
             text = " ".join(q.query.split()) if isinstance(q.query, str) else ""
-            if policy == "truncate" and len(text) > config.max_query_chars:
-                cut = text[: config.max_query_chars + 1]
-                cut = cut[: cut.rfind(" ")] if " " in cut else cut[: config.max_query_chars]
+            if policy == "truncate" and len(text) > limits.max_query_chars:
+                cut = text[: limits.max_query_chars + 1]
+                cut = cut[: cut.rfind(" ")] if " " in cut else cut[: limits.max_query_chars]
                 note = {"id": q.id, "action": "truncated", "reason": f"{len(text):,} characters, cut to {len(cut):,}"}
                 q = replace(q, query=cut)
-            validate_query(q.query, config.max_query_chars)
-            bounded_history(q.history, config.max_history_turns, config.max_history_chars)
+            validate_query(q.query, limits.max_query_chars)
+            bounded_history(q.history, limits.max_history_turns, limits.max_history_chars)
         except InputError as e:
             bad.append({"id": q.id, "action": "skipped", "reason": str(e)[:300]})
             continue

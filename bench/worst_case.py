@@ -67,8 +67,8 @@ def measure_mode(bundle: str | None, decompose: str, history: str, runs: int, th
     out: dict[str, Any] = {"decompose": decompose, "history": history, "threads": threads,
                            "load_and_warmup_s": round(warm_s, 2),
                            "rss_after_warmup_mb": round(rss_warm / 1024, 1) if rss_warm else None, "inputs": {}}
-    for name, (query, hist) in inputs(config.max_query_chars, config.max_history_turns,
-                                      config.max_history_chars).items():
+    for name, (query, hist) in inputs(config.limits.max_query_chars, config.limits.max_history_turns,
+                                      config.limits.max_history_chars).items():
         times, subtasks = [], 0
         for _ in range(runs):
             t = time.perf_counter()

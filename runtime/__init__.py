@@ -15,7 +15,7 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .bundle import Bundle, default_bundle_dir  # noqa: E402
 from .catalog import Catalog, Tool, load_catalog, load_catalogs, load_phone_catalog, mcp_catalog, tool_text
-from .config import SelectorConfig
+from .config import InputLimits, LLMDecomposerConfig, SelectorConfig
 from .default_bundle import ensure_default_bundle
 from .errors import BundleError, CatalogError, InputError, MagicSelectorError, UnknownToolError
 from .selector import SelectedTool, Selection, Selector
@@ -24,8 +24,8 @@ from .stages.cut import Cut, CutConfig, paper_cut
 __version__ = "0.1.0"
 
 __all__ = [
-    "Bundle", "BundleError", "Catalog", "CatalogError", "Cut", "CutConfig", "InputError",
-    "MagicSelectorError", "SelectedTool", "Selection", "Selector", "SelectorConfig", "Tool",
+    "Bundle", "BundleError", "Catalog", "CatalogError", "Cut", "CutConfig", "InputError", "InputLimits",
+    "LLMDecomposerConfig", "MagicSelectorError", "SelectedTool", "Selection", "Selector", "SelectorConfig", "Tool",
     "UnknownToolError", "default_bundle_dir", "ensure_default_bundle", "load_catalog", "load_catalogs",
     "load_phone_catalog", "mcp_catalog", "paper_cut", "tool_text",
 ]

@@ -127,9 +127,9 @@ def add_decompose_options(p: argparse.ArgumentParser, *, mode_only: bool = False
                    help="the decomposer's prompt: few_shot (an instruction model) or zero_shot (a model trained "
                         "with `train decomposer --prompt zero_shot`); default: the bundle decomposer's, else few_shot")
     p.add_argument("--deadline-ms", type=float, default=None, dest="deadline_ms",
-                   help=f"auto: the LLM's latency budget per turn (default {SHIPPED.decompose_deadline_ms})")
+                   help=f"auto: the LLM's latency budget per turn (default {SHIPPED.llm.deadline_ms})")
     p.add_argument("--llm-threads", type=int, default=None, dest="llm_threads",
-                   help=f"threads of the LLM decomposer (default {SHIPPED.llm_threads})")
+                   help=f"threads of the LLM decomposer (default {SHIPPED.llm.threads})")
 
 
 def add_rerank_options(p: argparse.ArgumentParser) -> None:
@@ -206,13 +206,16 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
     changes: dict[str, Any] = {"cut": cut_config(args, base.cut)}
     for field, attr in (("history", "history_mode"), ("threads", "threads"), ("rerank_weight", "rerank_weight"),
                         ("rerank_candidates", "rerank_candidates"), ("rerank_skip_margin", "rerank_skip_margin"),
-                        ("decompose", "decompose"),
-                        ("decomposer_model", "decomposer_model"), ("decomposer_prompt", "decomposer_prompt"),
-                        ("decompose_deadline_ms", "deadline_ms"), ("llm_threads", "llm_threads"),
-                        ("max_tools", "max_tools"), ("max_schema_tokens", "max_schema_tokens")):
+                        ("decompose", "decompose"), ("max_tools", "max_tools"),
+                        ("max_schema_tokens", "max_schema_tokens")):
         value = getattr(args, attr, None)
         if value is not None:
             changes[field] = value
+    llm = {field: getattr(args, attr) for field, attr in (
+        ("model", "decomposer_model"), ("prompt", "decomposer_prompt"), ("deadline_ms", "deadline_ms"),
+        ("threads", "llm_threads")) if getattr(args, attr, None) is not None}
+    if llm:
+        changes["llm"] = replace(base.llm, **llm)
     if changes.get("rerank_skip_margin") is not None and changes["rerank_skip_margin"] < 0:
         changes["rerank_skip_margin"] = None  # a negative margin: never skip
     if getattr(args, "rerank", None) and getattr(args, "no_rerank", None):

@@ -1,8 +1,13 @@
-"""``SelectorConfig`` (``SelectorConfig()`` is the shipped product), the shipped cut and the modes; frozen."""
+"""``SelectorConfig`` (``SelectorConfig()`` ships), its groups ``InputLimits`` and ``LLMDecomposerConfig``, the shipped cut."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import numbers
-from dataclasses import InitVar, dataclass, field
+import sys
+import warnings
+from dataclasses import InitVar, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import InputError
 from .stages.cut import CutConfig
@@ -22,36 +27,142 @@ REMOVED_VARIANTS = {"fusion": "peak", "rerank_scope": "turn", "rerank_min_margin
 
 
 @dataclass(frozen=True)
+class InputLimits:
+    """The bounds on one turn's input, so that the work of one ``select`` is bounded whatever the
+    input (the measured worst case is in docs/bench/robustness.md).
+
+    max_query_chars: a longer utterance is refused (InputError).
+    max_history_turns, max_history_chars: of the history, only the last ``max_history_turns`` turns
+      are read, and of those only the most recent ``max_history_chars`` characters (older turns
+      dropped, the oldest kept one clipped at its start).
+    max_subtasks: at most this many sub-tasks are retrieved (the decomposer's first ones).
+    """
+
+    max_query_chars: int = 16_000
+    max_history_turns: int = 32
+    max_history_chars: int = 16_000
+    max_subtasks: int = 8
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, numbers.Integral) or value < 1:
+                raise InputError(f"InputLimits.{f.name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LLMDecomposerConfig:
+    """The LLM decomposer's settings (``SelectorConfig.decompose`` ``llm`` or ``auto``; the model
+    loads on first use).
+
+    model: a GGUF path; None: the bundle's decomposer, else the pinned default (chunk packages).
+    prompt: ``few_shot`` for an instruction model (the default Qwen); ``zero_shot`` for one trained
+      on the task (a bundle's decomposer says which it was trained with).
+    deadline_ms: ``auto`` only: past it the LLM is abandoned and the rules' tasks stand (None: no deadline).
+    threads, ctx: llama.cpp's threads and context size.
+    """
+
+    model: str | None = None
+    prompt: str = "few_shot"
+    deadline_ms: float | None = 1500.0
+    threads: int = 2
+    ctx: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.prompt not in PROMPT_STYLES:
+            raise InputError(f"LLMDecomposerConfig.prompt must be one of {PROMPT_STYLES}, got {self.prompt!r}")
+        if self.deadline_ms is not None and self.deadline_ms <= 0:
+            raise InputError("LLMDecomposerConfig.deadline_ms must be > 0 (or None for no deadline)")
+        if self.threads < 1:
+            raise InputError(f"LLMDecomposerConfig.threads must be >= 1, got {self.threads!r}")
+        if self.ctx < 256:
+            raise InputError(f"LLMDecomposerConfig.ctx must be >= 256, got {self.ctx!r}")
+
+
+# The flat spellings of 0.1.0's development, now in a group: old keyword -> (group field, its field).
+# ``SelectorConfig(old=...)``, ``with_config(old=...)`` and ``config.old`` keep working with a
+# DeprecationWarning naming the new spelling; they go in the next release.
+MOVED_SETTINGS = {
+    "max_query_chars": ("limits", "max_query_chars"), "max_history_turns": ("limits", "max_history_turns"),
+    "max_history_chars": ("limits", "max_history_chars"), "max_subtasks": ("limits", "max_subtasks"),
+    "decomposer_model": ("llm", "model"), "decomposer_prompt": ("llm", "prompt"),
+    "decompose_deadline_ms": ("llm", "deadline_ms"), "llm_threads": ("llm", "threads"), "llm_ctx": ("llm", "ctx"),
+}
+_GROUPS: dict[str, type] = {"limits": InputLimits, "llm": LLMDecomposerConfig}
+
+
+def _warn_moved(message: str) -> None:
+    """A DeprecationWarning pointing at the caller's line, past this module, ``dataclasses.replace``
+    and ``Selector.with_config`` (Python shows a DeprecationWarning where it is attributed to __main__)."""
+    frame, level = sys._getframe(0), 1
+    while frame.f_back is not None and (frame.f_code.co_filename in (__file__, dataclasses.__file__)
+                                        or frame.f_code.co_name == "with_config"):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)
+
+
+def _moved_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with each old flat keyword folded into its group (the group given, else its default)."""
+    moved = [name for name in kwargs if name in MOVED_SETTINGS]
+    for old in moved:
+        group, name = MOVED_SETTINGS[old]
+        _warn_moved(f"SelectorConfig keyword {old}= is deprecated and will be removed in the next release; "
+                    f"use {group}={_GROUPS[group].__name__}({name}=...) (SelectorConfig.{group}.{name})")
+        current = kwargs[group] if group in kwargs else _GROUPS[group]()
+        kwargs[group] = replace(current, **{name: kwargs.pop(old)})
+    return kwargs
+
+
+def _takes_moved_keywords(cls: type[Any]) -> type[Any]:
+    """Wrap the dataclass ``__init__`` so the old flat keywords still build the config (deprecated).
+    Not InitVars: a defaulted InitVar leaves a class attribute, which ``dataclasses.replace`` would
+    read back and which would hide ``__getattr__``'s deprecated reading."""
+    generated: Callable[..., None] = cls.__init__
+
+    @functools.wraps(generated)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        generated(self, *args, **(_moved_keywords(kwargs) if kwargs.keys() & MOVED_SETTINGS.keys() else kwargs))
+
+    setattr(cls, "__init__", __init__)
+    return cls
+
+
+@_takes_moved_keywords
+@dataclass(frozen=True)
 class SelectorConfig:
     """How a Selector turns a dialogue turn into a tool list; ``SelectorConfig()`` is the shipped product.
 
     The shipped defaults were chosen on the mean over every development set's evaluation part
-    (generated test and test_ood, bfcl and metatool tool-disjoint; docs/bench/defaults.md holds
-    the tables and the commands); the cross-encoder is off, ``rerank=True`` turns it on.
+    (docs/bench/defaults.md holds the tables and the commands); the cross-encoder is off,
+    ``rerank=True`` turns it on.
 
     history: what of the dialogue the retrieval query carries: ``none`` (the utterance only),
-      ``user`` (plus earlier user turns) or ``all`` (plus the whole dialogue).
+      ``user`` (plus earlier user turns) or ``all`` (plus the whole dialogue). ``history_turns`` is
+      how many of the considered turns a history mode folds into the retrieval text.
     candidates: how many tools each retrieval list returns before fusion and the cut.
+    cut: the adaptive cut (``stages/cut.py``). With several retrieval lists (a decomposed turn)
+      and no rerank it runs on each list and the kept tools are united; on a reranked turn it runs
+      once on the reranked list.
     rerank: run the bundle's cross-encoder (when it has one) once per turn over the fused list's
       top ``rerank_candidates`` tools (``stages/rerank.py`` ``rerank_fused``); the cut then runs on
       the reranked list. ``rerank_skip_margin``: where the fused list's top tool leads the runner-up
       by at least that much, retrieval is sure and the turn costs no rerank (None: every turn
       reranks). ``rerank_weight`` mixes the cross-encoder's z-scored logits with the z-scored
       retrieval scores (1.0 = cross-encoder alone).
+    threads: inference threads of the embedder and the cross-encoder.
+    limits: the bounds on one turn's input (``InputLimits``).
     decompose: ``none`` (passthrough), ``rules`` (clause split + elliptical carry-over, no model),
-      ``llm`` (the GGUF decomposer, ``decomposer_model`` or the pinned default; ``llm_threads``,
-      ``llm_ctx``) or ``auto`` (the LLM only for multi-clause, long or elliptical turns, abandoned
-      for the rules past ``decompose_deadline_ms``). The LLM loads on first use.
-    cut: the adaptive cut (``stages/cut.py``). With several retrieval lists (a decomposed turn)
-      and no rerank it runs on each list and the kept tools are united; on a reranked turn it runs
-      once on the reranked list.
-    Bounds, so that the work of one ``select`` is bounded whatever the input (the measured worst
-    case is in docs/bench/robustness.md): an utterance longer than ``max_query_chars`` is refused
-    (InputError); of the history, only the last ``max_history_turns`` turns are read, and of those
-    only the most recent ``max_history_chars`` characters (older turns dropped, the oldest kept
-    one clipped at its start); at most ``max_subtasks`` sub-tasks are retrieved (the decomposer's
-    first ones). ``history_turns`` is how many of the considered turns a history mode folds into
-    the retrieval text.
+      ``llm`` (the GGUF decomposer, ``llm``) or ``auto`` (the LLM only for multi-clause, long or
+      elliptical turns, abandoned for the rules past ``llm.deadline_ms``).
+    llm: the LLM decomposer's settings (``LLMDecomposerConfig``).
+    lexical: BM25 over the tool texts (``stages/lexical.py``), fused into every dense list (the
+      utterance and each sub-task) as weighted z-scores of cosine and BM25; ``lexical_weight`` is
+      BM25's share; ``lexical_candidates``: BM25 hits per list that enter the fusion.
+    max_tools, max_schema_tokens: the caller's budget (``stages/budget.py``): the cut never keeps
+      more tools, or more tokens of tool definitions (counted in the format select is asked for);
+      None: only the cut decides.
+    The flat spellings of the grouped settings (``max_history_chars``, ``llm_ctx``, ...:
+    ``MOVED_SETTINGS``) still work as keywords and attributes, deprecated, for one release.
     """
 
     history: str = "all"
@@ -61,33 +172,14 @@ class SelectorConfig:
     rerank: bool = False
     rerank_candidates: int = 10
     rerank_weight: float = 0.5
-    # the rerank skip: the cross-encoder runs only where the fused list's top tool leads the
-    # runner-up by less than this; None reranks every turn
     rerank_skip_margin: float | None = 0.3
     threads: int = 1
-    max_query_chars: int = 16_000
-    # the bounds on one turn's work (see the docstring): history turns and characters considered,
-    # sub-tasks retrieved
-    max_history_turns: int = 32
-    max_history_chars: int = 16_000
-    max_subtasks: int = 8
-    # decomposition (see decompose/): none | rules | llm | auto (gated, with a deadline)
+    limits: InputLimits = field(default_factory=InputLimits)
     decompose: str = "rules"
-    decomposer_model: str | None = None  # a GGUF path; None = the bundle's, else the pinned default (chunk packages)
-    # few_shot for an instruction model (the default Qwen); zero_shot for one trained on the task
-    # (a bundle's decomposer says which it was trained with)
-    decomposer_prompt: str = "few_shot"
-    decompose_deadline_ms: float | None = 1500.0  # auto only: past it, fall back to the rules
-    llm_threads: int = 2
-    llm_ctx: int = 2048
-    # the lexical channel (stages/lexical.py): BM25 over the tool texts, fused into every dense list
-    # (the utterance and each sub-task) as weighted z-scores of cosine and BM25; lexical_weight is
-    # BM25's share; lexical_candidates: BM25 hits per list that enter the fusion
+    llm: LLMDecomposerConfig = field(default_factory=LLMDecomposerConfig)
     lexical: bool = True
     lexical_weight: float = 0.15
     lexical_candidates: int = 30
-    # the caller's budget (stages/budget.py): the cut never keeps more tools, or more tokens of tool
-    # definitions (counted in the format select is asked for); None: only the cut decides
     max_tools: int | None = None
     max_schema_tokens: int | None = None
     # removed settings (REMOVED_VARIANTS): keywords only, the shipped value or an InputError
@@ -109,9 +201,11 @@ class SelectorConfig:
             raise InputError(f"history must be one of {HISTORY_MODES}, got {self.history!r}")
         if self.candidates < 1:
             raise InputError("candidates must be >= 1")
-        for name in ("history_turns", "max_query_chars", "max_history_turns", "max_history_chars", "max_subtasks"):
-            if not isinstance(getattr(self, name), numbers.Integral) or getattr(self, name) < 1:
-                raise InputError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not isinstance(self.history_turns, numbers.Integral) or self.history_turns < 1:
+            raise InputError(f"history_turns must be an integer >= 1, got {self.history_turns!r}")
+        for name, group in _GROUPS.items():
+            if not isinstance(getattr(self, name), group):
+                raise InputError(f"{name} must be an {group.__name__}, got {type(getattr(self, name)).__name__}")
         if self.rerank_candidates < 1:
             raise InputError("rerank_candidates must be >= 1")
         if self.rerank_skip_margin is not None and not (isinstance(self.rerank_skip_margin, numbers.Real)
@@ -123,12 +217,6 @@ class SelectorConfig:
             raise InputError("threads must be >= 1")
         if self.decompose not in DECOMPOSE_MODES:
             raise InputError(f"decompose must be one of {DECOMPOSE_MODES}, got {self.decompose!r}")
-        if self.decompose_deadline_ms is not None and self.decompose_deadline_ms <= 0:
-            raise InputError("decompose_deadline_ms must be > 0 (or None for no deadline)")
-        if self.llm_threads < 1 or self.llm_ctx < 256:
-            raise InputError("llm_threads must be >= 1 and llm_ctx >= 256")
-        if self.decomposer_prompt not in PROMPT_STYLES:
-            raise InputError(f"decomposer_prompt must be one of {PROMPT_STYLES}, got {self.decomposer_prompt!r}")
         if not 0.0 <= self.lexical_weight <= 1.0:
             raise InputError("lexical_weight must be within [0, 1]")
         if self.lexical_candidates < 1:
@@ -136,3 +224,25 @@ class SelectorConfig:
         from .stages.budget import Budget
 
         Budget(self.max_tools, self.max_schema_tokens)  # InputError naming the field
+
+    if not TYPE_CHECKING:  # the deprecated reading; hidden from mypy so the runtime's own code cannot use it
+        def __getattr__(self, name: str) -> Any:
+            if name not in MOVED_SETTINGS:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            group, field_name = MOVED_SETTINGS[name]
+            _warn_moved(f"SelectorConfig.{name} is deprecated and will be removed in the next release; "
+                        f"use SelectorConfig.{group}.{field_name}")
+            return getattr(object.__getattribute__(self, group), field_name)
+
+
+def flat_config(config: SelectorConfig) -> dict[str, Any]:
+    """``config`` as one flat object under the flat names (``MOVED_SETTINGS``), in field order: the
+    shape ``eval --json`` has always reported (a JSON contract)."""
+    back = {(group, name): old for old, (group, name) in MOVED_SETTINGS.items()}
+    out: dict[str, Any] = {}
+    for key, value in dataclasses.asdict(config).items():
+        if key in _GROUPS:
+            out.update({back[(key, name)]: v for name, v in value.items()})
+        else:
+            out[key] = value
+    return out

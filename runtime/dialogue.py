@@ -24,12 +24,12 @@ read field by field (unset fields, i.e. ``None``, as absent), anything else with
 through it, a dataclass or plain object through its attributes (``as_mapping``). Neither SDK is
 imported.
 
-``bounded_history`` reads a history within one budget, ``max_chars`` (``max_history_chars``): the
-raw structure is read newest message first, every string (text, tool names, call ids, arguments,
-object keys, nested values) counting its characters and every value two, until ``4 x max_chars``
-is spent; objects are read at most ``_CLIP_DEPTH`` levels down and ``_CLIP_ITEMS`` keys or items
-wide, before anything below them is touched; then the most recent ``max_chars`` characters of text
-and tool names are kept.
+``bounded_history`` reads a history within one budget, ``max_chars``
+(``InputLimits.max_history_chars``): the raw structure is read newest message first, every string
+(text, tool names, call ids, arguments, object keys, nested values) counting its characters and
+every value two, until ``4 x max_chars`` is spent; objects are read at most ``_CLIP_DEPTH`` levels
+down and ``_CLIP_ITEMS`` keys or items wide, before anything below them is touched; then the most
+recent ``max_chars`` characters of text and tool names are kept.
 
 Every Turn keeps the names of the tools it called (or answered for); a malformed message raises
 InputError naming the message index and the field, e.g. ``history[3].content[1].text``.
@@ -147,7 +147,7 @@ def validate_query(query: Any, max_chars: int) -> str:
         raise InputError("the utterance is empty (or only whitespace); nothing to select tools for")
     if len(text) > max_chars:
         raise InputError(f"the utterance is {len(text):,} characters long; the limit is {max_chars:,} "
-                         "(SelectorConfig.max_query_chars). Pass the user's request, not a document")
+                         "(SelectorConfig.limits.max_query_chars). Pass the user's request, not a document")
     check_text(text, "the utterance")
     return text
 

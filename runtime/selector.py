@@ -211,10 +211,10 @@ class Selector:
                     raise
         warn_if_other_target(bundle.manifest.get("target"), bundle.path)
         dec = bundle.section("decomposer")
-        if dec and config.decomposer_model is None:
+        if dec and config.llm.model is None:
             # the bundle's own decomposer (and the prompt it was trained with) replaces the pinned default
-            config = replace(config, decomposer_model=str(bundle.file(dec["file"])),
-                             decomposer_prompt=dec.get("prompt", "few_shot"))
+            config = replace(config, llm=replace(config.llm, model=str(bundle.file(dec["file"])),
+                                                 prompt=dec.get("prompt", "few_shot")))
         return cls(parts.catalog, parts.embedder, parts.index, config=config, bundle=bundle,
                    reranker=parts.reranker, lexical=parts.lexical)
 
@@ -302,10 +302,11 @@ class Selector:
 
     def _decompose(self, query: str, history: Iterable[Any] | None) -> tuple[str, list[Turn], Any, list[str]]:
         """(checked utterance, bounded history, the decomposition, its sub-tasks capped)."""
-        query = validate_query(query, self.config.max_query_chars)
-        turns = bounded_history(history, self.config.max_history_turns, self.config.max_history_chars)
+        limits = self.config.limits
+        query = validate_query(query, limits.max_query_chars)
+        turns = bounded_history(history, limits.max_history_turns, limits.max_history_chars)
         decomposition = self.decomposer.decompose(query, turns)
-        return query, turns, decomposition, (list(decomposition.tasks) or [query])[: self.config.max_subtasks]
+        return query, turns, decomposition, (list(decomposition.tasks) or [query])[: limits.max_subtasks]
 
     def retrieval_texts(self, query: str, history: Iterable[Any] | None = None) -> list[str]:
         """The texts ``select(query, history)`` embeds, one retrieval list each, in its order: the
@@ -443,12 +444,12 @@ def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None,
         return current
     sha256 = None
     dec = bundle.section("decomposer") if bundle is not None else None
-    if bundle is not None and dec and config.decomposer_model == str(bundle.file(dec["file"])):
+    if bundle is not None and dec and config.llm.model == str(bundle.file(dec["file"])):
         sha256 = bundle.sha256_of(dec["file"])
-    llm = LlmSettings(model=config.decomposer_model, prompt=config.decomposer_prompt, threads=config.llm_threads,
-                      n_ctx=config.llm_ctx, sha256=sha256)
+    llm = LlmSettings(model=config.llm.model, prompt=config.llm.prompt, threads=config.llm.threads,
+                      n_ctx=config.llm.ctx, sha256=sha256)
     return build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
-                            deadline_ms=config.decompose_deadline_ms, llm=llm, reuse=current)
+                            deadline_ms=config.llm.deadline_ms, llm=llm, reuse=current)
 
 
 def _selected(catalog: Catalog, lists: Sequence[RankedList], texts: Sequence[str], tool_id: str, score: float,

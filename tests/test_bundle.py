@@ -76,7 +76,7 @@ def test_not_a_bundle(tmp_path):
 def test_a_bundles_decomposer_and_its_prompt_are_the_selectors(tmp_path, bundle_dir, home):
     """A bundle with a decomposer section: Selector.from_bundle decomposes with that GGUF and the
     prompt style its manifest records, unless the config names another model."""
-    from magicselector import Selector, SelectorConfig, load_catalog
+    from magicselector import LLMDecomposerConfig, Selector, SelectorConfig, load_catalog
     from magicselector.export.bundle import build_bundle
 
     fake_gguf = tmp_path / "trained.gguf"
@@ -89,9 +89,10 @@ def test_a_bundles_decomposer_and_its_prompt_are_the_selectors(tmp_path, bundle_
                  decomposer={"gguf": fake_gguf, "meta": {"format": "gguf", "prompt": "zero_shot"}, "golden": []},
                  log=lambda m: None)
     sel = Selector.from_bundle(out, config=SelectorConfig(decompose="llm"))
-    assert sel.config.decomposer_model == str(out / "decomposer" / "model.gguf")
-    assert sel.decomposer.model_path == sel.config.decomposer_model and sel.decomposer.prompt == "zero_shot"
-    mine = Selector.from_bundle(out, config=SelectorConfig(decompose="llm", decomposer_model="/x/other.gguf"))
+    assert sel.config.llm.model == str(out / "decomposer" / "model.gguf")
+    assert sel.decomposer.model_path == sel.config.llm.model and sel.decomposer.prompt == "zero_shot"
+    mine = Selector.from_bundle(out, config=SelectorConfig(decompose="llm",
+                                                           llm=LLMDecomposerConfig(model="/x/other.gguf")))
     assert mine.decomposer.model_path == "/x/other.gguf" and mine.decomposer.prompt == "few_shot"
     # the bundle's GGUF loads only as the manifest lists it, checked on the file that is opened
     listed = json.loads((out / "manifest.json").read_text())["files"]["decomposer/model.gguf"]["sha256"]

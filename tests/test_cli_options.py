@@ -155,3 +155,13 @@ def test_cut_rules_are_names():
 
     for rule in CUT_RULES:
         assert CutConfig(rule=rule).rule == rule
+
+
+def test_decomposer_flags_fill_the_llm_group(capsys):
+    from magicselector.config import LLMDecomposerConfig
+
+    config = selector_config(parse("select", "hi", "--decompose", "auto", "--decomposer-model", "m.gguf",
+                                   "--decomposer-prompt", "zero_shot", "--deadline-ms", "80", "--llm-threads", "3"))
+    assert config.llm == LLMDecomposerConfig(model="m.gguf", prompt="zero_shot", deadline_ms=80.0, threads=3)
+    assert selector_config(parse("select", "hi", "--llm-threads", "1")).llm == LLMDecomposerConfig(threads=1)
+    assert capsys.readouterr().err == ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -324,12 +325,11 @@ def test_with_config_keeps_the_llm_while_its_settings_hold(selector):
     model settings it was built with do not change."""
     auto = selector.with_config(decompose="auto")
     llm = auto.decomposer.llm
-    assert auto.with_config(history="user", decompose_deadline_ms=50).decomposer.llm is llm
+    assert auto.with_config(history="user", llm=replace(auto.config.llm, deadline_ms=50)).decomposer.llm is llm
     assert auto.with_config(decompose="llm").decomposer is llm
     assert auto.with_config(decompose="rules").with_config(decompose="auto").decomposer.llm is not llm
-    for change in ({"llm_threads": 1}, {"llm_ctx": 1024}, {"decomposer_prompt": "zero_shot"},
-                   {"decomposer_model": "/x/other.gguf"}):
-        assert auto.with_config(**change).decomposer.llm is not llm, change
+    for change in ({"threads": 1}, {"ctx": 1024}, {"prompt": "zero_shot"}, {"model": "/x/other.gguf"}):
+        assert auto.with_config(llm=replace(auto.config.llm, **change)).decomposer.llm is not llm, change
 
 
 @pytest.mark.slow
@@ -337,7 +337,7 @@ def test_with_config_keeps_the_llm_while_its_settings_hold(selector):
 def test_the_one_off_model_load_is_timed_apart(llm, selector):
     """The first select that loads the model reports the load (and prompt prefix) as
     ``decompose_load``, through the trace; later selects, and Selectors made by with_config, do not."""
-    sel = selector.with_config(decompose="llm", decomposer_model=str(MODEL_PATH))
+    sel = selector.with_config(decompose="llm", llm=replace(selector.config.llm, model=str(MODEL_PATH)))
     first = sel.select(TWO_INTENTS)
     assert first.trace.ran == "llm" and first.trace.load_ms > 0
     assert first.timings_ms["decompose_load"] == first.trace.load_ms

@@ -13,7 +13,7 @@ from magicselector import InputError
 from magicselector.dialogue import Turn, validate_history
 from magicselector.selector import bounded_history
 
-MAX = 16_000  # SelectorConfig.max_history_chars
+MAX = 16_000  # InputLimits.max_history_chars
 
 
 class Watched(Mapping):

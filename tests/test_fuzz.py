@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -125,7 +126,7 @@ def selectors(selector):
 def _check_selection(sel, s: Selector) -> None:
     assert isinstance(sel, Selection)
     assert 0 <= sel.k <= len(sel.ranked_ids) and len(sel.tools) == sel.k
-    assert 1 <= len(sel.subtasks) <= s.config.max_subtasks
+    assert 1 <= len(sel.subtasks) <= s.config.limits.max_subtasks
     assert all(t.id in s.catalog for t in sel.tools)
     json.dumps(sel.to_dict())  # what the CLI prints
 
@@ -168,7 +169,7 @@ def test_llm_modes_give_a_selection_or_a_clear_error(selector, query, hist, deco
     from magicselector.decompose import model as M
 
     s = selector.with_config(history="user", decompose=decompose,
-                             decomposer_model=str(LLM_MODEL / M.DEFAULT_MODEL_FILE))
+                             llm=replace(selector.config.llm, model=str(LLM_MODEL / M.DEFAULT_MODEL_FILE)))
     out = refused_or_result(lambda: s.select(query, hist), "utterance", "history", seconds=120)
     if not isinstance(out, MagicSelectorError):
         _check_selection(out, s)

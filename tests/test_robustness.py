@@ -7,11 +7,13 @@ import json
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from magicselector import Bundle, BundleError, CatalogError, InputError, Selector, SelectorConfig, Tool, load_catalog
+from magicselector import (Bundle, BundleError, CatalogError, InputError, InputLimits, Selector, SelectorConfig, Tool,
+                           load_catalog)
 from magicselector.dialogue import Turn
 from magicselector.selector import bounded_history
 
@@ -88,11 +90,16 @@ def test_only_the_last_turns_and_characters_are_considered():
 
 
 def test_bounds_are_validated():
-    for field in ("max_history_turns", "max_history_chars", "max_subtasks", "max_query_chars", "history_turns"):
-        with pytest.raises(InputError, match=field):
-            SelectorConfig(**{field: 0})
-        with pytest.raises(InputError, match=field):
-            SelectorConfig(**{field: "8"})
+    for field in ("max_history_turns", "max_history_chars", "max_subtasks", "max_query_chars"):
+        with pytest.raises(InputError, match=f"InputLimits.{field}"):
+            InputLimits(**{field: 0})
+        with pytest.raises(InputError, match=f"InputLimits.{field}"):
+            InputLimits(**{field: "8"})
+    for bad in (0, "8"):
+        with pytest.raises(InputError, match="history_turns"):
+            SelectorConfig(history_turns=bad)
+    with pytest.raises(InputError, match="limits must be an InputLimits"):
+        SelectorConfig(limits={"max_subtasks": 2})
 
 
 @pytest.mark.slow
@@ -100,7 +107,8 @@ def test_subtasks_are_bounded(selector):
     many = "turn on bluetooth, set an alarm for 7, play some jazz, call mom and send an email to Ann"
     sel = selector.with_config(decompose="rules").select(many)
     assert len(sel.subtasks) >= 3
-    capped = selector.with_config(decompose="rules", max_subtasks=2).select(many)
+    capped = selector.with_config(decompose="rules", limits=replace(selector.config.limits, max_subtasks=2))
+    capped = capped.select(many)
     assert capped.subtasks == sel.subtasks[:2]
 
 
@@ -109,7 +117,7 @@ def test_the_worst_history_is_bounded_work(selector):
     """A history far past every bound selects like its considered tail alone."""
     tail = [{"role": "user", "content": "what's the weather in Paris"}, {"role": "assistant", "content": "Sunny."}]
     flood = [{"role": "user", "content": "blah " * 50_000}] * 200 + tail
-    s = selector.with_config(history="all", max_history_turns=2)
+    s = selector.with_config(history="all", limits=replace(selector.config.limits, max_history_turns=2))
     assert s.select("and tomorrow?", flood).ids == s.select("and tomorrow?", tail).ids
 
 

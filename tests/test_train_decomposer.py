@@ -490,7 +490,7 @@ def test_zero_shot_prompt_is_shared_by_training_runtime_and_export(data, tiny_lm
     """A checkpoint trained with --prompt zero_shot records it; export reads it into the bundle
     meta; the runtime decomposer built with it evaluates the same short prefix."""
     import magicselector.decompose.llm as llm_mod
-    from magicselector.config import SelectorConfig
+    from magicselector.config import LLMDecomposerConfig
     from magicselector.export.gguf import checkpoint_prompt_style
     from magicselector.decompose.prompts import prompt_prefix
     from magicselector.train.decomposer import checkpoint_prompt
@@ -517,8 +517,8 @@ def test_zero_shot_prompt_is_shared_by_training_runtime_and_export(data, tiny_lm
     assert runner.prefix == prompt_prefix("zero_shot") != prompt_prefix("few_shot")
     with pytest.raises(InputError, match="prompt"):
         LlmDecomposer(prompt="chatty")
-    with pytest.raises(InputError, match="decomposer_prompt"):
-        SelectorConfig(decomposer_prompt="chatty")
+    with pytest.raises(InputError, match="LLMDecomposerConfig.prompt"):
+        LLMDecomposerConfig(prompt="chatty")
 
 
 def test_plot_draws_sft_and_grpo_curves(tmp_path):
