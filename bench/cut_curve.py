@@ -1,4 +1,4 @@
-"""Completeness against mean K for the top-K cuts: fixed k, the paper's rule and the others.
+"""Completeness against mean K for the top-K cuts: fixed k, the paper's rule, rmargin and the experiments (``cut_rules``).
 
 A cut only reads the ranked lists, so the lists are computed once per query
 (``collect_rankings``: ``Selector.select`` with a cut that keeps everything) and every cut
@@ -21,11 +21,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from magicselector.selector import Selector
-from magicselector.stages.cut import CutConfig, apply_cut, cut_per_list
+from magicselector.stages.cut import CutConfig, cut_per_list
 
 from magicselector.data.datasets import Benchmark, load_benchmark
 
+from .cut_rules import ExperimentCut
+
 CUT_SCOPES = ("subtask", "fused")
+AnyCut = CutConfig | ExperimentCut  # a runtime cut or one of the experiments that lost to it
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def collect_rankings(selector: Selector, benchmark: Benchmark | str | Path, limi
     return rows
 
 
-def reapply(row: Ranking, config: CutConfig, cut_scope: str = "subtask") -> tuple[list[str], int]:
+def reapply(row: Ranking, config: AnyCut, cut_scope: str = "subtask") -> tuple[list[str], int]:
     """The ranked list and K that ``Selector.select`` gives for this cut (``Selection.ranked_ids``, ``k``)."""
     if cut_scope not in CUT_SCOPES:
         raise ValueError(f"cut_scope must be one of {CUT_SCOPES}, got {cut_scope!r}")
@@ -82,7 +85,7 @@ def reapply(row: Ranking, config: CutConfig, cut_scope: str = "subtask") -> tupl
         order, cut = cut_per_list(config, [(ids, scores) for _, ids, scores in row.lists], row.ids, row.vectors_of)
         return [row.ids[i] for i in order], cut.k
     emb = row.vectors if config.rule != "fixed" else None
-    return list(row.ids), apply_cut(config, row.scores, emb, normalized=True).k
+    return list(row.ids), config.apply(row.scores, emb, normalized=True).k
 
 
 def _complete(ranked: Sequence[str], gold: Sequence[str], k: int) -> bool:
@@ -108,7 +111,7 @@ def interpolate(curve: np.ndarray, mean_k: float) -> float:
     return float(np.interp(mean_k, np.arange(len(curve)), curve))
 
 
-def cut_curve(rows: Sequence[Ranking], rules: Mapping[str, CutConfig], cut_scope: str = "subtask",
+def cut_curve(rows: Sequence[Ranking], rules: Mapping[str, AnyCut], cut_scope: str = "subtask",
               max_k: int = 20) -> dict[str, Any]:
     """Each rule re-applied to the stored rankings: mean K, Completeness@K and the fixed-k
     Completeness interpolated at that mean K (``fixed_at_mean_k``; ``gain`` = the difference);
@@ -135,16 +138,16 @@ def cut_curve(rows: Sequence[Ranking], rules: Mapping[str, CutConfig], cut_scope
 
 # A grid: the base config, the field that varies, and its values. The defaults suit retrieval
 # cosines (about 0.2-0.9); rerank scores (z-scored mixes, logits) need wider margins/temperatures.
-Grid = tuple[CutConfig, str, Sequence[float]]
+Grid = tuple[AnyCut, str, Sequence[float]]
 DEFAULT_GRIDS: dict[str, Grid] = {
     "paper": (CutConfig(rule="paper"), "k_min", [1]),  # the paper's rule as published: one point
-    "margin": (CutConfig(rule="margin"), "margin", [0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3]),
-    "zmargin": (CutConfig(rule="zmargin"), "z_margin", [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5]),
+    "margin": (ExperimentCut(rule="margin"), "margin", [0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3]),
+    "zmargin": (ExperimentCut(rule="zmargin"), "z_margin", [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5]),
     "rmargin": (CutConfig(rule="rmargin"), "range_margin", [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8]),
     # the shipped form: the range over the reranked head of 15 (see config.DEFAULT_CUT)
     "rmargin15": (CutConfig(rule="rmargin", range_depth=15), "range_margin",
                   [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9, 0.95, 1.0]),
-    "mass": (CutConfig(rule="mass", temperature=0.03), "mass", [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]),
+    "mass": (ExperimentCut(rule="mass", temperature=0.03), "mass", [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]),
 }
 
 
@@ -170,12 +173,12 @@ def best_at_budget(points: Sequence[Mapping[str, Any]], max_mean_k: float) -> Ma
 
 
 def choose_on_dev(dev_sweep: Mapping[str, Any], grids: Mapping[str, Grid] | None = None,
-                  max_mean_k: float = 8.0) -> dict[str, CutConfig]:
+                  max_mean_k: float = 8.0) -> dict[str, AnyCut]:
     """Per grid, the config ``best_at_budget`` picks on a dev ``sweep`` (grids with no point
     within the budget are left out), named ``rule(param=value)``; plus fixed k = 10 for reference.
     The chosen configs are then evaluated unchanged on held-out sets (``cut_curve``)."""
     grids = DEFAULT_GRIDS if grids is None else grids
-    chosen: dict[str, CutConfig] = {}
+    chosen: dict[str, AnyCut] = {}
     for name, (base, param, values) in grids.items():
         best = best_at_budget(dev_sweep["rules"][name], max_mean_k) if len(values) > 1 else dev_sweep["rules"][name][0]
         if best is not None:
@@ -268,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = [(args.data, args.limit), *((path, args.held_out_limit) for path in args.held_out)]
     sweeps: dict[str, Any] = {}
     compare: dict[str, Any] = {}
-    chosen: dict[str, CutConfig] = {}
+    chosen: dict[str, AnyCut] = {}
     for i, (path, limit) in enumerate(sets):
         bench = load_benchmark(path)
         rows = collect_rankings(selector_for_catalog(base, bench.catalog, config), bench, limit, args.seed)

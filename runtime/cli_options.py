@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from .config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
 from .errors import InputError
-from .stages.cut import CUT_RULES, CutConfig
+from .stages.cut import CUT_RULES, REMOVED_CUT_RULES, CutConfig
 from .decompose import PROMPT_STYLES
 
 SHIPPED = SelectorConfig()
@@ -27,11 +27,10 @@ _CUT_PARAMETERS = (
     ("--k-max", "k_max", int, "upper bound on K for every adaptive rule"),
     ("--range-margin", "range_margin", float, "rmargin: keep tools within this fraction of the head's score range"),
     ("--range-depth", "range_depth", int, "rmargin: the head the range is taken over (0: the whole list)"),
-    ("--margin", "margin", float, "margin: score distance below the top that is still kept"),
-    ("--z-margin", "z_margin", float, "zmargin: the same in list standard deviations"),
-    ("--mass", "mass", float, "mass: probability the kept prefix must hold"),
-    ("--temperature", "temperature", float, "mass: softmax temperature"),
 )
+# the parameters of the cut rules that were removed (stages/cut.py REMOVED_CUT_RULES): hidden, refused by name
+_REMOVED_CUT_PARAMETERS = (("--margin", "margin"), ("--z-margin", "z_margin"), ("--mass", "mass"),
+                           ("--temperature", "temperature"))
 
 
 def warn(message: str) -> None:
@@ -99,7 +98,9 @@ def add_cut_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = Fa
     """``--cut RULE``, ``--k N`` (the fixed cut's k) and each rule's parameters.
 
     ``old_eval_spellings`` adds eval's deprecated ``--cut-rule RULE`` and ``--adaptive``."""
-    p.add_argument("--cut", choices=sorted(CUT_RULES), default=None,
+    # the removed rules parse, so that CutConfig refuses them by name rather than argparse as unknown
+    p.add_argument("--cut", choices=sorted((*CUT_RULES, *REMOVED_CUT_RULES)), default=None,
+                   metavar="{" + ",".join(sorted(CUT_RULES)) + "}",
                    help=f"the Top-K rule (default {SHIPPED.cut.rule!r}, the shipped one; 'paper' is the paper's "
                         "Algorithm 2 as written, 'fixed' keeps --k tools)")
     p.add_argument("--k", type=int, default=None, metavar="N",
@@ -107,8 +108,10 @@ def add_cut_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = Fa
     for flag, field, type_, text in _CUT_PARAMETERS:
         p.add_argument(flag, type=type_, default=None, dest=f"cut_{field}",
                        help=f"{text} (default {getattr(SHIPPED.cut, field)})")
+    for flag, field in _REMOVED_CUT_PARAMETERS:  # refused by cut_config, naming the flag
+        p.add_argument(flag, type=float, default=None, dest=f"cut_{field}", help=argparse.SUPPRESS)
     if old_eval_spellings:
-        p.add_argument("--cut-rule", choices=sorted(CUT_RULES), dest="cut", metavar="RULE",
+        p.add_argument("--cut-rule", choices=sorted((*CUT_RULES, *REMOVED_CUT_RULES)), dest="cut", metavar="RULE",
                        action=DeprecatedSpelling, new="--cut RULE")
         p.add_argument("--adaptive", nargs=0, const=True, default=False, dest="adaptive",
                        action=DeprecatedSpelling, new="--cut RULE (the shipped adaptive cut is the default)")
@@ -185,6 +188,11 @@ def cut_config(args: argparse.Namespace, base: CutConfig = SHIPPED.cut) -> CutCo
 
     ``--k N`` without ``--cut`` means ``--cut fixed``; a fixed k above k_max raises k_max to it
     (the per-sub-task union is capped at k_max), unless ``--k-max`` was given."""
+    for flag, field in _REMOVED_CUT_PARAMETERS:
+        value = getattr(args, f"cut_{field}", None)
+        if value is not None:
+            raise InputError(f"{flag} {value:g} was removed with the cut rules that lost to rmargin on the "
+                             "development sets (docs/bench/reranker.md); leave " + flag + " out")
     k = getattr(args, "k", None)
     rule = getattr(args, "cut", None) or ("fixed" if k is not None else base.rule)
     changes: dict[str, Any] = {"rule": rule}

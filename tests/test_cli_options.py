@@ -157,6 +157,22 @@ def test_cut_rules_are_names():
         assert CutConfig(rule=rule).rule == rule
 
 
+@pytest.mark.parametrize("flag", ["--margin", "--z-margin", "--mass", "--temperature"])
+def test_removed_cut_parameter_flags_are_refused_by_name(flag):
+    with pytest.raises(InputError, match=f"{flag} 0.5 was removed"):
+        selector_config(parse("select", "hi", flag, "0.5"))
+    assert not __import__("re").search(rf"(?<![\w-]){flag}\b", _help("select"))  # hidden from --help
+
+
+@pytest.mark.parametrize("rule", ["margin", "zmargin", "mass"])
+def test_removed_cut_rules_are_refused_by_name(rule):
+    for argv in (["select", "hi", "--cut", rule], ["eval", "DIR", "--cut", rule]):
+        build = eval_config if argv[0] == "eval" else selector_config
+        with pytest.raises(InputError, match=f"cut rule {rule!r} was removed"):
+            build(parse(*argv))
+    assert "{fixed,paper,rmargin}" in _help("select")
+
+
 def test_decomposer_flags_fill_the_llm_group(capsys):
     from magicselector.config import LLMDecomposerConfig
 
@@ -165,3 +181,13 @@ def test_decomposer_flags_fill_the_llm_group(capsys):
     assert config.llm == LLMDecomposerConfig(model="m.gguf", prompt="zero_shot", deadline_ms=80.0, threads=3)
     assert selector_config(parse("select", "hi", "--llm-threads", "1")).llm == LLMDecomposerConfig(threads=1)
     assert capsys.readouterr().err == ""
+
+
+def _help(command):
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    return out.getvalue()

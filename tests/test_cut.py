@@ -83,45 +83,23 @@ def test_bounds_and_fixed():
         CutConfig(k_min=5, k_max=2)
 
 
-# -- the other O(n) rules: margin, zmargin, rmargin, mass, and the per-list cut ---------------------
-from magicselector.stages.cut import cut_per_list, margin_cut, mass_cut, rmargin_cut, zmargin_cut  # noqa: E402
+# -- rmargin (the shipped rule), the bounds of every rule, and the per-list cut ----------------------
+from magicselector.stages.cut import CUT_RULES, REMOVED_CUT_RULES, cut_per_list, rmargin_cut  # noqa: E402
 
-ADAPTIVE = ("paper", "margin", "zmargin", "rmargin", "mass")
+ADAPTIVE = ("paper", "rmargin")
 
 
-def test_margin_rules_on_known_lists():
-    s = np.array([4.0, 3.5, 3.0, 1.0])
-    assert margin_cut(s, margin=1.0).k == 3  # 3.0 sits exactly on the threshold: kept
-    assert margin_cut(s, margin=0.4).k == 1
-    assert margin_cut(s, margin=10.0, k_max=20).k == 4
-    # A fused list need not be sorted: the prefix stops at the first tool below the threshold.
-    assert margin_cut(np.array([3.0, 1.0, 2.9]), margin=0.5).k == 1
-    # mean 1, sd 1: margin 0.5 sd -> threshold 1.5; margin 2 sd -> threshold 0 keeps all.
-    z = np.array([2.0, 2.0, 0.0, 0.0])
-    assert zmargin_cut(z, margin=0.5).k == 2
-    assert zmargin_cut(z, margin=2.0).k == 4
+def test_rmargin_on_known_lists():
     # range 10: half the range below the top is 5.
     r = np.array([10.0, 8.0, 6.0, 4.0, 2.0, 0.0])
     assert rmargin_cut(r, margin=0.5).k == 3
     assert rmargin_cut(r, margin=1.0).k == 6
     assert rmargin_cut(np.array([0.3, 0.2999, 0.17, 0.1]), margin=1.0, k_max=20).k == 4
     assert rmargin_cut(np.array([1.0, 1.0, 0.0]), margin=0.0).k == 2  # ties with the top stay
+    # A fused list need not be sorted: the prefix stops at the first tool below the threshold.
+    assert rmargin_cut(np.array([3.0, 1.0, 2.9]), margin=0.5).k == 1
     # The same list in another scale (logits vs cosines) cuts at the same place.
-    assert zmargin_cut(r * 0.01 + 0.3, margin=1.0).k == zmargin_cut(r * 7 - 2, margin=1.0).k
     assert rmargin_cut(r * 0.01 + 0.3, margin=0.3).k == rmargin_cut(r * 7 - 2, margin=0.3).k
-
-
-def test_mass_on_known_lists():
-    s = np.log(np.array([0.5, 0.3, 0.2]))
-    assert mass_cut(s, mass=0.49).k == 1
-    assert mass_cut(s, mass=0.51).k == 2
-    assert mass_cut(s, mass=0.79).k == 2
-    assert mass_cut(s, mass=0.81).k == 3
-    assert mass_cut(s, mass=1.0).k == 3
-    # Halving the temperature sharpens the distribution: fewer tools hold the same mass.
-    assert mass_cut(s, mass=0.81, temperature=0.5).k == 2
-    # A huge score gap underflows exp() to 0 and stays finite.
-    assert mass_cut(np.array([1e4, 0.0, -1e4]), mass=0.99, temperature=1e-3).k == 1
 
 
 @pytest.mark.parametrize("rule", ADAPTIVE)
@@ -131,30 +109,38 @@ def test_edge_cases_of_every_rule(rule):
     one = apply_cut(cfg, np.array([0.3], dtype=np.float32), np.ones((1, 4)))
     assert one.k == 1 and one.rule == rule
     assert apply_cut(CutConfig(rule=rule, k_min=3), np.array([0.9, 0.1]), np.eye(2, 4)).k == 2  # never more than n
+    assert cfg.apply(np.array([0.9, 0.1]), np.eye(2, 4)) == apply_cut(cfg, np.array([0.9, 0.1]), np.eye(2, 4))
 
 
 def test_constant_scores():
     const = np.full(30, 0.5, dtype=np.float32)
-    for rule in ("margin", "zmargin", "rmargin"):
-        cfg = CutConfig(rule=rule, margin=0.0, z_margin=0.0, range_margin=0.0, k_max=20)
-        assert apply_cut(cfg, const, None).k == 20  # nothing separates them
-    assert mass_cut(np.full(4, 0.5), mass=0.5).k == 2  # uniform: ceil(mass * n)
+    # nothing separates them
+    assert apply_cut(CutConfig(rule="rmargin", range_margin=0.0, k_max=20), const, None).k == 20
 
 
-def test_bounds_of_the_new_rules():
+def test_bounds_of_rmargin():
     s = np.array([0.9, 0.1, 0.05, 0.04])
-    assert apply_cut(CutConfig(rule="margin", margin=0.01, k_min=3), s, None).k == 3
+    assert apply_cut(CutConfig(rule="rmargin", range_margin=0.01, k_min=3), s, None).k == 3
     assert apply_cut(CutConfig(rule="rmargin", range_margin=1.0, k_max=2), s, None).k == 2
-    assert apply_cut(CutConfig(rule="mass", mass=1.0, temperature=100.0, k_max=3), s, None).k == 3
 
 
-@pytest.mark.parametrize("bad", [dict(margin=-0.1), dict(margin=float("nan")), dict(margin=float("inf")),
-                                 dict(z_margin=-1.0), dict(z_margin=float("nan")), dict(range_margin=1.5),
-                                 dict(range_margin=float("nan")), dict(mass=0.0), dict(mass=1.5), dict(temperature=0.0),
-                                 dict(temperature=float("nan"))])
-def test_new_fields_are_validated(bad):
+@pytest.mark.parametrize("bad", [dict(range_margin=1.5), dict(range_margin=-0.1), dict(range_margin=float("nan")),
+                                 dict(range_depth=-1), dict(range_depth=1), dict(fixed_k=-1)])
+def test_fields_are_validated(bad):
     with pytest.raises(InputError):
-        CutConfig(rule="margin", **bad)
+        CutConfig(rule="rmargin", **bad)
+
+
+@pytest.mark.parametrize("rule", sorted(REMOVED_CUT_RULES))
+def test_the_removed_rules_and_their_parameters_are_refused_by_name(rule):
+    with pytest.raises(InputError, match=f"cut rule {rule!r} was removed"):
+        CutConfig(rule=rule)
+    for param in REMOVED_CUT_RULES[rule]:
+        with pytest.raises(InputError, match=f"CutConfig.{param}=0.5 .*{rule!r} rule.* was removed"):
+            CutConfig(rule="rmargin", **{param: 0.5})
+        with pytest.raises(InputError, match=f"CutConfig.{param}="):
+            __import__("dataclasses").replace(CutConfig(), **{param: 0.5})
+    assert rule not in CUT_RULES
 
 
 _scores = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=0, max_size=40)
@@ -165,29 +151,17 @@ _scores = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=0, ma
 def test_every_rule_stays_in_bounds(scores, rule, k_min, k_max, sort):
     s = np.asarray(sorted(scores, reverse=True) if sort else scores, dtype=np.float32)
     emb = np.random.default_rng(len(s)).normal(size=(len(s), 4)) + 1e-3
-    k = apply_cut(CutConfig(rule=rule, k_min=k_min, k_max=k_max, margin=0.7, range_margin=0.7, mass=0.8), s, emb).k
+    k = apply_cut(CutConfig(rule=rule, k_min=k_min, k_max=k_max, range_margin=0.7), s, emb).k
     n = len(s)
     assert min(n, k_min) <= k <= min(n, k_max)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(_scores, st.sampled_from([("margin", "margin"), ("zmargin", "z_margin"), ("rmargin", "range_margin")]),
-       st.floats(0, 1, allow_nan=False), st.floats(0, 1, allow_nan=False), st.floats(0.1, 5))
-def test_margin_rules_are_monotone_in_the_margin(scores, rule_field, a, b, scale):
-    rule, field = rule_field
+@given(_scores, st.floats(0, 1, allow_nan=False), st.floats(0, 1, allow_nan=False))
+def test_rmargin_is_monotone_in_the_margin(scores, a, b):
     lo, hi = sorted((a, b))
     s = np.asarray(scores, dtype=np.float32)  # unsorted too: the kept prefix only grows
-    k = [apply_cut(CutConfig(rule=rule, k_max=40, **{field: m * (1 if field == "range_margin" else scale)}),
-                   s, None).k for m in (lo, hi)]
-    assert k[0] <= k[1]
-
-
-@settings(max_examples=200, deadline=None, derandomize=True)
-@given(_scores, st.floats(0.01, 1.0), st.floats(0.01, 1.0), st.floats(0.05, 5.0))
-def test_mass_is_monotone_in_the_mass(scores, a, b, temperature):
-    lo, hi = sorted((a, b))
-    s = np.asarray(scores, dtype=np.float32)
-    k = [mass_cut(s, mass=m, temperature=temperature, k_max=40).k for m in (lo, hi)]
+    k = [apply_cut(CutConfig(rule="rmargin", k_max=40, range_margin=m), s, None).k for m in (lo, hi)]
     assert k[0] <= k[1]
 
 
@@ -213,8 +187,6 @@ def test_cut_per_list_unites_the_kept_tools_in_fused_order():
 
 
 def test_rmargin_range_over_the_head():
-    from magicselector.stages.cut import CutConfig, apply_cut, rmargin_cut
-
     s = np.array([5.0, 4.5, 4.0, 1.0, 0.9, 0.8, -10.0], dtype=np.float32)
     assert rmargin_cut(s, margin=0.5).k == 6          # range 15 over the whole list: threshold -2.5
     assert rmargin_cut(s, margin=0.5, depth=4).k == 3  # range 4 over the first 4: threshold 3

@@ -1,4 +1,4 @@
-"""Top-K cuts over a ranked candidate list, each one pass over the list (O(n)).
+"""Top-K cuts over a ranked list, each one pass (O(n)): the shipped rmargin, the paper's Algorithm 2, fixed k.
 
 ``paper_cut`` is the MagicSelector paper's Algorithm 2, read literally:
   K_score = argmax_i (s_i - s_{i+1})              i = 1..n-1
@@ -12,24 +12,23 @@ constant scores give K_score = 1. The rule does not care where the scores come f
 The other rules (``apply_cut`` dispatches on ``CutConfig.rule``; every K is clamped to
 [k_min, k_max] and never exceeds n, and scores are read as float32):
   fixed   K = fixed_k
-  margin  K = the longest prefix with s_i >= max(s) - margin. Rerank scores are z-scored mixes
-          or logits, so one margin means the same thing on every list; retrieval cosines are not.
-  zmargin the margin in units of the list's own standard deviation: s_i >= max(s) - z_margin * sd(s),
-          i.e. a margin on per-list z-scores, so it carries over between score scales.
-  rmargin the margin as a fraction of the score range of the list's head (its first range_depth
-          scores, the whole list when 0): s_i >= max(h) - range_margin * (max(h) - min(h)), h = the
-          head, i.e. a margin on min-max normalised
-          scores (also scale-free). The best rule on retrieval cosines (bench/cut_curve.py).
-  mass    p = softmax(s / temperature); K = the shortest prefix with sum p >= mass (nucleus).
+  rmargin (shipped) a margin below the top score as a fraction of the score range of the list's
+          head (its first range_depth scores, the whole list when 0):
+          s_i >= max(s) - range_margin * (max(h) - min(h)), h = the head, i.e. a margin on min-max
+          normalised scores, so one margin means the same on retrieval cosines and rerank scores.
 The ranked list need not be sorted by score (a fused list is ordered by peak rank), which is why
 the rules keep a prefix rather than counting the tools over a threshold. Constant scores keep
-k_max under the margin rules (nothing separates the tools) and ceil(mass * n) under mass.
+k_max under rmargin (nothing separates the tools).
+
+The rules that lost to rmargin (margin, zmargin, mass; ``REMOVED_CUT_RULES``) are experiments in
+bench/cut_rules.py: ``cut_per_list`` and ``cut_turn`` take any ``CutRule``, so the bench re-applies
+them exactly as ``Selector.select`` applies a ``CutConfig``.
 """
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -46,56 +45,91 @@ class Cut:
     rule: str = "paper"
 
 
+# Rules that lost to rmargin on the development sets (docs/bench/reranker.md, "The cut") and left
+# the runtime before 0.1.0, with their parameters: bench/cut_rules.py keeps them as experiments;
+# here either the rule or a parameter is an InputError naming it.
+REMOVED_CUT_RULES = {"margin": ("margin",), "zmargin": ("z_margin",), "mass": ("mass", "temperature")}
+_REMOVED_PARAMETERS = {param: rule for rule, params in REMOVED_CUT_RULES.items() for param in params}
+
+
+def _removed(what: str) -> InputError:
+    return InputError(f"{what} was removed: that cut rule lost to 'rmargin' on the development sets "
+                      f"(docs/bench/reranker.md); the rules left are {list(CUT_RULES)} "
+                      "(bench/cut_rules.py keeps the others as experiments)")
+
+
+def _refuses_removed_parameters(cls: type[Any]) -> type[Any]:
+    """Wrap the dataclass ``__init__`` so a removed rule's parameter is an InputError naming it,
+    not a TypeError about an unexpected keyword."""
+    generated: Callable[..., None] = cls.__init__
+
+    @functools.wraps(generated)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for name in kwargs.keys() & _REMOVED_PARAMETERS.keys():
+            raise _removed(f"CutConfig.{name}={kwargs[name]!r} (a parameter of the {_REMOVED_PARAMETERS[name]!r} rule)")
+        generated(self, *args, **kwargs)
+
+    setattr(cls, "__init__", __init__)
+    return cls
+
+
+@_refuses_removed_parameters
 @dataclass(frozen=True)
 class CutConfig:
     """Which cut to apply and its bounds (see the module docstring for each rule).
 
-    rule: 'paper' (Algorithm 2), 'fixed' (plain top ``fixed_k``), 'margin' (within ``margin``
-      of the top score), 'zmargin' (within ``z_margin`` list standard deviations of it), 'rmargin'
-      (within ``range_margin`` of the list's score range of it) or 'mass' (softmax of the scores
-      over ``temperature``, the shortest prefix holding ``mass`` of the probability).
+    rule: 'paper' (Algorithm 2), 'fixed' (plain top ``fixed_k``) or 'rmargin' (within
+      ``range_margin`` of the score range of the list's first ``range_depth`` scores, 0: the whole
+      list, below the top score); the shipped cut is ``config.DEFAULT_CUT``.
     k_min, k_max: bounds on K for every adaptive rule.
-    Each rule has its own parameter field, so that switching ``rule`` never reads a value meant
-    for another rule. z_margin and range_margin default to what the generated dev split chose on
-    retrieval cosines (bench/cut_curve.py); margin, mass and temperature are in score units and
-    need choosing for the scores at hand.
+    range_margin defaults to what the generated dev split chose on retrieval cosines over the whole
+    list (bench/cut_curve.py).
     """
 
     rule: str = "paper"
     k_min: int = 1
     k_max: int = 20
     fixed_k: int = 10
-    margin: float = 1.0       # margin: score distance below the top that is still kept
-    z_margin: float = 2.0     # zmargin: the same in list standard deviations
-    range_margin: float = 0.5  # rmargin: the same as a fraction of max - min of the head, in [0, 1]
+    range_margin: float = 0.5  # rmargin: the margin as a fraction of max - min of the head, in [0, 1]
     range_depth: int = 0       # rmargin: the head the range is taken over (0: the whole list)
-    mass: float = 0.9         # mass: probability the kept prefix must hold, in (0, 1]
-    temperature: float = 1.0  # mass: softmax temperature, in score units
 
     def __post_init__(self) -> None:
+        if self.rule in REMOVED_CUT_RULES:
+            raise _removed(f"cut rule {self.rule!r}")
         if self.rule not in CUT_RULES:
             raise InputError(f"unknown cut rule {self.rule!r}; choose one of {sorted(CUT_RULES)}")
         if not (0 <= self.k_min <= self.k_max):
             raise InputError(f"need 0 <= k_min <= k_max, got k_min={self.k_min}, k_max={self.k_max}")
         if self.fixed_k < 0:
             raise InputError("fixed_k must be >= 0")
-        for name in ("margin", "z_margin"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise InputError(f"{name} must be a finite number >= 0, got {value}")
         if not (0 <= self.range_margin <= 1):
             raise InputError(f"range_margin must be within [0, 1], got {self.range_margin}")
         if self.range_depth < 0 or self.range_depth == 1:
             raise InputError(f"range_depth must be 0 (whole list) or >= 2, got {self.range_depth}")
-        if not (0 < self.mass <= 1):
-            raise InputError(f"mass must be within (0, 1], got {self.mass}")
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise InputError(f"temperature must be a finite number > 0, got {self.temperature}")
 
     @property
     def uses_embeddings(self) -> bool:
         """Whether the rule reads the tools' embeddings (only the paper's K_sim does)."""
         return self.rule == "paper"
+
+    def apply(self, scores: np.ndarray, embeddings: np.ndarray | None, normalized: bool = False) -> Cut:
+        """``apply_cut(self, ...)``: the ``CutRule`` method ``cut_per_list`` and ``cut_turn`` call."""
+        return apply_cut(self, scores, embeddings, normalized)
+
+
+class CutRule(Protocol):
+    """What ``cut_per_list`` and ``cut_turn`` read of a cut: a ``CutConfig``, or a bench experiment."""
+
+    @property
+    def rule(self) -> str: ...
+
+    @property
+    def k_max(self) -> int: ...
+
+    @property
+    def uses_embeddings(self) -> bool: ...
+
+    def apply(self, scores: np.ndarray, embeddings: np.ndarray | None, normalized: bool = False) -> Cut: ...
 
 
 def _clamp(k: int, n: int, k_min: int, k_max: int) -> int:
@@ -144,36 +178,12 @@ def _prefix_at_least(s: np.ndarray, threshold: np.float32) -> int:
     return int(below[0]) if below.size else int(s.shape[0])
 
 
-def margin_cut(scores: np.ndarray, embeddings: np.ndarray | None = None, margin: float = 1.0,
-               k_min: int = 1, k_max: int = 20) -> Cut:
-    """Keep the prefix within ``margin`` of the top score (the top tool itself always qualifies)."""
-    s = _scores32(scores)
-    n = s.shape[0]
-    if n == 0:
-        return Cut(0, 0, 0, "margin")
-    k = _prefix_at_least(s, s.max() - np.float32(margin))
-    return Cut(_clamp(k, n, k_min, k_max), k, 0, "margin")
-
-
-def zmargin_cut(scores: np.ndarray, embeddings: np.ndarray | None = None, margin: float = 2.0,
-                k_min: int = 1, k_max: int = 20) -> Cut:
-    """``margin_cut`` with the margin in units of the list's standard deviation (scale-free).
-
-    A list whose scores are all equal has sd 0: nothing separates its tools, so all are kept."""
-    s = _scores32(scores)
-    n = s.shape[0]
-    if n == 0:
-        return Cut(0, 0, 0, "zmargin")
-    sd = s.std(dtype=np.float32)
-    k = _prefix_at_least(s, s.max() - np.float32(margin) * sd) if sd > 0 else n
-    return Cut(_clamp(k, n, k_min, k_max), k, 0, "zmargin")
-
-
 def rmargin_cut(scores: np.ndarray, embeddings: np.ndarray | None = None, margin: float = 0.5,
                 k_min: int = 1, k_max: int = 20, depth: int = 0) -> Cut:
-    """``margin_cut`` with the margin as a fraction of the score range (max - min) of the list's
-    first ``depth`` scores (the whole list when 0), so it is scale-free. With the whole list,
-    ``margin`` = 1 keeps every tool; a constant head has range 0 and keeps every tool too.
+    """Keep the prefix within ``margin`` of the top score, the margin a fraction of the score range
+    (max - min) of the list's first ``depth`` scores (the whole list when 0), so it is scale-free.
+    With the whole list, ``margin`` = 1 keeps every tool; a constant head has range 0 and keeps
+    every tool too.
 
     A head shorter than the list makes the range ignore the tail's long flat stretch of
     irrelevant tools, whose floor otherwise stretches the range on long lists."""
@@ -191,39 +201,17 @@ def rmargin_cut(scores: np.ndarray, embeddings: np.ndarray | None = None, margin
     return Cut(_clamp(k, n, k_min, k_max), k, 0, "rmargin")
 
 
-def mass_cut(scores: np.ndarray, embeddings: np.ndarray | None = None, mass: float = 0.9,
-             temperature: float = 1.0, k_min: int = 1, k_max: int = 20) -> Cut:
-    """Nucleus cut: the shortest prefix whose softmax(scores / temperature) probability reaches ``mass``."""
-    s = _scores32(scores)
-    n = s.shape[0]
-    if n == 0:
-        return Cut(0, 0, 0, "mass")
-    z = (s - s.max()) / np.float32(temperature)  # <= 0, so exp never overflows
-    p = np.exp(z)
-    cum = np.cumsum(p, dtype=np.float32)
-    # cum is non-decreasing, so the first index reaching the mass is a binary search; comparing
-    # against mass * total rather than dividing keeps the last entry exactly the total.
-    k = int(np.searchsorted(cum, np.float32(mass) * cum[-1], side="left")) + 1
-    return Cut(_clamp(min(k, n), n, k_min, k_max), min(k, n), 0, "mass")
-
-
 def apply_cut(config: CutConfig, scores: np.ndarray, embeddings: np.ndarray | None,
               normalized: bool = False) -> Cut:
     """The cut ``config`` asks for on one ranked list (``embeddings`` are read by 'paper' only)."""
     if config.rule == "fixed":
         return fixed_cut(scores, embeddings, config.fixed_k)
-    if config.rule == "margin":
-        return margin_cut(scores, embeddings, config.margin, config.k_min, config.k_max)
-    if config.rule == "zmargin":
-        return zmargin_cut(scores, embeddings, config.z_margin, config.k_min, config.k_max)
     if config.rule == "rmargin":
         return rmargin_cut(scores, embeddings, config.range_margin, config.k_min, config.k_max, config.range_depth)
-    if config.rule == "mass":
-        return mass_cut(scores, embeddings, config.mass, config.temperature, config.k_min, config.k_max)
     return paper_cut(scores, embeddings, config.k_min, config.k_max, normalized)
 
 
-def cut_per_list(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],
+def cut_per_list(config: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],
                  fused_ids: Sequence[str], vectors: Callable[[list[str]], np.ndarray]) -> tuple[list[int], Cut]:
     """The cut on each retrieval list (``(ids, scores)``, one per sub-task and the anchor), then the
     union of the kept tools, in fused order, moves to the head of the fused list.
@@ -238,7 +226,7 @@ def cut_per_list(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequenc
         lid = list(ids)
         if not lid:
             continue
-        c = apply_cut(config, np.asarray(scores), vectors(lid) if config.uses_embeddings else None, normalized=True)
+        c = config.apply(np.asarray(scores), vectors(lid) if config.uses_embeddings else None, normalized=True)
         keep.update(lid[:c.k])
         parts.append(c)
     order = [i for i, t in enumerate(fused_ids) if t in keep] + [i for i, t in enumerate(fused_ids) if t not in keep]
@@ -248,7 +236,7 @@ def cut_per_list(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequenc
     return order, cut
 
 
-def cut_turn(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],
+def cut_turn(config: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],
              fused_ids: Sequence[str],
              fused_scores: np.ndarray, vectors: Callable[[list[str]], np.ndarray], per_list: bool = True
              ) -> tuple[list[int], Cut]:
@@ -258,7 +246,7 @@ def cut_turn(config: CutConfig, lists: Sequence[tuple[Sequence[str], Sequence[fl
     if per_list and len(lists) > 1 and config.rule != "fixed":
         return cut_per_list(config, lists, fused_ids, vectors)
     embeddings = vectors(list(fused_ids)) if config.uses_embeddings else None
-    return list(range(len(fused_ids))), apply_cut(config, fused_scores, embeddings, normalized=True)
+    return list(range(len(fused_ids))), config.apply(fused_scores, embeddings, normalized=True)
 
 
-CUT_RULES = ("paper", "fixed", "margin", "zmargin", "rmargin", "mass")  # the rules apply_cut dispatches on
+CUT_RULES = ("paper", "fixed", "rmargin")  # the rules apply_cut dispatches on
