@@ -20,6 +20,9 @@ client with its own keep-alive connection, POSTing ``tools/call`` JSON-RPC reque
 JSON answer (no MCP session: the server is stateless), so the kernel spreads callers over the
 processes. A row then also names its ``processes``.
 
+``--memory`` measures memory instead (``bench_serve_memory``): one stdio server, 10,000 calls and
+six messages at the 64 MiB message limit among them; its RSS at the end against its warm RSS.
+
 Results schema ``magicselector-serve-bench/1``::
 
     {"schema": ..., "started": ISO time, "device": machine_description(),
@@ -394,6 +397,112 @@ def bench_serve(bundle: str | None = None, config: ServeBenchConfig = ServeBench
             "results": results, **({"server_stderr": tails} if tails else {})}
 
 
+MEMORY_SCHEMA = "magicselector-serve-memory/1"
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+
+
+def _vm_mb(pid: int, field: str = "VmRSS") -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith(field + ":"))
+
+
+def _call_line(rid: int, arguments: Mapping[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                       "params": {"name": "search_tools", "arguments": arguments}}, separators=(",", ":")).encode()
+
+
+def _large_line(rid: int, size: int) -> bytes:
+    """A ``search_tools`` call of ``size`` bytes: a follow-up whose one history message fills it."""
+    head, tail = _call_line(rid, {"query": "and turn it off", "history": [{"role": "user", "content": "@"}]}).split(b"@")
+    words = b"turn on the living room lights and play some jazz "
+    return head + (words * (size // len(words) + 1))[: max(0, size - len(head) - len(tail))] + tail
+
+
+def _exchange(proc: Any, line: bytes) -> dict[str, Any]:
+    """Send one JSON-RPC line to a stdio server and read its answer (the next line)."""
+    proc.stdin.write(line + b"\n")
+    proc.stdin.flush()
+    answer = proc.stdout.readline()
+    if not answer:
+        raise RuntimeError("the server closed its output")
+    return json.loads(answer)
+
+
+def bench_serve_memory(bundle: str | None = None, calls: int = 10_000, large: int = 6, large_mb: float | None = None,
+                       threads: int | None = None, progress: Callable[[str], None] = lambda line: None
+                       ) -> dict[str, Any]:
+    """``bench serve --memory``: one ``magicselector serve`` over stdio, driven with raw JSON-RPC
+    lines: a warm-up of 100 phone-workload calls (the warm RSS), then ``calls`` calls with
+    ``large`` messages spread among them, in turn just under the server's 64 MiB message limit
+    (a follow-up whose one history message fills it, answered) and just over it (refused), or
+    with ``large_mb`` every one of that size (answered). The server's RSS (``/proc/PID/status``) is sampled every 500 calls and after each large message;
+    the run holds if the RSS at the end is within 25 % of the warm RSS (issue 27.7), with no error."""
+    import subprocess
+
+    from magicselector.cli.serve import DEFAULT_MAX_MESSAGE_MB
+    from magicselector.errors import InputError
+
+    from .latency import WORKLOAD, machine_description
+
+    requests, limit = requests_for(WORKLOAD), int(DEFAULT_MAX_MESSAGE_MB * 1024 * 1024)
+    command = [sys.executable, "-m", "magicselector", "serve"] + (["--bundle", str(bundle)] if bundle else []) + (
+        ["--threads", str(threads)] if threads else [])
+    at_large = {(k + 1) * calls // (large + 1) for k in range(large)}
+    sizes = ([int(large_mb * 2**20)] if large_mb is not None else [limit - 4096, limit + (1 << 20)])
+    errors, samples, sent = 0, [], 0
+    device = machine_description()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        try:
+            if "result" not in _exchange(proc, json.dumps(INIT).encode()):
+                raise RuntimeError("initialize was refused")
+            proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            for i in range(100):
+                errors += "result" not in _exchange(proc, _call_line(i, requests[i % len(requests)]))
+            warm, t0 = _vm_mb(proc.pid), time.perf_counter()
+            progress(f"[serve memory] warm RSS {warm:.1f} MB after 100 calls")
+            for i in range(calls):
+                if i in at_large:  # at the limit: alternately answered (just under) and refused (just over)
+                    size, sent = sizes[sent % len(sizes)], sent + 1
+                    answer = _exchange(proc, _large_line(10**9 + i, size))
+                    errors += ("error" not in answer) if size > limit else ("result" not in answer)
+                    samples.append({"calls": i, "large": sent, "rss_mb": round(_vm_mb(proc.pid), 1)})
+                errors += "result" not in _exchange(proc, _call_line(1000 + i, requests[i % len(requests)]))
+                if (i + 1) % 500 == 0:
+                    samples.append({"calls": i + 1, "large": sent, "rss_mb": round(_vm_mb(proc.pid), 1)})
+                    progress(f"[serve memory] {i + 1} calls, {sent} large: RSS {samples[-1]['rss_mb']} MB")
+            wall, final, hwm = time.perf_counter() - t0, _vm_mb(proc.pid), _vm_mb(proc.pid, "VmHWM")
+        except (OSError, RuntimeError, ValueError) as e:
+            err.seek(0)
+            raise InputError(f"bench serve --memory: the server failed ({type(e).__name__}: {e}); its stderr:\n"
+                             f"{err.read().decode('utf-8', 'replace')[-2000:]}") from e
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=60)
+    return {"schema": MEMORY_SCHEMA, "device": device, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "config": {"calls": calls, "large": large, "large_bytes": sizes, "limit_bytes": limit, "bundle": str(bundle or "default"),
+                       "threads": threads, "command": command[2:]},
+            "warm_rss_mb": round(warm, 1), "final_rss_mb": round(final, 1), "peak_rss_mb": round(hwm, 1),
+            "max_sampled_rss_mb": max((x["rss_mb"] for x in samples), default=round(final, 1)),
+            "final_over_warm": round(final / warm, 3), "ok": final <= 1.25 * warm and errors == 0,
+            "errors": errors, "wall_s": round(wall, 1), "samples": samples}
+
+
+def format_memory(report: Mapping[str, Any]) -> str:
+    from .latency import isa_summary
+
+    c = report["config"]
+    size = (f"{c['large_bytes'][0] / 2**20:g} MiB" if len(c["large_bytes"]) == 1 else
+            f"{c['limit_bytes'] / 2**20:g} MiB (the limit: alternately 4 KiB under it and 1 MiB over it, refused)")
+    return (f"Machine: {isa_summary(report['device'])}; load avg {report['device'].get('loadavg')} at the start, "
+            f"{report['loadavg_after']} at the end.\n`magicselector serve` over stdio: {c['calls']:,} calls and "
+            f"{c['large']} messages of {size} in {report['wall_s']} s, {report['errors']} "
+            f"errors; RSS warm {report['warm_rss_mb']} MB, at most {report['max_sampled_rss_mb']} MB sampled "
+            f"(peak {report['peak_rss_mb']}), at the end {report['final_rss_mb']} MB = "
+            f"{report['final_over_warm']:.2f}x warm: {'ok' if report['ok'] else 'FAILED'} (bound 1.25x).\n")
+
+
 def format_markdown(report: Mapping[str, Any], command: str | None = None) -> str:
     from .latency import isa_summary
 
@@ -463,6 +572,14 @@ def add_arguments(sp: Any) -> None:
     sp.add_argument("--processes", type=int, nargs="+", default=[1, 2], metavar="N",
                     help="with --transport http: server processes behind one port, one server per count "
                          "(default 1 2)")
+    sp.add_argument("--memory", action="store_true",
+                    help="instead: the server's RSS over --calls calls and --large messages at the 64 MiB limit, "
+                         "against its warm RSS (one stdio server, shipped settings)")
+    sp.add_argument("--calls", type=int, default=10_000, metavar="N", help="with --memory: calls (default 10000)")
+    sp.add_argument("--large", type=int, default=6, metavar="N",
+                    help="with --memory: messages at the limit among them, alternately answered and refused (default 6)")
+    sp.add_argument("--large-mb", type=float, metavar="MB",
+                    help="with --memory: each large message this many MiB, all answered (default: at the limit)")
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
     sp.add_argument("--md", metavar="OUT", help="write the markdown table")
 
@@ -475,6 +592,8 @@ def cmd_bench_serve(args: Any) -> int:
     except ImportError:
         raise InputError("`magicselector bench serve` needs the mcp package: "
                          "pip install 'magicselector[serve]'") from None
+    if getattr(args, "memory", False):
+        return _cmd_memory(args)
     config = ServeBenchConfig(callers=tuple(args.callers), requests=args.requests, warmup=args.warmup,
                               threads=args.threads, variants=tuple(args.variants), rounds=args.rounds,
                               rerank_batch_ms=args.rerank_batch_ms, batch_inexact=args.rerank_batch_inexact,
@@ -495,3 +614,23 @@ def cmd_bench_serve(args: Any) -> int:
     if written:
         print(f"wrote {', '.join(written)}", file=sys.stderr)
     return 0 if not any(r["errors"] for r in report["results"]) else 1
+
+
+def _cmd_memory(args: Any) -> int:
+    from magicselector.cli.serve import DEFAULT_MAX_MESSAGE_MB
+    from magicselector.errors import InputError
+
+    if args.calls < 1 or args.large < 0:
+        raise InputError(f"bench serve --memory: --calls must be >= 1 and --large >= 0, got {args.calls}, {args.large}")
+    large_mb = getattr(args, "large_mb", None)
+    if large_mb is not None and not 0 < large_mb < DEFAULT_MAX_MESSAGE_MB:
+        raise InputError(f"bench serve --memory: --large-mb must be above 0 and under the {DEFAULT_MAX_MESSAGE_MB:g} MiB "
+                         f"message limit, got {large_mb}")
+    report = bench_serve_memory(args.bundle, args.calls, args.large, large_mb, args.threads,
+                                progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_memory(report))
+    for path, text in ((args.json, json.dumps(report, indent=2) + "\n"), (args.md, format_memory(report))):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text, encoding="utf-8")
+    return 0 if report["ok"] else 1
