@@ -61,7 +61,7 @@ def test_the_previous_request_is_read_from_the_turn_s_end_once_per_utterance(mon
 
 
 def test_the_character_bound_is_checked():
-    for bad in (0, -1, 2.5, "4000"):
+    for bad in (0, -1, 2.5, "4000", True):
         with pytest.raises(InputError, match="max_chars"):
             RuleDecomposer(max_chars=bad)
 

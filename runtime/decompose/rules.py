@@ -318,7 +318,7 @@ class RuleDecomposer:
         # the most of an utterance (its start) or of a history turn (its end) the rules read: room
         # for max_tasks requests, each far longer than what the embedder reads of it
         self.max_chars = max_tasks * CHARS_PER_TASK if max_chars is None else max_chars
-        if not isinstance(self.max_chars, int) or self.max_chars < 1:
+        if not isinstance(self.max_chars, int) or isinstance(self.max_chars, bool) or self.max_chars < 1:
             raise InputError(f"RuleDecomposer max_chars must be a positive int, got {max_chars!r}")
 
     def clauses(self, text: str) -> list[str]:
