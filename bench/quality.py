@@ -238,7 +238,7 @@ def ranked_columns(rows: Sequence[tuple[list[str], list[str], int]], at: int, co
 def folded_texts(queries: Sequence[Any], shipped: SelectorConfig) -> list[str]:
     """Each query's utterance with the shipped history mode folded in, as the reference rows read it."""
     return [retrieval_text(" ".join(q.query.split()),
-                           bounded_history(q.history, shipped.max_history_turns, shipped.max_history_chars),
+                           bounded_history(q.history, shipped.limits.max_history_turns, shipped.limits.max_history_chars),
                            shipped.history, shipped.history_turns) for q in queries]
 
 
