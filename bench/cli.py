@@ -586,11 +586,11 @@ def cmd_quality(args: argparse.Namespace) -> int:
     from magicselector.bench.quality import QualityConfig, bench_quality, format_markdown
 
     config = QualityConfig(at=args.at, limit=args.limit or None, seed=args.seed, threads=args.threads or 1,
-                           reference=not args.no_reference)
+                           reference=not args.no_reference, peers=not args.no_peers)
     command = "magicselector bench quality" + "".join(
         f" {flag} {value}" for flag, value in (("--bundle", args.bundle), ("--shared-data", args.shared_data),
                                                ("--limit", args.limit), ("--threads", args.threads))
-        if value is not None) + (" --no-reference" if args.no_reference else "")
+        if value is not None) + (" --no-reference" if args.no_reference else "") + (" --no-peers" if args.no_peers else "")
     report = bench_quality(args.out, bundle=args.bundle, shared_data=args.shared_data, work=args.work,
                            config=config, command=command, progress=not args.quiet, note=_progress)
     print(format_markdown(report, command))
@@ -752,7 +752,7 @@ def _add_worst_case_parser(bsub: Any) -> None:
 def _add_quality_parser(bsub: Any) -> None:
     """``bench quality``: every development set's evaluation part per pipeline configuration."""
     sp = bsub.add_parser("quality", help="NDCG, completeness and the cut's K on every development set's evaluation "
-                                         "part: BM25, dense, hybrid, + reranker, + rules, shipped, FP32 reference")
+                                         "part: BM25, dense, hybrid, + reranker, + rules, shipped, FP32 reference, the PyPI peers")
     add_bundle_option(sp)
     sp.add_argument("--shared-data", metavar="DIR",
                     help="folder of the public sets (bfcl/, metatool/); default: shared/data beside the checkout")
@@ -761,6 +761,8 @@ def _add_quality_parser(bsub: Any) -> None:
     sp.add_argument("--at", type=int, default=10, help="cutoff of NDCG and Completeness (default 10)")
     add_threads_option(sp)
     sp.add_argument("--no-reference", action="store_true", help="skip the FP32 sentence-transformers row")
+    sp.add_argument("--no-peers", action="store_true", help="skip the PyPI peers' rows (graph-tool-call, ratel-ai, "
+                                                           "toolpicker; the peers extra)")
     sp.add_argument("--work", metavar="DIR", help="keep the generated sets and splits here (default: a temporary folder)")
     sp.add_argument("--out", default="docs/bench/quality.md", help="markdown file; the JSON goes beside it "
                                                                   "(default docs/bench/quality.md)")

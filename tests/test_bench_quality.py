@@ -164,3 +164,21 @@ def test_peer_rows_rank_the_set_through_their_own_apis(bundle_dir, tiny_benchmar
     text = md.read_text()
     assert "| tiny (6 tools) | ratel-ai hybrid (MiniLM) |" in text and "`toolpicker` (toolpicker 1.0.0, K = 5)" in text
     assert (tmp_path / "quality-tokens.png").stat().st_size > 10_000
+
+
+def test_cli_flags_choose_the_reference_and_peer_rows(monkeypatch, tmp_path):
+    from magicselector.bench import quality
+    from magicselector.cli.main import build_parser
+
+    seen = {}
+
+    def fake_bench(out, config, command, **kw):  # the CLI's wiring only; the rows are tested above
+        seen.update(config=config, command=command)
+        return {"config": {}, "sets": {}}
+
+    monkeypatch.setattr(quality, "bench_quality", fake_bench)
+    monkeypatch.setattr(quality, "format_markdown", lambda report, command=None: "")
+    args = build_parser().parse_args(["bench", "quality", "--no-peers", "--limit", "3", "--out", str(tmp_path / "q.md")])
+    assert args.func(args) == 0
+    assert seen["config"].peers is False and seen["config"].reference is True and seen["config"].limit == 3
+    assert seen["command"].endswith("--limit 3 --no-peers")
