@@ -44,6 +44,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+# the server's default message limit (cli/serve.py): the bench may not import the CLI layer it
+# drives as a subprocess; tests/test_serve_memory_bench.py checks the two agree
+DEFAULT_MAX_MESSAGE_MB = 64.0
+
 SCHEMA = "magicselector-serve-bench/1"
 
 
@@ -440,7 +444,6 @@ def bench_serve_memory(bundle: str | None = None, calls: int = 10_000, large: in
     the run holds if the RSS at the end is within 25 % of the warm RSS (issue 27.7), with no error."""
     import subprocess
 
-    from magicselector.cli.serve import DEFAULT_MAX_MESSAGE_MB
     from magicselector.errors import InputError
 
     from .latency import WORKLOAD, machine_description
@@ -617,7 +620,6 @@ def cmd_bench_serve(args: Any) -> int:
 
 
 def _cmd_memory(args: Any) -> int:
-    from magicselector.cli.serve import DEFAULT_MAX_MESSAGE_MB
     from magicselector.errors import InputError
 
     if args.calls < 1 or args.large < 0:

@@ -40,3 +40,10 @@ def test_bench_serve_memory_samples_the_server_and_answers_every_call(bundle_dir
     assert report["warm_rss_mb"] > 0 and report["peak_rss_mb"] >= report["max_sampled_rss_mb"]
     assert report["final_over_warm"] == round(report["final_rss_mb"] / report["warm_rss_mb"], 3)
     assert "2 messages of 64 MiB (the limit" in serve_bench.format_memory(report)
+
+
+def test_the_bench_sends_at_the_servers_own_message_limit():
+    from magicselector.bench.serve_bench import DEFAULT_MAX_MESSAGE_MB
+    from magicselector.cli.serve import DEFAULT_MAX_MESSAGE_MB as SERVER_DEFAULT
+
+    assert DEFAULT_MAX_MESSAGE_MB == SERVER_DEFAULT
