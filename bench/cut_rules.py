@@ -102,6 +102,10 @@ class ExperimentCut:
         """None of these rules reads the tools' embeddings."""
         return False
 
+    def apply_list(self, scores: np.ndarray, embeddings: np.ndarray | None, anchor: bool) -> Cut:
+        """The same cut on every list of a decomposed turn, the anchor included."""
+        return self.apply(scores, embeddings, normalized=True)
+
     def apply(self, scores: np.ndarray, embeddings: np.ndarray | None, normalized: bool = False) -> Cut:
         """This rule's cut of one ranked list."""
         if self.rule == "margin":

@@ -382,7 +382,9 @@ def _shipped_line(s: dict[str, Any]) -> str:
     cut = s["cut"]
     # the cut's own parameters by rule; a rule this report does not know is named without them
     params = {"fixed": f"k {cut.get('fixed_k')}",
-              "rmargin": f"range_margin {cut.get('range_margin')}, range_depth {cut.get('range_depth')}",
+              "rmargin": f"range_margin {cut.get('range_margin')}, range_depth {cut.get('range_depth')}, "
+                         f"per list of a decomposed turn {cut.get('list_range_margin')}, "
+                         f"anchor at most {cut.get('anchor_k_max')}",
               }.get(cut["rule"], "")
     return (f"lexical {s['lexical']} (z-score mix, weight {s['lexical_weight']}, "
             f"{s['lexical_candidates']} candidates), rerank {s['rerank']} (weight {s['rerank_weight']}, "

@@ -27,6 +27,8 @@ _CUT_PARAMETERS = (
     ("--k-max", "k_max", int, "upper bound on K for every adaptive rule"),
     ("--range-margin", "range_margin", float, "rmargin: keep tools within this fraction of the head's score range"),
     ("--range-depth", "range_depth", int, "rmargin: the head the range is taken over (0: the whole list)"),
+    ("--list-range-margin", "list_range_margin", float, "rmargin on each list of a decomposed turn"),
+    ("--anchor-k-max", "anchor_k_max", int, "the most tools the whole-utterance list adds in a decomposed turn"),
 )
 # the parameters of the cut rules that were removed (stages/cut.py REMOVED_CUT_RULES): hidden, refused by name
 _REMOVED_CUT_PARAMETERS = (("--margin", "margin"), ("--z-margin", "z_margin"), ("--mass", "mass"),

@@ -125,7 +125,9 @@ def test_bounds_of_rmargin():
 
 
 @pytest.mark.parametrize("bad", [dict(range_margin=1.5), dict(range_margin=-0.1), dict(range_margin=float("nan")),
-                                 dict(range_depth=-1), dict(range_depth=1), dict(fixed_k=-1)])
+                                 dict(range_depth=-1), dict(range_depth=1), dict(fixed_k=-1),
+                                 dict(list_range_margin=1.2), dict(list_range_margin=-0.5), dict(anchor_k_max=-1),
+                                 dict(anchor_k_max=2.5), dict(anchor_k_max=True)])
 def test_fields_are_validated(bad):
     with pytest.raises(InputError):
         CutConfig(rule="rmargin", **bad)
@@ -195,3 +197,28 @@ def test_rmargin_range_over_the_head():
     assert apply_cut(CutConfig(rule="rmargin", range_margin=0.5, range_depth=4), s, None).k == 3
     with pytest.raises(InputError):
         CutConfig(rule="rmargin", range_depth=1)
+
+
+def test_a_decomposed_turn_cuts_its_lists_with_their_own_margin_and_caps_the_anchor():
+    # scores of the head fall evenly: rmargin keeps 1 + floor(margin * 10) of them (range over the head)
+    head = np.linspace(1.0, 0.0, 11)
+    ids = [[f"{p}{i}" for i in range(11)] for p in "abc"]
+    lists = [(ids[0], head), (ids[1], head), (ids[2], head)]  # the anchor first, then two sub-tasks
+    fused = [t for trio in zip(*ids) for t in trio]
+    lone = CutConfig(rule="rmargin", range_margin=0.3)
+    assert apply_cut(lone, head, None).k == 4
+    # no list settings: every list is cut as a lone one, the union of 3 x 4
+    assert cut_per_list(lone, lists, fused, lambda i: None)[1].k == 12
+    # each list at list_range_margin 0.1 keeps 2; the lone list still keeps 4 at range_margin
+    per_list = CutConfig(rule="rmargin", range_margin=0.3, list_range_margin=0.1)
+    assert per_list.apply(head, None).k == 4 and per_list.apply_list(head, None, anchor=False).k == 2
+    order, cut = cut_per_list(per_list, lists, fused, lambda i: None)
+    assert cut.k == 6 and {fused[i] for i in order[:6]} == {"a0", "a1", "b0", "b1", "c0", "c1"}
+    # the anchor adds at most anchor_k_max; the sub-task lists are not capped by it
+    capped = CutConfig(rule="rmargin", range_margin=0.3, anchor_k_max=1)
+    order, cut = cut_per_list(capped, lists, fused, lambda i: None)
+    assert cut.k == 1 + 4 + 4 and "a0" in {fused[i] for i in order[:9]} and "a1" not in {fused[i] for i in order[:9]}
+    assert capped.apply_list(head, None, anchor=True).k == 1 and capped.apply(head, None).k == 4
+    # anchor_k_max 0: the anchor adds nothing
+    assert cut_per_list(CutConfig(rule="rmargin", range_margin=0.3, anchor_k_max=0), lists, fused,
+                        lambda i: None)[1].k == 8

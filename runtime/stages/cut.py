@@ -27,7 +27,7 @@ them exactly as ``Selector.select`` applies a ``CutConfig``.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
@@ -82,6 +82,10 @@ class CutConfig:
       ``range_margin`` of the score range of the list's first ``range_depth`` scores, 0: the whole
       list, below the top score); the shipped cut is ``config.DEFAULT_CUT``.
     k_min, k_max: bounds on K for every adaptive rule.
+    list_range_margin: rmargin's margin on each list of a decomposed turn (None: ``range_margin``);
+      the lists' cuts add up in their union, so each may need to keep more than a lone list does.
+    anchor_k_max: in a decomposed turn, the most tools the anchor list (the whole utterance) adds
+      (None: ``k_max``): the sub-task lists name each request, the anchor only backs them up.
     range_margin defaults to what the generated dev split chose on retrieval cosines over the whole
     list (bench/cut_curve.py).
     """
@@ -92,6 +96,8 @@ class CutConfig:
     fixed_k: int = 10
     range_margin: float = 0.5  # rmargin: the margin as a fraction of max - min of the head, in [0, 1]
     range_depth: int = 0       # rmargin: the head the range is taken over (0: the whole list)
+    list_range_margin: float | None = None  # rmargin on each list of a decomposed turn
+    anchor_k_max: int | None = None          # the anchor list's K in a decomposed turn
 
     def __post_init__(self) -> None:
         if self.rule in REMOVED_CUT_RULES:
@@ -106,6 +112,11 @@ class CutConfig:
             raise InputError(f"range_margin must be within [0, 1], got {self.range_margin}")
         if self.range_depth < 0 or self.range_depth == 1:
             raise InputError(f"range_depth must be 0 (whole list) or >= 2, got {self.range_depth}")
+        if self.list_range_margin is not None and not (0 <= self.list_range_margin <= 1):
+            raise InputError(f"list_range_margin must be within [0, 1] or None, got {self.list_range_margin}")
+        if self.anchor_k_max is not None and (isinstance(self.anchor_k_max, bool) or not isinstance(
+                self.anchor_k_max, int) or self.anchor_k_max < 0):
+            raise InputError(f"anchor_k_max must be an int >= 0 or None, got {self.anchor_k_max!r}")
 
     @property
     def uses_embeddings(self) -> bool:
@@ -113,8 +124,17 @@ class CutConfig:
         return self.rule == "paper"
 
     def apply(self, scores: np.ndarray, embeddings: np.ndarray | None, normalized: bool = False) -> Cut:
-        """``apply_cut(self, ...)``: the ``CutRule`` method ``cut_per_list`` and ``cut_turn`` call."""
+        """``apply_cut(self, ...)``: the ``CutRule`` method ``cut_turn`` calls on a lone list."""
         return apply_cut(self, scores, embeddings, normalized)
+
+    def apply_list(self, scores: np.ndarray, embeddings: np.ndarray | None, anchor: bool) -> Cut:
+        """The cut of one list of a decomposed turn (``cut_per_list``): ``list_range_margin`` for
+        ``range_margin``, and at most ``anchor_k_max`` tools from the anchor list."""
+        rule = self if self.list_range_margin is None else replace(self, range_margin=self.list_range_margin)
+        cut = apply_cut(rule, scores, embeddings, normalized=True)
+        if anchor and self.anchor_k_max is not None and cut.k > self.anchor_k_max:
+            cut = Cut(self.anchor_k_max, cut.k_score, cut.k_sim, cut.rule)
+        return cut
 
 
 class CutRule(Protocol):
@@ -130,6 +150,8 @@ class CutRule(Protocol):
     def uses_embeddings(self) -> bool: ...
 
     def apply(self, scores: np.ndarray, embeddings: np.ndarray | None, normalized: bool = False) -> Cut: ...
+
+    def apply_list(self, scores: np.ndarray, embeddings: np.ndarray | None, anchor: bool) -> Cut: ...
 
 
 def _clamp(k: int, n: int, k_min: int, k_max: int) -> int:
@@ -213,8 +235,9 @@ def apply_cut(config: CutConfig, scores: np.ndarray, embeddings: np.ndarray | No
 
 def cut_per_list(config: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],
                  fused_ids: Sequence[str], vectors: Callable[[list[str]], np.ndarray]) -> tuple[list[int], Cut]:
-    """The cut on each retrieval list (``(ids, scores)``, one per sub-task and the anchor), then the
-    union of the kept tools, in fused order, moves to the head of the fused list.
+    """The cut on each retrieval list (``(ids, scores)``: the anchor first, then one per sub-task;
+    ``CutRule.apply_list``), then the union of the kept tools, in fused order, moves to the head of
+    the fused list.
 
     Returns the new order (positions in ``fused_ids``) and the Cut, whose K is the size of the union
     (at most k_max). ``vectors(ids)`` gives unit embeddings and is called only when the rule reads
@@ -222,11 +245,11 @@ def cut_per_list(config: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[
     """
     keep: set[str] = set()
     parts = []
-    for ids, scores in lists:
+    for j, (ids, scores) in enumerate(lists):
         lid = list(ids)
         if not lid:
             continue
-        c = config.apply(np.asarray(scores), vectors(lid) if config.uses_embeddings else None, normalized=True)
+        c = config.apply_list(np.asarray(scores), vectors(lid) if config.uses_embeddings else None, anchor=j == 0)
         keep.update(lid[:c.k])
         parts.append(c)
     order = [i for i, t in enumerate(fused_ids) if t in keep] + [i for i, t in enumerate(fused_ids) if t not in keep]
