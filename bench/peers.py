@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -71,7 +71,7 @@ def peer_names(tools: Sequence[Tool]) -> list[str]:
 
 def _schema(t: Tool) -> dict[str, Any]:
     """The tool's parameters as a JSON Schema object (public sets spell the type ``dict``)."""
-    params = dict(t.parameters) if isinstance(t.parameters, dict) else {}
+    params = dict(t.parameters) if isinstance(t.parameters, Mapping) else {}
     if params.get("type") in (None, "dict"):
         params["type"] = "object"
     return params

@@ -303,13 +303,13 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
     base = Selector.from_bundle(bundle_path, config=SelectorConfig(threads=config.threads))
     configs = eval_configs(shipped, config)
     reference = None
-    if config.reference or config.peers:  # the MiniLM peers embed with the reference model
+    if config.reference or (config.peers and any(p.embeds and installed(p) for p in PEERS)):  # they embed with it
         try:
             reference = FP32Reference(config.threads)
         except InputError as e:
             note(f"note: no FP32 reference row and no MiniLM peer rows: {e}")
-    peers = runnable_peers(config, reference is not None, note)
-    names = list(configs) + ([FP32] if reference is not None and config.reference else []) + [p.name for p in peers]
+    peers = {p.name: p for p in runnable_peers(config, reference is not None, note)}
+    names = list(configs) + ([FP32] if reference is not None and config.reference else []) + list(peers)
     embed = reference.cached() if reference is not None else None
     bar = _bar(len(sets) * len(names), progress)
     results: dict[str, dict[str, Any]] = {}
@@ -321,9 +321,8 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
             if bar is not None:
                 bar.set_postfix_str(f"{set_name}: {name}")
             t = time.perf_counter()
-            peer = next((p for p in peers if p.name == name), None)
-            if peer is not None:
-                rows[name] = evaluate_peer(peer, bench, shipped, config, cost, reference, embed)
+            if name in peers:
+                rows[name] = evaluate_peer(peers[name], bench, shipped, config, cost, reference, embed)
             elif name == FP32:
                 rows[name] = reference.evaluate(bench, shipped, config, cost)
             else:
@@ -339,7 +338,7 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
         bar.close()
     means = {name: {m: mean(results[s]["rows"][name][m] for s in results) for m in METRICS if m != "fixed_k"}
              for name in names} if results else {}
-    peer_rows = {p.name: {"package": p.package, "k": p.k, "embeds": p.embeds} for p in peers}
+    peer_rows = {p.name: {"package": p.package, "k": p.k, "embeds": p.embeds} for p in peers.values()}
     from .latency import machine_description
 
     return {

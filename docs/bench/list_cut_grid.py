@@ -8,8 +8,9 @@ each at list_range_margin, the anchor at most anchor_k_max tools, their union at
 import itertools, json, pickle, random, sys
 from dataclasses import replace
 import numpy as np
+from magicselector.bench.cut_curve import Ranking, reapply
 from magicselector.config import DEFAULT_CUT
-from magicselector.stages.cut import CutConfig, apply_cut, cut_per_list
+from magicselector.stages.cut import CutConfig
 
 PARTS = {"mobile/test": "/tmp/mobile/test", "mobile/test_ood": "/tmp/mobile/test_ood",
          "bfcl/eval": "/tmp/splits/bfcl/eval", "metatool/eval": "/tmp/splits/metatool/eval"}
@@ -28,19 +29,17 @@ def collect(split, n, out):
         sel = base if name.startswith("mobile") else base.with_catalog(load_catalog(f"{d}/tools.jsonl"))
         keep = sel.with_config(cut=CutConfig(rule="fixed", fixed_k=sel.config.candidates))
         res[name] = []
-        for q in qs[:n]:
+        for q in qs[:n]:  # as bench/cut_curve.collect_rankings, on budget_eval.py's random.Random(0) sample
             s = keep.select(q["query"], q["history"])
-            res[name].append(dict(gold=list(q["gold"]), ranked=list(s.ranked_ids), scores=np.asarray(s.ranked_scores),
-                                  lists=[(list(i), np.asarray(sc)) for _, i, sc in s.lists]))
+            res[name].append(Ranking(q["id"], q.get("category", ""), list(q["gold"]), list(s.ranked_ids),
+                                     np.asarray(s.ranked_scores, dtype=np.float64), keep.index.vectors(s.ranked_ids),
+                                     [(t, list(i), np.asarray(sc, dtype=np.float64)) for t, i, sc in s.lists]))
     pickle.dump(res, open(out, "wb"))
 
 
 def kept(r, cut):
-    lists = [l for l in r["lists"] if l[0]]
-    if len(lists) <= 1:
-        return r["ranked"][:apply_cut(cut, r["scores"], None, normalized=True).k]
-    order, c = cut_per_list(cut, lists, r["ranked"], lambda ids: None)
-    return [r["ranked"][i] for i in order[:c.k]]
+    ranked, k = reapply(r, cut)  # the runtime's cut_turn, offline
+    return ranked[:k]
 
 
 def grid(rankings, out):
@@ -52,7 +51,7 @@ def grid(rankings, out):
         res = {}
         for part, rs in rows.items():
             ks = [kept(r, cut) for r in rs]
-            res[part] = dict(C=float(np.mean([set(r["gold"]) <= set(k) for r, k in zip(rs, ks)])),
+            res[part] = dict(C=float(np.mean([set(r.gold) <= set(k) for r, k in zip(rs, ks)])),
                              meanK=float(np.mean([len(k) for k in ks])), p90K=float(np.percentile([len(k) for k in ks], 90)))
         found.append(dict(cut=[rm, lrm, kmax, anchor], parts=res, meanK=float(np.mean([v["meanK"] for v in res.values()]))))
     json.dump(found, open(out, "w"), indent=1)
