@@ -32,6 +32,7 @@ def test_the_memory_mode_refuses_bad_counts():
 
 
 @pytest.mark.slow
+@pytest.mark.extra("serve")  # the server it starts is `magicselector serve`
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/status")
 def test_bench_serve_memory_samples_the_server_and_answers_every_call(bundle_dir, tmp_path):
     report = serve_bench.bench_serve_memory(str(bundle_dir), calls=40, large=2)
