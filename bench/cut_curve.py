@@ -22,6 +22,7 @@ import numpy as np
 
 from magicselector.selector import Selector
 from magicselector.stages.cut import CutConfig, cut_per_list
+from magicselector.stages.head import HeadModel, head_features, head_order
 
 from magicselector.data.datasets import Benchmark, load_benchmark
 
@@ -42,6 +43,7 @@ class Ranking:
     scores: np.ndarray                               # its scores (float64 of the stored floats)
     vectors: np.ndarray                              # index.vectors(ids): unit embeddings
     lists: list[tuple[str, list[str], np.ndarray]]   # per retrieval list, after the rerank
+    history_list: int | None = None                  # which list is the history-folded utterance
 
     def vectors_of(self, ids: Sequence[str]) -> np.ndarray:
         """Embeddings of some of the listed tools (every list's tools are in the fused list)."""
@@ -66,26 +68,37 @@ def collect_rankings(selector: Selector, benchmark: Benchmark | str | Path, limi
     """
     bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark)
     keep_all = CutConfig(rule="fixed", fixed_k=selector.config.candidates)
-    sel = selector.with_config(cut=keep_all)
+    sel = selector.with_config(cut=keep_all, head=False)  # the fused order; reapply(head=...) adds the head
     rows = []
     for q in _sample(bench.queries, limit, seed):
         s = sel.select(q.query, q.history)
         rows.append(Ranking(
             query_id=q.id, category=q.category, gold=list(q.gold), ids=list(s.ranked_ids),
             scores=np.asarray(s.ranked_scores, dtype=np.float64), vectors=sel.index.vectors(s.ranked_ids),
-            lists=[(text, list(ids), np.asarray(scores, dtype=np.float64)) for text, ids, scores in s.lists]))
+            lists=[(text, list(ids), np.asarray(scores, dtype=np.float64)) for text, ids, scores in s.lists],
+            history_list=s.history_list))
     return rows
 
 
-def reapply(row: Ranking, config: AnyCut, cut_scope: str = "subtask") -> tuple[list[str], int]:
-    """The ranked list and K that ``Selector.select`` gives for this cut (``Selection.ranked_ids``, ``k``)."""
+def reapply(row: Ranking, config: AnyCut, cut_scope: str = "subtask", head: HeadModel | None = None
+            ) -> tuple[list[str], int]:
+    """The ranked list and K that ``Selector.select`` gives for this cut (``Selection.ranked_ids``,
+    ``k``); with ``head`` (the Selector's learned head, where its config has it on) as the head
+    orders and cuts them (``stages/head.py``)."""
     if cut_scope not in CUT_SCOPES:
         raise ValueError(f"cut_scope must be one of {CUT_SCOPES}, got {cut_scope!r}")
     if cut_scope == "subtask" and len(row.lists) > 1 and config.rule != "fixed":
         order, cut = cut_per_list(config, [(ids, scores) for _, ids, scores in row.lists], row.ids, row.vectors_of)
-        return [row.ids[i] for i in order], cut.k
-    emb = row.vectors if config.rule != "fixed" else None
-    return list(row.ids), config.apply(row.scores, emb, normalized=True).k
+        k = cut.k
+    else:
+        emb = row.vectors if config.rule != "fixed" else None
+        order, k = list(range(len(row.ids))), config.apply(row.scores, emb, normalized=True).k
+    if head is not None:
+        probs = head.probabilities(head_features([(ids, scores) for _, ids, scores in row.lists], row.history_list,
+                                                 row.ids, row.scores, head.depth))
+        floor = getattr(config, "min_probability", 0.0) if config.rule != "fixed" else 0.0
+        order, k = head_order(probs, order, k, floor)
+    return [row.ids[i] for i in order], k
 
 
 def _complete(ranked: Sequence[str], gold: Sequence[str], k: int) -> bool:

@@ -24,6 +24,7 @@ from .signing import key_fingerprint, load_private_key, sign_manifest_bytes, wri
 from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
 from .stages.cut import paper_cut
 from .stages.embed import TextEmbedder, TextTokenizer
+from .stages.head import HEAD_FILE, HeadModel
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex
 from .stages.rerank import pair_window
@@ -148,7 +149,8 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
                  extra: dict[str, Any] | None = None, log: Callable[[str], None] = print,
                  reranker: dict[str, Any] | None = None, decomposer: dict[str, Any] | None = None,
                  build_check: Callable[[Path], None] | None = None, target: str | None = None,
-                 signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
+                 signing_key: Any = None, release: int | None = None,
+                 head: str | Path | None = None) -> dict[str, Any]:
     """Write a bundle folder from an exported embedder and a catalog; returns the manifest.
 
     ``embedder_onnx`` may be an ``.onnx`` or an ExecuTorch ``.pte`` file. ``reranker``
@@ -159,6 +161,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
     CPU target (``magicselector.targets``) the INT8 models were quantized for; the runtime warns once
     when it runs a bundle on another. ``signing_key`` (an Ed25519 private key) signs the manifest
     after ``build_check``; a bad key fails before any work. ``release``: ``resolve_release``.
+    ``head``: a learned-head file (``stages/head.py``) fitted on this embedder's rankings.
     The folder appears only when everything succeeded, signed when a key was given (built aside,
     then swapped into place; the bundle that was at ``out`` stays until then).
     """
@@ -191,6 +194,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             rr_section = _add_reranker(root, reranker, catalog, golden, log)
         if decomposer:
             dec_section = _add_decomposer(root, decomposer, golden)
+        head_section = _add_head(root, Path(head)) if head is not None else None
         (root / "golden.json").write_text(json.dumps(golden) + "\n")
         manifest = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -204,6 +208,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             "golden": {"file": "golden.json"},
             "reranker": rr_section,
             "decomposer": dec_section,
+            "head": head_section,
             "target": target,
             "exporters": package_versions(),
             **(extra or {}),
@@ -218,6 +223,16 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             log(f"signing the manifest (key {sign_staged(root, key)['fingerprint']})")
             crash_point("signed")
         return manifest
+
+
+def _add_head(root: Path, src: Path) -> dict[str, Any]:
+    """Copy a learned-head file into the bundle, checked first (a bad one fails the build)."""
+    if not src.is_file():
+        raise InputError(f"{src}: no such head file")
+    data = src.read_bytes()
+    model = HeadModel.from_bytes(data, str(src))
+    (root / HEAD_FILE).write_bytes(data)
+    return {"file": HEAD_FILE, "depth": model.depth, "layers": [int(w.shape[1]) for w, _ in model.layers]}
 
 
 def rerank_probe_groups(catalog: Catalog, queries: Sequence[str] = PROBE_QUERIES[:8], per_query: int = 10,

@@ -29,6 +29,8 @@ _CUT_PARAMETERS = (
     ("--range-depth", "range_depth", int, "rmargin: the head the range is taken over (0: the whole list)"),
     ("--list-range-margin", "list_range_margin", float, "rmargin on each list of a decomposed turn"),
     ("--anchor-k-max", "anchor_k_max", int, "the most tools the whole-utterance list adds in a decomposed turn"),
+    ("--min-probability", "min_probability", float,
+     "drop a kept tool the bundle's learned head gives a lower relevance probability (the surest stays)"),
 )
 # the parameters of the cut rules that were removed (stages/cut.py REMOVED_CUT_RULES): hidden, refused by name
 _REMOVED_CUT_PARAMETERS = (("--margin", "margin"), ("--z-margin", "z_margin"), ("--mass", "mass"),
@@ -168,16 +170,24 @@ def add_fusion_options(p: argparse.ArgumentParser) -> None:
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tools", type=int, default=None, dest="max_tools", metavar="N",
-                   help="keep at most N tools a turn, one per sub-task first (default: as many as the cut keeps)")
+                   help="keep at most N tools a turn, the likeliest first by the learned head where the bundle has "
+                        "one, else one per sub-task first (default: as many as the cut keeps)")
     p.add_argument("--max-schema-tokens", type=int, default=None, dest="max_schema_tokens", metavar="T",
                    help="keep at most T tokens of tool definitions a turn, counted in --format's shape (MCP by default)")
 
 
+def add_head_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-head", action="store_true", default=None, dest="no_head",
+                   help="cut and order without the bundle's learned head (stages/head.py; default: on where the "
+                        "bundle has one)")
+
+
 def add_selector_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = False) -> None:
-    """Every SelectorConfig option: bundle, history mode, cut, budget, threads, rerank, fusion, decomposition."""
+    """Every SelectorConfig option: bundle, history mode, cut, head, budget, threads, rerank, fusion, decomposition."""
     add_bundle_option(p)
     add_history_mode_option(p, old_spelling="--history" if old_eval_spellings else None)
     add_cut_options(p, old_eval_spellings=old_eval_spellings)
+    add_head_option(p)
     add_budget_options(p)
     add_threads_option(p)
     add_rerank_options(p)
@@ -234,6 +244,8 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
         changes["rerank"] = True
     if getattr(args, "no_rerank", None):
         changes["rerank"] = False
+    if getattr(args, "no_head", None):
+        changes["head"] = False
     removed_flags(args)
     changes.update(overrides)
     return replace(base, **changes)

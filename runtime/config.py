@@ -15,10 +15,12 @@ from .decompose.prompts import PROMPT_STYLES
 
 HISTORY_MODES = ("none", "user", "all")
 # The shipped cut: keep the tools within 70 % of the score range of the list's first 15 below the
-# top score; in a decomposed turn 80 % on each list, and at most 5 tools from the anchor list.
+# top score; in a decomposed turn 80 % on each list, and at most 5 tools from the anchor list; of
+# those, the bundle's learned head drops the ones it gives under 0.1 % (stages/head.py).
 # Chosen as the fewest tools whose completeness stays within 0.01 of the issue-29 start on every
 # development part, and checked on the train parts (docs/bench/budget.md).
-DEFAULT_CUT = CutConfig(rule="rmargin", range_margin=0.7, range_depth=15, list_range_margin=0.8, anchor_k_max=5)
+DEFAULT_CUT = CutConfig(rule="rmargin", range_margin=0.7, range_depth=15, list_range_margin=0.8, anchor_k_max=5,
+                        min_probability=0.001)
 DECOMPOSE_MODES = ("none", "rules", "llm", "auto")
 # Settings whose other values lost on the development sets (docs/bench/defaults.md) and left the
 # runtime before 0.1.0: the keyword still takes the shipped value (so old code runs unchanged), and
@@ -159,6 +161,9 @@ class SelectorConfig:
     lexical: BM25 over the tool texts (``stages/lexical.py``), fused into every dense list (the
       utterance and each sub-task) as weighted z-scores of cosine and BM25; ``lexical_weight`` is
       BM25's share; ``lexical_candidates``: BM25 hits per list that enter the fusion.
+    head: order the kept tools by the bundle's learned head (``stages/head.py``: a relevance
+      probability per candidate from how the retrieval lists rank it) and drop those under
+      ``cut.min_probability``; bundles without a head, and reranked turns, are cut as before.
     max_tools, max_schema_tokens: the caller's budget (``stages/budget.py``): the cut never keeps
       more tools, or more tokens of tool definitions (counted in the format select is asked for);
       None: only the cut decides.
@@ -183,6 +188,7 @@ class SelectorConfig:
     lexical_candidates: int = 30
     max_tools: int | None = None
     max_schema_tokens: int | None = None
+    head: bool = True
     # removed settings (REMOVED_VARIANTS): keywords only, the shipped value or an InputError
     fusion: InitVar[str] = "peak"
     rerank_scope: InitVar[str] = "turn"
@@ -222,6 +228,8 @@ class SelectorConfig:
             raise InputError("lexical_weight must be within [0, 1]")
         if self.lexical_candidates < 1:
             raise InputError("lexical_candidates must be >= 1")
+        if not isinstance(self.head, bool):
+            raise InputError(f"head must be True or False, got {self.head!r}")
         from .stages.budget import Budget
 
         Budget(self.max_tools, self.max_schema_tokens)  # InputError naming the field

@@ -1,5 +1,6 @@
 """The default bundle, built from what the package ships: the target's INT8 embedder
-(``models/embedder``), the target's INT8 reranker (``models/reranker``) and the phone catalog. No exporter,
+(``models/embedder``), the target's INT8 reranker (``models/reranker``), the learned head fitted on
+that embedder's rankings (``models/head``) and the phone catalog. No exporter,
 no torch: embedding the catalog, the index and the golden vectors are all runtime work.
 ``ensure_default_bundle`` builds it on first use."""
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .targets import TARGETS, resolve_target
 
 SHIPPED_EMBEDDER_DIR = Path(__file__).parent / "models" / "embedder"  # INT8 ONNX per quantization + model card
 EMBEDDER_META = "embedder.json"  # the metadata file of the shipped embedder folder
+SHIPPED_HEAD = Path(__file__).parent / "models" / "head" / "head.json"  # train/head.py's fit + model card
 
 
 def int8_file_name(reduce_range: bool) -> str:
@@ -132,6 +134,7 @@ def build_default_bundle(out: str | Path, *, target: str | None = None, catalog:
     manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
                             catalog=catalog or load_phone_catalog(), embedder_meta=emb["meta"], reranker=rr,
                             target=target, log=log, signing_key=signing_key, release=release,
+                            head=SHIPPED_HEAD if SHIPPED_HEAD.is_file() else None,
                             extra={"recipe": DEFAULT_BUNDLE_RECIPE, "target_description": TARGETS[target].description})
     log("done")
     return manifest

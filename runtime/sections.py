@@ -13,6 +13,7 @@ from .catalog import Catalog, parse_tool
 from .errors import BundleError, CatalogError
 from .files import BLANK_LINE, json_line
 from .stages.embed import TextEmbedder, TextTokenizer
+from .stages.head import HeadModel
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, bundle_lexical
 from .stages.rerank import PAIR_WINDOW_DEFAULTS, TRUNCATIONS, CrossEncoder, PairTokenizer
@@ -158,6 +159,7 @@ class BundleArtifacts:
     index: ToolIndex
     reranker: CrossEncoder | None
     lexical: LexicalIndex | None
+    head: HeadModel | None
     read: frozenset[str]  # the files read (and, with verify, checked) here
 
 
@@ -187,6 +189,12 @@ def load_artifacts(bundle: Bundle, threads: int = 1, verify: bool = True) -> Bun
     lex = bundle.section("lexical")
     if lex:
         read.add(lex["file"])
+    head = None
+    hd = bundle.section("head")
+    if hd:
+        head_file = _text(hd, "head", "file", where)
+        head = HeadModel.from_bytes(bundle.read(head_file, verify), str(bundle.file(head_file)))
+        read.add(head_file)
     if verify:
         bundle.verify_files(skip=read)
-    return BundleArtifacts(catalog, embedder, index, reranker, lexical, frozenset(read))
+    return BundleArtifacts(catalog, embedder, index, reranker, lexical, head, frozenset(read))

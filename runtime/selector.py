@@ -19,6 +19,7 @@ from .stages.cut import Cut, cut_turn
 from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
 from .stages.embed import Embedder
 from .stages.fuse import RankedList, peak_rank_fusion
+from .stages.head import HeadModel, head_features, head_order
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, fuse_lexical
 from .stages.rerank import Reranker, rerank_fused
@@ -76,6 +77,7 @@ class Selection:
     budget: Budget = field(default_factory=Budget)  # the caller's bound on the tools; k is within it
     # tokens of the kept tools' definitions in budget.format (counted where a token budget was set)
     schema_tokens: int | None = None
+    history_list: int | None = None  # which of ``lists`` is the history-folded utterance (None: none)
 
     @property
     def ids(self) -> list[str]:
@@ -157,12 +159,14 @@ class Selector:
     def __init__(self, catalog: Catalog, embedder: Embedder, index: ToolIndex,
                  config: SelectorConfig | None = None, decomposer: Decomposer | None = None,
                  bundle: Bundle | None = None, reranker: Reranker | None = None,
-                 lexical: LexicalIndex | None = None, *, _state: _CatalogState | None = None) -> None:
+                 lexical: LexicalIndex | None = None, head: HeadModel | None = None, *,
+                 _state: _CatalogState | None = None) -> None:
         self.config = config or SelectorConfig()
         self.embedder = embedder
         self.decomposer = decomposer or _decomposer_for(self.config, bundle=bundle)
         self.bundle = bundle
         self.reranker = reranker
+        self.head = head  # the learned head (stages/head.py), where the bundle has one
         self._state = _state if _state is not None else _CatalogState(catalog, index, lexical)
 
     @property
@@ -216,14 +220,14 @@ class Selector:
             config = replace(config, llm=replace(config.llm, model=str(bundle.file(dec["file"])),
                                                  prompt=dec.get("prompt", "few_shot")))
         return cls(parts.catalog, parts.embedder, parts.index, config=config, bundle=bundle,
-                   reranker=parts.reranker, lexical=parts.lexical)
+                   reranker=parts.reranker, lexical=parts.lexical, head=parts.head)
 
     def with_config(self, **changes: Any) -> "Selector":
         """A Selector sharing this one's models and index, with some settings changed."""
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
                         decomposer=_decomposer_for(config, self.decomposer, self.bundle), reranker=self.reranker,
-                        _state=self._state)
+                        head=self.head, _state=self._state)
 
     def with_catalog(self, catalog: Catalog, config: SelectorConfig | None = None) -> "Selector":
         """A Selector over another catalog sharing this one's embedder and reranker; the catalog's
@@ -239,12 +243,12 @@ class Selector:
         params = self._state.lexical.params if self._state.lexical is not None else {}
         lexical = LexicalIndex.from_catalog(catalog, **params) if config.lexical else None  # else on first use
         return Selector(catalog, self.embedder, index, config=config, bundle=self.bundle,
-                        reranker=self.reranker, lexical=lexical)
+                        reranker=self.reranker, lexical=lexical, head=self.head)
 
     def with_reranker(self, reranker: Reranker | None) -> "Selector":
         """A Selector sharing this one's models, index and settings, with another reranker (or none)."""
         return Selector(self.catalog, self.embedder, self.index, config=self.config, bundle=self.bundle,
-                        decomposer=self.decomposer, reranker=reranker, _state=self._state)
+                        decomposer=self.decomposer, reranker=reranker, head=self.head, _state=self._state)
 
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
@@ -291,14 +295,19 @@ class Selector:
             return state.lexical
 
     # -- selection ----------------------------------------------------------------------------
-    def _retrieval_texts(self, query: str, turns: Sequence[Turn], subtasks: Sequence[str]) -> list[str]:
+    def _retrieval_texts(self, query: str, turns: Sequence[Turn], subtasks: Sequence[str]
+                         ) -> tuple[list[str], int | None]:
+        """The texts to retrieve with, and which of them is the history-folded utterance (None: none)."""
         # The plain utterance is always retrieved too, as the anchor list (ToolQP). With a history
         # mode, a decomposing Selector also retrieves the history-folded utterance as one more list
         # (what the passthrough's single sub-task is without decomposition).
-        extra = []
+        texts = list(dict.fromkeys([query, *subtasks]))
         if self.config.decompose != "none" and self.config.history != "none" and turns:
-            extra.append(retrieval_text(query, turns, self.config.history, self.config.history_turns))
-        return list(dict.fromkeys([query, *subtasks, *extra]))
+            folded = retrieval_text(query, turns, self.config.history, self.config.history_turns)
+            if folded not in texts:
+                texts.append(folded)
+                return texts, len(texts) - 1
+        return texts, None
 
     def _decompose(self, query: str, history: Iterable[Any] | None) -> tuple[str, list[Turn], Any, list[str]]:
         """(checked utterance, bounded history, the decomposition, its sub-tasks capped)."""
@@ -312,7 +321,7 @@ class Selector:
         """The texts ``select(query, history)`` embeds, one retrieval list each, in its order: the
         utterance, its sub-tasks, the history-folded utterance (runs the decomposer, not the models)."""
         query, turns, _, subtasks = self._decompose(query, history)
-        return self._retrieval_texts(query, turns, subtasks)
+        return self._retrieval_texts(query, turns, subtasks)[0]
 
     def select(self, query: str, history: Iterable[Any] | None = (), *, max_tools: int | None = None,
                max_schema_tokens: int | None = None, format: str = "mcp") -> Selection:
@@ -330,7 +339,7 @@ class Selector:
             timer.ms["decompose_load"] = trace.load_ms
             timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - trace.load_ms)
 
-        texts = self._retrieval_texts(query, turns, subtasks)
+        texts, history_list = self._retrieval_texts(query, turns, subtasks)
         vectors = self.embedder.embed(texts)
         t = timer.lap("embed", t)
 
@@ -351,19 +360,35 @@ class Selector:
             t = timer.lap("rerank", t)
         order, cut = cut_turn(self.config.cut, [(lst.ids, lst.scores) for lst in lists], ids, scores, vectors_of,
                               per_list=not reranked)
+        probability: dict[str, float] = {}
+        if self.head is not None and self.config.head and not reranked:
+            order, cut, probability = self._head(lists, history_list, ids, scores, order, cut)
         ids, scores, source = [ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order]
         t = timer.lap("cut", t)
-        ids, scores, source, k, tokens = self._spend(budget, ids, scores, source, cut.k, lists, catalog)
+        ids, scores, source, k, tokens = self._spend(budget, ids, scores, source, cut.k, lists, catalog,
+                                                     by_probability=bool(probability))
         if budget.bounded:
             timer.lap("budget", t)
-        chosen = [_selected(catalog, lists, texts, i, s, src) for i, s, src in zip(ids[:k], scores[:k], source[:k])]
+        chosen = [_selected(catalog, lists, texts, i, s, src, probability.get(i))
+                  for i, s, src in zip(ids[:k], scores[:k], source[:k])]
         timer.total()
         return Selection(tools=chosen, k=k, cut=cut, subtasks=subtasks, candidates=len(ids), budget=budget,
                          schema_tokens=tokens,
                          timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
                          ranked_scores=[float(x) for x in scores], catalog_version=version,
                          lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)],
-                         trace=trace, reranked=reranked)
+                         trace=trace, reranked=reranked, history_list=history_list)
+
+    def _head(self, lists: list[RankedList], history_list: int | None, ids: list[str], scores: Any,
+              order: list[int], cut: Cut) -> tuple[list[int], Cut, dict[str, float]]:
+        """The learned head on the fused list: the cut's kept tools ordered by their probability,
+        those under ``cut.min_probability`` dropped (adaptive rules only: a fixed k stays k)."""
+        assert self.head is not None
+        rows = head_features([(lst.ids, lst.scores) for lst in lists], history_list, ids, scores, self.head.depth)
+        probs = self.head.probabilities(rows)
+        floor = self.config.cut.min_probability if self.config.cut.rule != "fixed" else 0.0
+        order, k = head_order(probs, order, cut.k, floor)
+        return order, replace(cut, k=k, rule=f"{cut.rule}+head"), dict(zip(ids, map(float, probs)))
 
     def _retrieve(self, texts: list[str], vectors: np.ndarray, timer: _Timer
                   ) -> tuple[Catalog, int, list[RankedList], Any]:
@@ -392,14 +417,15 @@ class Selector:
                                          if len(ids) else np.zeros((0, dim), dtype=np.float32))
 
     def _spend(self, budget: Budget, ids: list[str], scores: Any, source: list[int], k: int,
-               lists: list[RankedList], catalog: Catalog) -> tuple[list[str], np.ndarray, list[int], int, int | None]:
+               lists: list[RankedList], catalog: Catalog, by_probability: bool = False
+               ) -> tuple[list[str], np.ndarray, list[int], int, int | None]:
         """The budget on the cut's K tools: the kept ones move to the head, in ranked order."""
         if not budget.bounded:
             return ids, np.asarray(scores), source, k, None
         def cost(tid: str) -> int:
             return self._state.schema_tokens(catalog.get(tid), budget.format)
 
-        kept = spend_budget(budget, ids, k, [lst.ids for lst in lists], cost)
+        kept = spend_budget(budget, ids, k, [lst.ids for lst in lists], cost, by_probability)
         order = kept + [i for i in range(len(ids)) if i not in set(kept)]
         tokens = sum(cost(ids[i]) for i in kept) if budget.max_schema_tokens is not None else None
         return [ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], len(kept), tokens
@@ -453,8 +479,8 @@ def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None,
 
 
 def _selected(catalog: Catalog, lists: Sequence[RankedList], texts: Sequence[str], tool_id: str, score: float,
-              src: int) -> SelectedTool:
+              src: int, probability: float | None = None) -> SelectedTool:
     """A kept tool with why it was kept: its evidence in the list where it ranked best."""
     rank, dense, lexical = lists[src].evidence(tool_id) or (None, None, None)
     return SelectedTool(tool_id, catalog.get(tool_id).name, float(score), texts[src], list=src, rank=rank,
-                        dense=dense, lexical=lexical)
+                        dense=dense, lexical=lexical, probability=probability)

@@ -37,10 +37,14 @@ def test_offline_reapplication_matches_select(selector, tiny_benchmark, decompos
     assert [r.query_id for r in rows] == [q.id for q in bench.queries]
     if decompose == "rules":
         assert any(len(r.lists) > 1 for r in rows)  # the per-list path is exercised
+    assert base.head is not None  # the default bundle's learned head, re-applied offline too
     for config in CONFIGS:
-        sel = base.with_config(cut=config)
+        sel, plain = base.with_config(cut=config), base.with_config(cut=config, head=False)
         for q, row in zip(bench.queries, rows):
             s = sel.select(q.query, q.history)
+            ranked, k = reapply(row, config, head=base.head)
+            assert (ranked, k) == (s.ranked_ids, s.k), (decompose, config, q.id)
+            s = plain.select(q.query, q.history)
             ranked, k = reapply(row, config)
             assert (ranked, k) == (s.ranked_ids, s.k), (decompose, config, q.id)
             # the fused-list experiment (no longer a runtime setting): the cut on the fused list itself

@@ -26,6 +26,7 @@ _EXPORTS = {
     "decomposer": ("DecomposerSFTConfig", "GRPOConfig", "decomposition_pairs", "train_decomposer_sft",
                    "train_decomposer_grpo", "hf_checkpoint_from_gguf"),
     "embedder": ("EmbedderTrainConfig", "train_embedder", "load_embedder"),
+    "head": ("HeadTrainConfig", "fit_head", "head_rows", "train_head"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

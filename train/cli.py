@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from magicselector.cli_options import add_history_mode_option
@@ -58,6 +59,19 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
                                      "probe_loss_after", "train_retrieval_before", "train_retrieval_after",
                                      "final_loss", "wall_seconds")}
     _print_summary(short)
+    return 0
+
+
+def cmd_train_head(args: argparse.Namespace) -> int:
+    from .head import HeadTrainConfig, train_head
+
+    fields: dict[str, Any] = {"seed": args.seed, "max_queries_per_folder": args.max_queries_per_folder,
+                              "hidden": tuple(args.hidden) if args.hidden else None, "alpha": args.alpha,
+                              "max_iter": args.max_iter, "depth": args.depth}
+    config = HeadTrainConfig(**{k: v for k, v in fields.items() if v is not None})
+    log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    summary = train_head(args.data, args.out, config, bundle=args.bundle, overwrite=args.force, log=log)
+    _print_summary({k: summary[k] for k in ("out", "rows", "relevant", "train_log_loss", "wall_seconds")})
     return 0
 
 
@@ -151,6 +165,24 @@ def _add_embedder_parser(tsub) -> None:
     sp.set_defaults(func=cmd_train_embedder)
 
 
+def _add_head_parser(tsub) -> None:
+    sp = tsub.add_parser("head", help="fit the learned head (a relevance probability per candidate from how the "
+                                      "retrieval lists rank it) on the bundle's rankings of the train folders")
+    sp.add_argument("--data", nargs="+", required=True, metavar="DIR", help="benchmark folders to train on")
+    sp.add_argument("--out", required=True, metavar="FILE", help="the head file to write (head.json)")
+    sp.add_argument("--bundle", help="bundle whose pipeline ranks the candidates (default bundle)")
+    sp.add_argument("--max-queries-per-folder", type=int, metavar="N",
+                    help="a seeded sample of at most N queries per folder (default 3000)")
+    sp.add_argument("--hidden", type=int, nargs="+", metavar="W", help="hidden layer widths (default 16)")
+    sp.add_argument("--alpha", type=float, help="L2 penalty (default 1e-3)")
+    sp.add_argument("--max-iter", type=int, help="Adam epochs at most (default 500)")
+    sp.add_argument("--depth", type=int, help="fused candidates scored per turn (default 20)")
+    sp.add_argument("--seed", type=int)
+    sp.add_argument("--force", action="store_true", help="replace an existing head file")
+    sp.add_argument("--quiet", action="store_true", help="no progress lines")
+    sp.set_defaults(func=cmd_train_head)
+
+
 def register(subparsers) -> None:
     """Add ``train`` (with ``train reranker`` and ``train embedder``) to the ``magicselector``
     command's subparsers."""
@@ -158,6 +190,8 @@ def register(subparsers) -> None:
     tsub = tp.add_subparsers(dest="train_command", required=True)
     _add_reranker_parser(tsub)
     _add_embedder_parser(tsub)
+
+    _add_head_parser(tsub)
 
     from .decomposer_cli import add_decomposer_parser, add_merge_lora_parser
 

@@ -39,19 +39,25 @@ class Budget:
 
 
 def spend_budget(budget: Budget, ids: Sequence[str], k: int, lists: Sequence[Sequence[str]],
-                 tokens: Callable[[str], int]) -> list[int]:
+                 tokens: Callable[[str], int], by_probability: bool = False) -> list[int]:
     """Positions in ``ids`` (the ranked list, of which the cut kept the first ``k``) that the budget
     keeps, in ranked order. ``lists``: each retrieval list's ids, best first; ``tokens(id)``: the
-    size of a tool's definition in the budget's format (called only with a token bound)."""
+    size of a tool's definition in the budget's format (called only with a token bound).
+    ``by_probability``: ``ids`` is ordered by the learned head's relevance probability, and the
+    budget is spent in that order (it buys more completeness than a slot per sub-task first,
+    docs/bench/budget.md); else each retrieval list's best kept tool comes first."""
     kept = list(range(min(k, len(ids))))
     if not budget.bounded:
         return kept
-    at = {ids[i]: i for i in kept}
-    # each list's best kept tool, the sub-tasks' lists before the utterance's own (list 0), which
-    # on a multi-intent turn is the whole turn and would give its first intent two slots
-    order = [*lists[1:], *lists[:1]]
-    first = [next((at[t] for t in lst if t in at), None) for lst in order]
-    priority = list(dict.fromkeys([*(i for i in first if i is not None), *kept]))
+    if by_probability:
+        priority = kept
+    else:
+        at = {ids[i]: i for i in kept}
+        # each list's best kept tool, the sub-tasks' lists before the utterance's own (list 0), which
+        # on a multi-intent turn is the whole turn and would give its first intent two slots
+        order = [*lists[1:], *lists[:1]]
+        first = [next((at[t] for t in lst if t in at), None) for lst in order]
+        priority = list(dict.fromkeys([*(i for i in first if i is not None), *kept]))
     slots = budget.max_tools if budget.max_tools is not None else len(priority)
     room = budget.max_schema_tokens
     chosen: list[int] = []

@@ -86,6 +86,8 @@ class CutConfig:
       the lists' cuts add up in their union, so each may need to keep more than a lone list does.
     anchor_k_max: in a decomposed turn, the most tools the anchor list (the whole utterance) adds
       (None: ``k_max``): the sub-task lists name each request, the anchor only backs them up.
+    min_probability: where the bundle has a learned head (``stages/head.py``), a kept tool whose
+      relevance probability is lower is dropped (the surest one stays); adaptive rules only.
     range_margin defaults to what the generated dev split chose on retrieval cosines over the whole
     list (bench/cut_curve.py).
     """
@@ -98,6 +100,7 @@ class CutConfig:
     range_depth: int = 0       # rmargin: the head the range is taken over (0: the whole list)
     list_range_margin: float | None = None  # rmargin on each list of a decomposed turn
     anchor_k_max: int | None = None          # the anchor list's K in a decomposed turn
+    min_probability: float = 0.0             # the learned head's floor on a kept tool's probability
 
     def __post_init__(self) -> None:
         if self.rule in REMOVED_CUT_RULES:
@@ -117,6 +120,9 @@ class CutConfig:
         if self.anchor_k_max is not None and (isinstance(self.anchor_k_max, bool) or not isinstance(
                 self.anchor_k_max, int) or self.anchor_k_max < 0):
             raise InputError(f"anchor_k_max must be an int >= 0 or None, got {self.anchor_k_max!r}")
+        if isinstance(self.min_probability, bool) or not isinstance(self.min_probability, (int, float)) or not (
+                0 <= self.min_probability <= 1):
+            raise InputError(f"min_probability must be a number within [0, 1], got {self.min_probability!r}")
 
     @property
     def uses_embeddings(self) -> bool:

@@ -1,0 +1,155 @@
+"""The learned head: a relevance probability for each of the fused list's first tools, read off how the retrieval lists rank them, and the order and cut it gives the kept tools.
+
+A turn's retrieval lists (the utterance as anchor, each sub-task, the history-folded utterance)
+say more together than the fused rank alone: a tool first in its sub-task's list and high in the
+anchor's is surer than one that only the history list holds. ``head_features`` turns that into a
+few numbers per candidate (ranks, agreement between lists, the score's gap below each list's top;
+no absolute score, so they mean the same over another catalog), and ``HeadModel`` (a small MLP
+fitted on the train parts, ``train/head.py``) maps them to P(the tool is needed). The Selector then
+orders the cut's kept tools by that probability and drops those under ``CutConfig.min_probability``
+(``head_order``). The model is a JSON file in the bundle, read from its verified bytes.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import BundleError
+
+HEAD_FORMAT = "magicselector-head"
+HEAD_FILE = "head.json"
+ABSENT = 99  # the rank of a tool a list does not hold
+FEATURES = (
+    "fused_rank", "log_fused_rank", "fused_gap", "lists", "decomposed", "best_rank",
+    "log_subtask_rank", "log_anchor_rank", "log_history_rank", "in_anchor", "in_history", "in_subtask",
+    "share_top1", "share_top3", "share_top5", "share_top10", "count_top1", "count_top3", "count_top5",
+    "count_top10", "min_norm_gap", "mean_norm_gap", "reciprocal_ranks",
+)
+_TOPS = (1, 3, 5, 10)
+
+
+def head_features(lists: Sequence[tuple[Sequence[str], Any]], history_list: int | None,
+                  fused_ids: Sequence[str], fused_scores: Any, depth: int) -> np.ndarray:
+    """One row of ``FEATURES`` per tool of the fused list's first ``depth``. ``lists``: each
+    retrieval list's (ids, scores), the anchor first; ``history_list``: the position of the
+    history-folded list among them (None: the turn has none); the others are sub-task lists."""
+    n = len(lists)
+    positions = [{t: i for i, t in enumerate(ids)} for ids, _ in lists]
+    # each list's top score and the spread of its first 10, the scale its gaps are read on
+    tops = [(float(s[0]), max(1e-6, float(s[0]) - float(s[min(9, len(s) - 1)]))) if len(s) else (0.0, 1e-6)
+            for _, s in lists]
+    head = list(fused_ids[:depth])
+    top_fused = float(fused_scores[0]) if len(head) else 0.0
+    rows = np.zeros((len(head), len(FEATURES)), dtype=np.float64)
+    for p, tid in enumerate(head):
+        ranks, gaps = [], []
+        sub = anchor = hist = ABSENT
+        for li in range(n):
+            q = positions[li].get(tid, ABSENT)
+            ranks.append(q)
+            if q != ABSENT:
+                top, spread = tops[li]
+                gaps.append((top - float(lists[li][1][q])) / spread)
+            if li == 0:
+                anchor = q
+            elif li == history_list:
+                hist = q
+            else:
+                sub = min(sub, q)
+        counts = [sum(q < c for q in ranks) for c in _TOPS]
+        rows[p] = [p, math.log1p(p), top_fused - float(fused_scores[p]), n, n > 1, min(ranks),
+                   math.log1p(min(sub, 30)), math.log1p(min(anchor, 30)), math.log1p(min(hist, 30)),
+                   anchor != ABSENT, hist != ABSENT, sub != ABSENT, *[c / n for c in counts], *counts,
+                   min(gaps) if gaps else 1.0, float(np.mean(gaps)) if gaps else 1.0,
+                   sum(1.0 / (1 + q) for q in ranks if q != ABSENT)]
+    return rows
+
+
+@dataclass(frozen=True)
+class HeadModel:
+    """A standardizing MLP over ``FEATURES`` (ReLU hidden layers, one logit out): ``probabilities``
+    gives P(needed) per row. ``depth``: how many of the fused list's first tools it scores."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    layers: tuple[tuple[np.ndarray, np.ndarray], ...]  # (weight (in, out), bias (out,)) per layer
+    depth: int = 20
+    meta: Any = None  # provenance, as the file records it
+
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        x = (np.asarray(rows, dtype=np.float64) - self.mean) / self.scale
+        for i, (w, b) in enumerate(self.layers):
+            x = x @ w + b
+            if i < len(self.layers) - 1:
+                x = np.maximum(x, 0.0)
+        return np.asarray(1.0 / (1.0 + np.exp(-np.clip(x[:, 0], -50, 50))), dtype=np.float64)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": HEAD_FORMAT, "version": 1, "features": list(FEATURES), "depth": self.depth,
+                "mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
+                "meta": self.meta if self.meta is not None else {}}
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str = HEAD_FILE) -> "HeadModel":
+        """The model in a head file's bytes; anything malformed is a BundleError naming ``name``."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise BundleError(f"{name}: not a JSON head model ({e})") from None
+        if not isinstance(raw, dict) or raw.get("format") != HEAD_FORMAT or raw.get("version") != 1:
+            raise BundleError(f"{name}: not a {HEAD_FORMAT} file of version 1")
+        if raw.get("features") != list(FEATURES):
+            raise BundleError(f"{name}: field 'features' does not name this runtime's head features")
+        depth = raw.get("depth")
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 1000:
+            raise BundleError(f"{name}: field 'depth' must be an integer in [1, 1000]")
+        mean, scale = _array(raw, "mean", name, (len(FEATURES),)), _array(raw, "scale", name, (len(FEATURES),))
+        if not np.all(scale > 0):
+            raise BundleError(f"{name}: field 'scale' must be positive")
+        layers_raw = raw.get("layers")
+        if not isinstance(layers_raw, list) or not 1 <= len(layers_raw) <= 8:
+            raise BundleError(f"{name}: field 'layers' must be a list of 1 to 8 layers")
+        layers, width = [], len(FEATURES)
+        for i, layer in enumerate(layers_raw):
+            if not isinstance(layer, dict):
+                raise BundleError(f"{name}: layers[{i}] must be an object with weight and bias")
+            w = _array(layer, "weight", f"{name}: layers[{i}]", None)
+            if w.ndim != 2 or w.shape[0] != width or not 1 <= w.shape[1] <= 4096:
+                raise BundleError(f"{name}: layers[{i}].weight must be a {width} x N matrix")
+            b = _array(layer, "bias", f"{name}: layers[{i}]", (w.shape[1],))
+            layers.append((w, b))
+            width = w.shape[1]
+        if width != 1:
+            raise BundleError(f"{name}: the last layer must give one logit")
+        return cls(mean, scale, tuple(layers), depth, raw.get("meta"))
+
+
+def _array(raw: dict[str, Any], key: str, where: str, shape: tuple[int, ...] | None) -> np.ndarray:
+    try:
+        a = np.asarray(raw.get(key), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise BundleError(f"{where}: field {key!r} must be an array of numbers") from None
+    if a.dtype != np.float64 or (shape is not None and a.shape != shape) or not np.all(np.isfinite(a)):
+        raise BundleError(f"{where}: field {key!r} must be a finite array of shape {shape or '(in, out)'}")
+    return a
+
+
+def head_order(probabilities: np.ndarray, order: Sequence[int], k: int, min_probability: float
+               ) -> tuple[list[int], int]:
+    """The kept tools by probability, best first, without those under ``min_probability`` (the
+    surest one stays), then the rest. ``probabilities``: for the fused list's first tools (a tool
+    past them counts 0); ``order``, ``k``: the cut's order of the fused positions and its K."""
+    def p(i: int) -> float:
+        return float(probabilities[i]) if i < len(probabilities) else 0.0
+
+    kept = sorted(order[:k], key=lambda i: (-p(i), i))
+    surest = [i for i in kept if p(i) >= min_probability] or kept[:1]
+    chosen = set(surest)
+    rest = [i for i in order if i not in chosen]
+    scored = sorted((i for i in rest if i < len(probabilities)), key=lambda i: (-p(i), i))
+    return surest + scored + [i for i in rest if i >= len(probabilities)], len(surest)
