@@ -1,4 +1,4 @@
-"""The Selector: decompose -> embed -> search + lexical -> fuse -> rerank -> cut -> budget, with per-stage timings."""
+"""The Selector: decompose -> embed -> search + lexical -> fuse -> rerank -> cut + learned head -> budget, with per-stage timings."""
 from __future__ import annotations
 
 import threading
