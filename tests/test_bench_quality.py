@@ -88,6 +88,8 @@ def test_rows_follow_the_shipped_configuration_when_it_changes():
     configs = eval_configs(shipped, QualityConfig())
     assert configs["shipped"].retriever == "hybrid" and not configs["shipped"].selector.rerank
     assert configs["shipped"].decomposition == "rules"
+    assert configs["shipped"].selector.head and not configs["shipped, no head"].selector.head
+    assert configs["shipped, no head"].selector == replace(configs["shipped"].selector, head=False)
     assert all(c.selector.history == "user" and c.selector.lexical_weight == 0.3 and c.cut == shipped.cut
                for c in configs.values())
     assert configs["dense"].retriever == "dense" and not configs["dense"].selector.rerank
