@@ -12,7 +12,6 @@ orders the cut's kept tools by that probability and drops those under ``CutConfi
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -37,36 +36,44 @@ def head_features(lists: Sequence[tuple[Sequence[str], Any]], history_list: int 
     """One row of ``FEATURES`` per tool of the fused list's first ``depth``. ``lists``: each
     retrieval list's (ids, scores), the anchor first; ``history_list``: the position of the
     history-folded list among them (None: the turn has none); the others are sub-task lists."""
-    n = len(lists)
-    positions = [{t: i for i, t in enumerate(ids)} for ids, _ in lists]
-    # each list's top score and the spread of its first 10, the scale its gaps are read on
-    tops = [(float(s[0]), max(1e-6, float(s[0]) - float(s[min(9, len(s) - 1)]))) if len(s) else (0.0, 1e-6)
-            for _, s in lists]
     head = list(fused_ids[:depth])
-    top_fused = float(fused_scores[0]) if len(head) else 0.0
-    rows = np.zeros((len(head), len(FEATURES)), dtype=np.float64)
-    for p, tid in enumerate(head):
-        ranks, gaps = [], []
-        sub = anchor = hist = ABSENT
-        for li in range(n):
-            q = positions[li].get(tid, ABSENT)
-            ranks.append(q)
-            if q != ABSENT:
-                top, spread = tops[li]
-                gaps.append((top - float(lists[li][1][q])) / spread)
-            if li == 0:
-                anchor = q
-            elif li == history_list:
-                hist = q
-            else:
-                sub = min(sub, q)
-        counts = [sum(q < c for q in ranks) for c in _TOPS]
-        rows[p] = [p, math.log1p(p), top_fused - float(fused_scores[p]), n, n > 1, min(ranks),
-                   math.log1p(min(sub, 30)), math.log1p(min(anchor, 30)), math.log1p(min(hist, 30)),
-                   anchor != ABSENT, hist != ABSENT, sub != ABSENT, *[c / n for c in counts], *counts,
-                   min(gaps) if gaps else 1.0, float(np.mean(gaps)) if gaps else 1.0,
-                   sum(1.0 / (1 + q) for q in ranks if q != ABSENT)]
-    return rows
+    m, n = len(head), len(lists)
+    column = {t: j for j, t in enumerate(head)}
+    ranks = np.full((m, n), float(ABSENT))
+    gaps = np.full((m, n), np.nan)  # the gap below the list's top, on the spread of its first 10
+    for li, (ids, scores) in enumerate(lists):
+        s = np.asarray(scores, dtype=np.float64)
+        if not len(s):
+            continue
+        spread = max(1e-6, float(s[0] - s[min(9, len(s) - 1)]))
+        for q, tid in enumerate(ids):
+            j = column.get(tid)
+            if j is not None:
+                ranks[j, li], gaps[j, li] = q, (s[0] - s[q]) / spread
+    present = ranks != ABSENT
+    sub_lists = [li for li in range(1, n) if li != history_list]
+
+    def best(cols: list[int]) -> np.ndarray:
+        return ranks[:, cols].min(axis=1) if cols else np.full(m, float(ABSENT))
+
+    anchor = best([0] if n else [])
+    hist = best([history_list] if history_list is not None and history_list < n else [])
+    sub = best(sub_lists)
+    counts = np.stack([(ranks < c).sum(axis=1) for c in _TOPS], axis=1).astype(np.float64)
+    held = present.sum(axis=1)
+    gap_sum = np.where(present, gaps, 0.0).sum(axis=1)
+    gap_min = np.where(present, gaps, np.inf).min(axis=1) if n else np.full(m, np.inf)
+    fused = np.asarray(fused_scores[:m], dtype=np.float64)
+    position = np.arange(m, dtype=np.float64)
+    rows = np.column_stack([
+        position, np.log1p(position), (fused[0] if m else 0.0) - fused, np.full(m, n), np.full(m, n > 1),
+        ranks.min(axis=1) if n else np.full(m, float(ABSENT)),
+        np.log1p(np.minimum(sub, 30)), np.log1p(np.minimum(anchor, 30)), np.log1p(np.minimum(hist, 30)),
+        anchor != ABSENT, hist != ABSENT, sub != ABSENT, counts / max(n, 1), counts,
+        np.where(held > 0, gap_min, 1.0), np.where(held > 0, gap_sum / np.maximum(held, 1), 1.0),
+        np.where(present, 1.0 / (1.0 + ranks), 0.0).sum(axis=1),
+    ]).astype(np.float64)
+    return rows.reshape(m, len(FEATURES))
 
 
 @dataclass(frozen=True)
