@@ -145,8 +145,9 @@ def test_a_decomposed_turn_reranks_once_over_the_fused_head(selector):
     assert counting.calls == [12] and len(out.ranked_ids) == 12
     texts = [t for t, _, _ in out.lists]
     assert {tool.subtask for tool in out.tools} <= set(texts)
-    fused = on.with_config(rerank=False, cut=CutConfig(rule="fixed", fixed_k=on.config.candidates)).select(
-        "turn on bluetooth, then play some jazz and also set an alarm for 7 am")  # the fused order, uncut
+    fused = on.with_config(rerank=False, head=False,
+                           cut=CutConfig(rule="fixed", fixed_k=on.config.candidates)).select(
+        "turn on bluetooth, then play some jazz and also set an alarm for 7 am")  # the fused order, uncut and unheaded
     assert set(out.ranked_ids) == set(fused.ranked_ids[:12])  # the fused head, reordered; the rest dropped
 
 
