@@ -436,10 +436,19 @@ def write_scaling_csv(res: Mapping[str, Any], path: Path) -> None:
 
 
 def cmd_scaling(args: argparse.Namespace) -> int:
-    from .scaling import DEFAULT_CUT_NS, DEFAULT_NS, run_scaling
+    from .scaling import DEFAULT_CUT_NS, DEFAULT_NS, mcp_scaling_summary, run_mcp_scaling, run_scaling
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.mcp:  # MCP catalogs only: parse, validate, index (issue 27.7)
+        res = run_mcp_scaling([int(x) for x in args.mcp.split(",")], args.bundle, embed_stride=args.embed_stride,
+                              progress=_progress)
+        (out / "scaling_mcp.json").write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+        summary = mcp_scaling_summary(res)
+        (out / "scaling_mcp.md").write_text(summary, encoding="utf-8")
+        print(summary)
+        print(f"wrote scaling_mcp.json, scaling_mcp.md to {out}")
+        return 0
     ns = [int(x) for x in args.ns.split(",")] if args.ns else list(DEFAULT_NS)
     cut_ns = [int(x) for x in args.cut_ns.split(",")] if args.cut_ns else list(DEFAULT_CUT_NS)
     es = [int(x) for x in args.expansion_search.split(",")]
@@ -661,6 +670,10 @@ def _add_scaling_parser(bsub: Any) -> None:
     sp.add_argument("--build-threads", type=int, default=2)
     sp.add_argument("--build-budget-s", type=float,
                     help="stop building an index (>200k vectors, checked every 100k) once it took this long")
+    sp.add_argument("--mcp", metavar="N[,N]", help="instead: MCP catalogs of N tools parsed, validated and indexed "
+                    "by with_catalog, next to the embed stage's batch throughput (e.g. 100000)")
+    sp.add_argument("--embed-stride", type=int, default=10, help="with --mcp: time every Nth embed batch (default 10)")
+    sp.add_argument("--bundle", help="with --mcp: the bundle whose embedder indexes (default: the default bundle)")
     sp.set_defaults(func=cmd_scaling)
 
 

@@ -20,6 +20,17 @@ candidate), intercept (us), R^2 in linear space, and the slope of log(time) agai
 linear growth; fixed per-call overhead pulls it below 1 at small n, so it is also reported over
 n >= 1000 only).
 
+``mcp_scaling`` (``bench scaling --mcp N``; issue 27.7): a ``tools/list`` response of N MCP tools
+(``mcp_catalog_payload``: the shipped phone tools renamed ``<name>_<i>``, 8 random words added to
+each description and one extra string parameter ``x_<i>``, so no two input schemas are the same and
+the schema cache never hits), written to a file by a child process, then in this process: the
+parse and validation of that file (``load_catalog``), the embed stage's own batch throughput on the
+catalog's tool texts (``Embedder.embed`` over the very batches indexing makes: the length-sorted
+order cut in ``EMBED_BATCH``s, every ``embed_stride``-th of them timed, after one untimed warm-up
+call), and the first ``Selector.with_catalog`` over the catalog (embedding, the usearch index, the
+BM25 index; with an empty vector cache), with its tools/s, their ratio to the embed stage's, and the
+peak RSS while it ran (VmHWM, reset before each step where Linux allows).
+
 Results (``run_scaling``)::
 
     {"schema": "magicselector-scaling/1", "device": {...}, "config": {...},
@@ -308,3 +319,174 @@ def run_scaling(ns: Sequence[int] = DEFAULT_NS, cut_ns: Sequence[int] = DEFAULT_
                        "connectivity": connectivity, "expansion_add": expansion_add, "build_threads": threads, "build_budget_s": build_budget_s, "cut_ns": list(cut_ns),
                        "cut_repeats": cut_repeats, "wall_s": round(time.perf_counter() - t, 1)},
             "search": search, "cut": cut}
+
+
+# -- MCP catalogs: parse, validate, index (issue 27.7) -------------------------------------------------
+MCP_SCHEMA = "magicselector-scaling-mcp/1"
+
+
+def mcp_catalog_payload(n: int, seed: int = 0) -> dict[str, Any]:
+    """A JSON-RPC ``tools/list`` response of n MCP tools, the same for the same (n, seed) (see the
+    module docstring; docs/bench/scaling-100k-mcp.md holds a run)."""
+    import json
+    import random
+
+    from magicselector.catalog import load_phone_catalog
+
+    rng = random.Random(seed)
+    base = [t.to_mcp() for t in load_phone_catalog()]
+    words = sorted({w.strip(".,;:()'\"").lower() for t in base for w in t["description"].split()} - {""})
+    tools = []
+    for i in range(n):
+        t = json.loads(json.dumps(base[i % len(base)]))
+        t["name"] = f"{t['name']}_{i}"
+        t["description"] += " " + " ".join(rng.choice(words) for _ in range(8))
+        schema = t.setdefault("inputSchema", {"type": "object"})
+        schema.setdefault("properties", {})[f"x_{i}"] = {
+            "type": "string", "description": " ".join(rng.choice(words) for _ in range(3))}
+        tools.append(t)
+    return {"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}}
+
+
+def write_mcp_catalog(n: int, path: str | Path, seed: int = 0) -> int:
+    """Write ``mcp_catalog_payload(n, seed)`` as JSON to ``path``; returns its size in bytes."""
+    import json
+
+    Path(path).write_text(json.dumps(mcp_catalog_payload(n, seed)), encoding="utf-8")
+    return Path(path).stat().st_size
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's VmHWM to its current RSS (Linux 4.0+: ``5`` into clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _write_in_child(n: int, path: Path, seed: int) -> int:
+    """The catalog file, made by a child process, so the objects that generating it makes never
+    sit in this process's heap (freed Python memory is not always given back to the system)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return int(pool.apply(write_mcp_catalog, (n, str(path), seed)))
+
+
+def embed_stage_throughput(embedder: Any, catalog: Any, stride: int = 10) -> dict[str, Any]:
+    """Tools/s of ``embedder.embed`` alone over every ``stride``-th of the batches that indexing
+    ``catalog`` embeds (``tool_vectors.EMBED_BATCH`` texts each, in length order), one warm-up first."""
+    import numpy as np
+
+    from magicselector.catalog import tool_text
+    from magicselector.tool_vectors import EMBED_BATCH
+
+    order = np.argsort([len(tool_text(t)) for t in catalog])
+    starts = list(range(0, len(order), EMBED_BATCH))[::max(1, int(stride))]
+    batches = [[tool_text(catalog[int(i)]) for i in order[s:s + EMBED_BATCH]] for s in starts]
+    if batches:
+        embedder.embed(batches[0])  # warm-up: ONNX Runtime's first run sets up its buffers
+    spent, tools = 0.0, 0
+    for texts in batches:
+        t = time.perf_counter()
+        embedder.embed(texts)
+        spent += time.perf_counter() - t
+        tools += len(texts)
+    return {"batch": EMBED_BATCH, "stride": max(1, int(stride)), "batches_timed": len(batches),
+            "batches_total": -(-len(order) // EMBED_BATCH), "tools_timed": tools, "s": spent,
+            "tools_per_s": tools / spent if spent > 0 else None}
+
+
+def mcp_scaling(n: int, selector: Any, *, embed_stride: int = 10, seed: int = 0,
+                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One catalog size: parse + validate, the embed stage's batch throughput, the first with_catalog."""
+    from magicselector.catalog import load_catalog
+
+    from .latency import peak_rss_mb
+
+    def say(msg: str) -> None:
+        if progress:
+            progress(msg)
+
+    with tempfile.TemporaryDirectory(prefix="ms-scaling-mcp-") as tmp:
+        path = Path(tmp) / f"mcp{n}.json"
+        file_bytes = _write_in_child(n, path, seed)
+        gc.collect()
+        resettable = _reset_peak_rss()
+        rss0 = rss_mb()
+        t = time.perf_counter()
+        catalog = load_catalog(path)
+        parse_s = time.perf_counter() - t
+        parse_peak = peak_rss_mb()
+    gc.collect()
+    row: dict[str, Any] = {"n": int(n), "file_bytes": int(file_bytes), "parse_s": parse_s,
+                           "parse_rss_before_mb": rss0, "parse_peak_rss_mb": parse_peak,
+                           "catalog_rss_mb": rss_mb(), "peak_rss_reset": resettable}
+    say(f"[scaling] mcp n={n:,}: parsed and validated in {parse_s:.2f} s, peak RSS {parse_peak:.0f} MB")
+    row["embed"] = embed_stage_throughput(selector.embedder, catalog, embed_stride)
+    say(f"[scaling] mcp n={n:,}: embed stage {row['embed']['tools_per_s']:.1f} tools/s "
+        f"({row['embed']['batches_timed']} of {row['embed']['batches_total']} batches)")
+    home = os.environ.get("MAGICSELECTOR_HOME")
+    with tempfile.TemporaryDirectory(prefix="ms-scaling-home-") as cache:
+        os.environ["MAGICSELECTOR_HOME"] = cache  # an empty vector cache: the first with_catalog embeds
+        try:
+            gc.collect()
+            _reset_peak_rss()
+            rss1 = rss_mb()
+            t = time.perf_counter()
+            indexed = selector.with_catalog(catalog)
+            index_s = time.perf_counter() - t
+            peak = peak_rss_mb()
+        finally:
+            if home is None:
+                os.environ.pop("MAGICSELECTOR_HOME", None)
+            else:
+                os.environ["MAGICSELECTOR_HOME"] = home
+    row["index"] = {"s": index_s, "tools_per_s": n / index_s, "rss_before_mb": rss1, "peak_rss_mb": peak,
+                    "peak_over_before_mb": peak - rss1, "rss_after_mb": rss_mb(), "tools": len(indexed.index)}
+    embed_tps = row["embed"]["tools_per_s"]
+    row["ratio"] = row["index"]["tools_per_s"] / embed_tps if embed_tps else None
+    say(f"[scaling] mcp n={n:,}: with_catalog {index_s:.1f} s, {n / index_s:.1f} tools/s "
+        f"(ratio {row['ratio']:.3f}), peak RSS {peak:.0f} MB (+{peak - rss1:.0f} MB over {rss1:.0f} MB)")
+    del indexed, catalog
+    gc.collect()
+    return row
+
+
+def run_mcp_scaling(ns: Sequence[int], bundle: str | Path | None = None, *, embed_stride: int = 10,
+                    seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``mcp_scaling`` for each n with the bundle's Selector (the default bundle when None), as shipped."""
+    from magicselector import Selector
+    from magicselector.default_bundle import ensure_default_bundle
+
+    t = time.perf_counter()
+    selector = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle())
+    rows = [mcp_scaling(n, selector, embed_stride=embed_stride, seed=seed, progress=progress) for n in ns]
+    return {"schema": MCP_SCHEMA, "device": machine_description(),
+            "config": {"ns": [int(n) for n in ns], "seed": seed, "embed_stride": embed_stride,
+                       "threads": selector.config.threads, "index_dtype": selector.index.dtype,
+                       "bundle": str(bundle) if bundle is not None else "default",
+                       "wall_s": round(time.perf_counter() - t, 1)},
+            "mcp": rows}
+
+
+def mcp_scaling_summary(res: dict[str, Any]) -> str:
+    """The MCP rows as a Markdown report (the issue 27.7 targets: parse <= 15 s, ratio >= 0.9, peak <= 500 MB)."""
+    from .latency import isa_summary
+
+    cfg, dev = res["config"], res["device"]
+    lines = ["# magicselector scaling: MCP catalogs", "",
+             f"Device: {isa_summary(dev)} (load avg at end {dev.get('loadavg')}); embedder threads "
+             f"{cfg['threads']} (as shipped), index {cfg['index_dtype']}, bundle {cfg['bundle']}; the embed stage "
+             f"timed on every {cfg['embed_stride']}th batch. Wall time {cfg['wall_s']} s.", "",
+             "| tools | file MB | parse + validate s | parse peak RSS MB | index (with_catalog) s | index tools/s "
+             "| embed batch tools/s | ratio | index peak RSS MB | RSS before index MB | peak over it MB |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res["mcp"]:
+        e, i = r["embed"], r["index"]
+        lines.append(f"| {r['n']:,} | {r['file_bytes'] / 1e6:.1f} | {r['parse_s']:.2f} | {r['parse_peak_rss_mb']:.0f} | "
+                     f"{i['s']:.1f} | {i['tools_per_s']:.1f} | {e['tools_per_s']:.1f} | {r['ratio']:.3f} | "
+                     f"{i['peak_rss_mb']:.0f} | {i['rss_before_mb']:.0f} | {i['peak_over_before_mb']:.0f} |")
+    return "\n".join(lines) + "\n"

@@ -24,7 +24,7 @@ from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, fuse_lexical
 from .stages.rerank import Reranker, rerank_fused
 from .targets import warn_if_other_target
-from .tool_vectors import catalog_vectors
+from .tool_vectors import catalog_index
 
 
 @dataclass(frozen=True)
@@ -236,9 +236,7 @@ class Selector:
         embedder_section = self.bundle.section("embedder") if self.bundle is not None else None
         if self.bundle is not None and embedder_section:
             model_sha = self.bundle.sha256_of(embedder_section["file"])
-        vecs = catalog_vectors(self.embedder, catalog, model_sha)
-        index = ToolIndex(vecs.shape[1], self.index.dtype)
-        index.add(catalog.ids, vecs)
+        index = catalog_index(self.embedder, catalog, model_sha, self.index.dtype)  # in batches, bounded memory
         config = config or self.config
         params = self._state.lexical.params if self._state.lexical is not None else {}
         lexical = LexicalIndex.from_catalog(catalog, **params) if config.lexical else None  # else on first use

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 FORMAT = "magicselector-bm25/1"
 IDF_MODES = ("lucene", "okapi")
 _OKAPI_EPSILON = 0.25
+_BUILD_CHUNK = 4096  # texts per step of build: the Python lists of a step, then numpy arrays
+_WEIGH_CHUNK = 1 << 20  # postings per step of _reweigh: its float64 temporaries stay a few MB
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # not after a digit: "ZR4QX7" is one code
 
@@ -104,35 +106,50 @@ class LexicalIndex:
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
-    def build(cls, ids: Sequence[str], texts: Sequence[str], **params: Unpack[LexicalParams]) -> "LexicalIndex":
-        """An index of these tools (``texts[i]`` is the text of ``ids[i]``)."""
+    def build(cls, ids: Sequence[str], texts: Iterable[str], **params: Unpack[LexicalParams]) -> "LexicalIndex":
+        """An index of these tools (the i-th text is the text of ``ids[i]``). ``texts`` may be a
+        generator: it is read once, ``_BUILD_CHUNK`` texts at a time, and only the postings (numpy
+        arrays) are kept, so a catalog's texts never need to be in memory together."""
         index = cls(**params)
-        if len(ids) != len(texts):
-            raise InputError(f"lexical build: {len(ids)} ids but {len(texts)} texts")
         if len(set(ids)) != len(ids):
             raise InputError("lexical build: the same tool id appears twice")
-        terms: list[int] = []  # term id, tool row and term frequency of each posting
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # term id, tool row, tf of each posting
+        lengths: list[int] = []
+        terms: list[int] = []
         docs: list[int] = []
         tfs: list[int] = []
-        lengths: list[int] = []
+
+        def flush() -> None:
+            # uint16 as _set_postings stores it (the clip there is the same clip, done earlier)
+            tf = np.minimum(np.asarray(tfs, dtype=np.int64), np.iinfo(np.uint16).max).astype(np.uint16)
+            parts.append((np.asarray(terms, dtype=np.int32), np.asarray(docs, dtype=np.int32), tf))
+            del terms[:], docs[:], tfs[:]
+
         for row, text in enumerate(texts):
+            if row >= len(ids):
+                raise InputError(f"lexical build: {len(ids)} ids but more texts")
             counts = index._counts(text)
             terms.extend(index._intern(t) for t in counts)
             docs.extend([row] * len(counts))
             tfs.extend(counts.values())
             lengths.append(sum(counts.values()))
+            if (row + 1) % _BUILD_CHUNK == 0:
+                flush()
+        if len(lengths) != len(ids):
+            raise InputError(f"lexical build: {len(ids)} ids but {len(lengths)} texts")
+        flush()
         index._ids = list(ids)
         index._row = {i: r for r, i in enumerate(index._ids)}
-        index._set_postings(np.asarray(terms, dtype=np.int64), np.asarray(docs, dtype=np.int32),
-                            np.asarray(tfs, dtype=np.int64), lengths)
+        term_rows, doc_rows, tf_rows = (np.concatenate([part[k] for part in parts]) for k in range(3))
+        index._set_postings(term_rows, doc_rows, tf_rows, lengths)
         return index
 
     @classmethod
     def from_catalog(cls, catalog: Catalog, **params: Unpack[LexicalParams]) -> "LexicalIndex":
-        """An index of a catalog's tool texts (``catalog.tool_text``)."""
+        """An index of a catalog's tool texts (``catalog.tool_text``), made one tool at a time."""
         from ..catalog import tool_text
 
-        return cls.build(catalog.ids, [tool_text(t) for t in catalog], **params)
+        return cls.build(catalog.ids, (tool_text(t) for t in catalog), **params)
 
     def _counts(self, text: str) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -174,10 +191,16 @@ class LexicalIndex:
         if len(self._docs) == 0:
             self._weights = np.zeros(0, dtype=np.float32)
             return
-        tf = self._tf.astype(np.float64)
-        norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[self._docs] / avgdl)
-        term_of = np.repeat(np.arange(len(self._vocab)), np.diff(self._indptr))
-        self._weights = (idf[term_of] * tf * (self.k1 + 1.0) / (tf + norm)).astype(np.float32)
+        # in steps of postings: each weight depends on its own posting only, so the steps give the
+        # same floats as one pass, without float64 temporaries the size of all postings
+        weights = np.empty(len(self._docs), dtype=np.float32)
+        for start in range(0, len(self._docs), _WEIGH_CHUNK):
+            stop = min(start + _WEIGH_CHUNK, len(self._docs))
+            tf = self._tf[start:stop].astype(np.float64)
+            norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[self._docs[start:stop]] / avgdl)
+            term_of = np.searchsorted(self._indptr, np.arange(start, stop), side="right") - 1
+            weights[start:stop] = idf[term_of] * tf * (self.k1 + 1.0) / (tf + norm)
+        self._weights = weights
 
     # -- persistence ----------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
