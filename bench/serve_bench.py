@@ -10,8 +10,7 @@ with its dialogue history), callers starting at different turns. Latency is the 
 trip; throughput is all callers' selects over the wall time.
 
 Every answer of a configuration is checked against the same turn's answer with one caller: the
-tool names must be the same unless the variant batches an INT8 reranker (whose scores then depend on
-the other callers, ``magicselector.stages.rerank_batch``); the share that agreed is reported.
+tool names must be the same; the share that agreed is reported.
 
 ``--transport http`` drives the streamable HTTP transport instead (``serve --transport
 streamable-http``, stateless): for each variant one server process and one of two processes behind
@@ -34,6 +33,7 @@ Results schema ``magicselector-serve-bench/1``::
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -55,9 +55,7 @@ SCHEMA = "magicselector-serve-bench/1"
 class ServeBenchConfig:
     """callers: the concurrent caller counts, in order. requests: requests each caller sends per
     count. warmup: untimed requests per server before the first count. threads: the server's
-    ``--threads`` (None: the shipped default). rerank_batch_ms: adds the variant ``rerank+batch``
-    (``--rerank --rerank-batch-ms MS``; ``batch_inexact`` adds ``--rerank-batch-inexact``).
-    variants: which of ``shipped`` (no flags) and ``rerank`` (``--rerank``) to run. rounds: each
+    ``--threads`` (None: the shipped default). variants: which of ``shipped`` (no flags) and ``rerank`` (``--rerank``) to run. rounds: each
     count's requests are sent in this many rounds, the variants taking turns round by round.
     rerank_skip_margin: passed to the reranking variants as ``--rerank-skip-margin`` (None: the
     shipped skip; negative: every turn reranks, which is where batching across callers can act)."""
@@ -67,8 +65,6 @@ class ServeBenchConfig:
     warmup: int = 8
     threads: int | None = None
     variants: tuple[str, ...] = ("shipped", "rerank")
-    rerank_batch_ms: float | None = None
-    batch_inexact: bool = False
     rounds: int = 4
     rerank_skip_margin: float | None = None
     server_timeout_s: float = 120.0
@@ -87,10 +83,8 @@ class ServeBenchConfig:
         unknown = sorted(set(self.variants) - set(BASE_VARIANTS))
         if unknown:
             raise InputError(f"ServeBenchConfig.variants: unknown {unknown}; choose from {sorted(BASE_VARIANTS)}")
-        if not self.variants and self.rerank_batch_ms is None:
+        if not self.variants:
             raise InputError("ServeBenchConfig: no variant to run")
-        if self.rerank_batch_ms is not None and self.rerank_batch_ms < 0:
-            raise InputError("ServeBenchConfig.rerank_batch_ms must be >= 0")
         if self.transport not in TRANSPORTS:
             raise InputError(f"ServeBenchConfig.transport must be one of {list(TRANSPORTS)}, got {self.transport!r}")
         if not self.processes or any(not isinstance(n, int) or not 1 <= n <= 16 for n in self.processes):
@@ -99,9 +93,6 @@ class ServeBenchConfig:
     def server_variants(self) -> dict[str, list[str]]:
         """variant name -> the ``magicselector serve`` arguments it adds."""
         out = {name: list(BASE_VARIANTS[name]) for name in self.variants}
-        if self.rerank_batch_ms is not None:
-            out["rerank+batch"] = ["--rerank", "--rerank-batch-ms", f"{self.rerank_batch_ms:g}"] + \
-                (["--rerank-batch-inexact"] if self.batch_inexact else [])
         if self.rerank_skip_margin is not None:
             for args in out.values():
                 if "--rerank" in args:
@@ -562,13 +553,12 @@ def add_arguments(sp: Any) -> None:
     sp.add_argument("--threads", type=int, metavar="N", help="the server's inference threads (default: the shipped 1)")
     sp.add_argument("--variants", nargs="*", default=["shipped", "rerank"], choices=sorted(BASE_VARIANTS),
                     help="server configurations: shipped (no flags), rerank (--rerank); default both")
-    sp.add_argument("--rerank-batch-ms", type=float, metavar="MS",
-                    help="also run the variant rerank+batch: --rerank --rerank-batch-ms MS")
-    sp.add_argument("--rerank-batch-inexact", action="store_true",
-                    help="with --rerank-batch-ms: pass --rerank-batch-inexact to that server")
+    # deprecated no-ops for one release: batching across callers left the server (docs/bench/serve.md)
+    sp.add_argument("--rerank-batch-ms", type=float, metavar="MS", help=argparse.SUPPRESS)
+    sp.add_argument("--rerank-batch-inexact", action="store_true", help=argparse.SUPPRESS)
     sp.add_argument("--rerank-skip-margin", type=float, metavar="S",
                     help="pass --rerank-skip-margin S to the reranking variants (default: the shipped skip; "
-                         "negative: every turn reranks, to see what batching across callers buys)")
+                         "negative: every turn reranks)")
     sp.add_argument("--transport", choices=TRANSPORTS, default="stdio",
                     help="stdio (default: one session per server, the callers share it) or http (serve "
                          "--transport streamable-http on loopback, one connection per caller)")
@@ -595,19 +585,22 @@ def cmd_bench_serve(args: Any) -> int:
     except ImportError:
         raise InputError("`magicselector bench serve` needs the mcp package: "
                          "pip install 'magicselector[serve]'") from None
+    if getattr(args, "rerank_batch_ms", None) is not None or getattr(args, "rerank_batch_inexact", False):
+        print("warning: bench serve --rerank-batch-ms / --rerank-batch-inexact are deprecated and do nothing: "
+              "batching the reranker across callers left serve (it lost; docs/bench/serve.md); they will be "
+              "removed in the next release", file=sys.stderr)
     if getattr(args, "memory", False):
         return _cmd_memory(args)
     config = ServeBenchConfig(callers=tuple(args.callers), requests=args.requests, warmup=args.warmup,
                               threads=args.threads, variants=tuple(args.variants), rounds=args.rounds,
-                              rerank_batch_ms=args.rerank_batch_ms, batch_inexact=args.rerank_batch_inexact,
                               rerank_skip_margin=args.rerank_skip_margin, transport=args.transport,
                               processes=tuple(args.processes))
     command = "magicselector bench serve" + "".join(
         f" {flag} {value}" for flag, value in (("--bundle", args.bundle),
                                                ("--callers", " ".join(map(str, args.callers))),
                                                ("--requests", args.requests), ("--rounds", args.rounds),
-                                               ("--threads", args.threads), ("--rerank-batch-ms", args.rerank_batch_ms))
-        if value is not None) + (" --rerank-batch-inexact" if args.rerank_batch_inexact else "") + (
+                                               ("--threads", args.threads))
+        if value is not None) + (
         f" --rerank-skip-margin {args.rerank_skip_margin:g}" if args.rerank_skip_margin is not None else "") + (
         f" --transport http --processes {' '.join(map(str, args.processes))}" if args.transport == "http" else "") + (
         f" --variants {' '.join(args.variants)}" if list(args.variants) != ["shipped", "rerank"] else "")

@@ -38,13 +38,9 @@ def register(sub: Any) -> None:
                     help="what of a call's history retrieval sees (default: the Selector's)")
     sp.add_argument("--threads", type=int, help="inference threads (default: the Selector's)")
     add_rerank_options(sp)
-    sp.add_argument("--rerank-batch-ms", type=float, default=None, metavar="MS",
-                    help="merge the reranker runs of concurrent calls that arrive within MS milliseconds into one "
-                         "(default off; refused for a reranker whose scores depend on its batch, as the shipped "
-                         "INT8 one's do)")
-    sp.add_argument("--rerank-batch-inexact", action="store_true",
-                    help="with --rerank-batch-ms, batch such a reranker anyway: a call's scores then depend on what "
-                         "else was called at the same time (for measuring what batching buys)")
+    # deprecated no-ops for one release: merging callers' reranker runs lost to parallel runs (docs/bench/serve.md)
+    sp.add_argument("--rerank-batch-ms", type=float, default=None, metavar="MS", help=argparse.SUPPRESS)
+    sp.add_argument("--rerank-batch-inexact", action="store_true", help=argparse.SUPPRESS)
     add_transport_options(sp)
     sp.set_defaults(func=cmd_serve)
 
@@ -181,20 +177,18 @@ def fix_malloc_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
 
 
 def load_selector(args: argparse.Namespace) -> Any:
-    from magicselector.errors import InputError
     from magicselector.selector import Selector
 
-    batch_ms = getattr(args, "rerank_batch_ms", None)
-    if batch_ms is None and getattr(args, "rerank_batch_inexact", False):
-        raise InputError("--rerank-batch-inexact applies with --rerank-batch-ms")
+    if getattr(args, "rerank_batch_ms", None) is not None or getattr(args, "rerank_batch_inexact", False):
+        print("magicselector serve: warning: --rerank-batch-ms / --rerank-batch-inexact are deprecated and do "
+              "nothing: concurrent calls rerank in parallel, which beat merging them (docs/bench/serve.md); they "
+              "will be removed in the next release", file=sys.stderr)
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol and nothing else
         selector = Selector.from_bundle(args.bundle, config=selector_config(args), progress=False)
         if args.catalog:
             from magicselector.catalog import load_catalogs
 
             selector = selector.with_catalog(load_catalogs(args.catalog, namespace=getattr(args, "namespace", "server")))
-        if batch_ms is not None:
-            selector = with_rerank_batching(selector, batch_ms, exact=not args.rerank_batch_inexact)
     return selector
 
 
@@ -236,17 +230,6 @@ def check_transport_options(args: argparse.Namespace) -> str | None:
         print(f"magicselector serve: warning: serving {args.host} without a --token; anyone who can reach the "
               "port can call search_tools", file=sys.stderr)
     return token
-
-
-def with_rerank_batching(selector: Any, window_ms: float, exact: bool = True) -> Any:
-    """``selector`` whose reranker merges concurrent callers' runs (``magicselector.stages.rerank_batch``)."""
-    from magicselector.errors import InputError
-    from magicselector.stages.rerank_batch import BatchingReranker, RerankBatching
-
-    if selector.reranker is None or not selector.config.rerank:
-        raise InputError("--rerank-batch-ms batches the reranker: give --rerank (and a bundle with a reranker)")
-    return selector.with_reranker(BatchingReranker(selector.reranker, RerankBatching(window_ms=window_ms,
-                                                                                     exact=exact)))
 
 
 def build_server(selector: Any):

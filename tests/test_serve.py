@@ -156,19 +156,17 @@ def test_concurrent_reranked_calls_over_stdio_match_sequential_ones(bundle_dir):
     assert [t["name"] for t in sequential[0].structured_content["tools"]][0] == "set_alarm"
 
 
-def test_rerank_batching_needs_the_reranker_on_and_an_exact_reranker(selector):
-    from magicselector.cli.serve import with_rerank_batching
-    from magicselector.errors import InputError
-    from magicselector.stages.rerank_batch import BatchingReranker
+def test_the_rerank_batching_flags_are_deprecated_no_ops(bundle_dir, capsys):
+    from magicselector.cli.main import build_parser
+    from magicselector.cli.serve import load_selector
 
-    with pytest.raises(InputError, match="give --rerank"):
-        with_rerank_batching(selector.with_config(rerank=False), 5)
-    reranked = selector.with_config(rerank=True)
-    with pytest.raises(InputError, match="scores a pair differently"):  # the shipped INT8 reranker
-        with_rerank_batching(reranked, 5)
-    batched = with_rerank_batching(reranked, 5, exact=False)
-    assert isinstance(batched.reranker, BatchingReranker) and batched.reranker.config.window_ms == 5
-    assert batched.select("set an alarm for 7").tools
+    args = build_parser().parse_args(["serve", "--bundle", str(bundle_dir), "--rerank", "--rerank-batch-ms", "5",
+                                      "--rerank-batch-inexact"])
+    served = load_selector(args)
+    assert "--rerank-batch-ms / --rerank-batch-inexact are deprecated" in capsys.readouterr().err
+    plain = load_selector(build_parser().parse_args(["serve", "--bundle", str(bundle_dir), "--rerank"]))
+    assert type(served.reranker) is type(plain.reranker) and served.config == plain.config
+    assert [t.id for t in served.select("set an alarm for 7").tools] == [t.id for t in plain.select("set an alarm for 7").tools]
 
 
 @pytest.mark.slow
@@ -212,8 +210,6 @@ def test_bench_serve_over_http_with_one_and_two_processes(bundle_dir):
 def test_bench_serve_passes_the_skip_margin_to_the_reranking_variants():
     from magicselector.bench.serve_bench import ServeBenchConfig
 
-    every = ServeBenchConfig(rerank_batch_ms=0, batch_inexact=True, rerank_skip_margin=-1).server_variants()
-    assert every == {"shipped": [], "rerank": ["--rerank", "--rerank-skip-margin", "-1"],
-                     "rerank+batch": ["--rerank", "--rerank-batch-ms", "0", "--rerank-batch-inexact",
-                                      "--rerank-skip-margin", "-1"]}
+    every = ServeBenchConfig(rerank_skip_margin=-1).server_variants()
+    assert every == {"shipped": [], "rerank": ["--rerank", "--rerank-skip-margin", "-1"]}
     assert ServeBenchConfig().server_variants() == {"shipped": [], "rerank": ["--rerank"]}
