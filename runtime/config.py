@@ -6,7 +6,7 @@ import functools
 import numbers
 import sys
 import warnings
-from dataclasses import InitVar, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import InputError
@@ -17,14 +17,14 @@ HISTORY_MODES = ("none", "user", "all")
 # The shipped cut: keep the tools within 70 % of the score range of the list's first 15 below the
 # top score; in a decomposed turn 80 % on each list, and at most 5 tools from the anchor list; of
 # those, the bundle's learned head drops the ones it gives under 0.1 % (stages/head.py).
-# Chosen as the fewest tools whose completeness stays within 0.01 of the issue-29 start on every
-# development part, and checked on the train parts (docs/bench/budget.md).
+# Why these values (the fewest tools at the same completeness on every development part):
+# docs/bench/defaults.md and docs/bench/budget.md.
 DEFAULT_CUT = CutConfig(rule="rmargin", range_margin=0.7, range_depth=15, list_range_margin=0.8, anchor_k_max=5,
                         min_probability=0.001)
 DECOMPOSE_MODES = ("none", "rules", "llm", "auto")
-# Settings whose other values lost on the development sets (docs/bench/defaults.md) and left the
-# runtime before 0.1.0: the keyword still takes the shipped value (so old code runs unchanged), and
-# any other value is an InputError naming it. They are not fields of the config.
+# Settings whose other values lost on the development sets (docs/bench/defaults.md), so they are not
+# fields of the config: for one release the keyword still takes the shipped value, with a
+# DeprecationWarning (so old code runs unchanged), and any other value is an InputError naming it.
 REMOVED_VARIANTS = {"fusion": "peak", "rerank_scope": "turn", "rerank_min_margin": None, "cut_scope": "subtask",
                     "lexical_fusion": "zmix"}
 
@@ -116,14 +116,30 @@ def _moved_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def _removed_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` without the removed settings' keywords (``REMOVED_VARIANTS``): the shipped value
+    is taken with a DeprecationWarning, any other is an InputError naming it."""
+    for name in [name for name in kwargs if name in REMOVED_VARIANTS]:
+        value, shipped = kwargs.pop(name), REMOVED_VARIANTS[name]
+        if value != shipped:
+            raise InputError(f"SelectorConfig.{name}={value!r} was removed: only {shipped!r} is left, "
+                             "the others lost on the development sets (docs/bench/defaults.md)")
+        _warn_moved(f"SelectorConfig keyword {name}= is deprecated and will be removed in the next release; "
+                    f"it has one value left, {shipped!r}, which is what runs: leave it out")
+    return kwargs
+
+
 def _takes_moved_keywords(cls: type[Any]) -> type[Any]:
-    """Wrap the dataclass ``__init__`` so the old flat keywords still build the config (deprecated).
-    Not InitVars: a defaulted InitVar leaves a class attribute, which ``dataclasses.replace`` would
-    read back and which would hide ``__getattr__``'s deprecated reading."""
+    """Wrap the dataclass ``__init__`` so the old flat keywords still build the config, and the
+    removed settings' keywords still take their one value (both deprecated). Neither are InitVars:
+    a defaulted InitVar leaves a class attribute, which ``dataclasses.replace`` would read back
+    (passing it to every copy) and which would hide ``__getattr__``'s deprecated reading."""
     generated: Callable[..., None] = cls.__init__
 
     @functools.wraps(generated)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs.keys() & REMOVED_VARIANTS.keys():
+            kwargs = _removed_keywords(kwargs)
         generated(self, *args, **(_moved_keywords(kwargs) if kwargs.keys() & MOVED_SETTINGS.keys() else kwargs))
 
     setattr(cls, "__init__", __init__)
@@ -168,7 +184,8 @@ class SelectorConfig:
       more tools, or more tokens of tool definitions (counted in the format select is asked for);
       None: only the cut decides.
     The flat spellings of the grouped settings (``max_history_chars``, ``llm_ctx``, ...:
-    ``MOVED_SETTINGS``) still work as keywords and attributes, deprecated, for one release.
+    ``MOVED_SETTINGS``) still work as keywords and attributes, and the removed settings' keywords
+    (``fusion``, ...: ``REMOVED_VARIANTS``) take their one value, deprecated, for one release.
     """
 
     history: str = "all"
@@ -189,21 +206,8 @@ class SelectorConfig:
     max_tools: int | None = None
     max_schema_tokens: int | None = None
     head: bool = True
-    # removed settings (REMOVED_VARIANTS): keywords only, the shipped value or an InputError
-    fusion: InitVar[str] = "peak"
-    rerank_scope: InitVar[str] = "turn"
-    rerank_min_margin: InitVar[float | None] = None
-    cut_scope: InitVar[str] = "subtask"
-    lexical_fusion: InitVar[str] = "zmix"
 
-    def __post_init__(self, fusion: str, rerank_scope: str, rerank_min_margin: float | None, cut_scope: str,
-                      lexical_fusion: str) -> None:
-        given = {"fusion": fusion, "rerank_scope": rerank_scope, "rerank_min_margin": rerank_min_margin,
-                 "cut_scope": cut_scope, "lexical_fusion": lexical_fusion}
-        for name, shipped in REMOVED_VARIANTS.items():
-            if given[name] != shipped:
-                raise InputError(f"SelectorConfig.{name}={given[name]!r} was removed: only {shipped!r} is left, "
-                                 "the others lost on the development sets (docs/bench/defaults.md)")
+    def __post_init__(self) -> None:
         if self.history not in HISTORY_MODES:
             raise InputError(f"history must be one of {HISTORY_MODES}, got {self.history!r}")
         if self.candidates < 1:

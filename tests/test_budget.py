@@ -106,7 +106,10 @@ def test_removed_variants_are_refused_by_name_and_the_shipped_value_still_runs(f
 
     with pytest.raises(InputError, match=f"SelectorConfig.{field}=.*removed"):
         SelectorConfig(**{field: value})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.warns(DeprecationWarning, match=f"keyword {field}= is deprecated.*next release") as caught:
         assert SelectorConfig(**{field: REMOVED_VARIANTS[field]}) == SelectorConfig()  # old code runs unchanged
+    assert [w.filename for w in caught] == [__file__]  # the warning points at the caller's line
+    with warnings.catch_warnings():  # copies made by dataclasses.replace do not warn
+        warnings.simplefilter("error")
+        assert __import__("dataclasses").replace(SelectorConfig(), history="user").history == "user"
     assert field not in {f.name for f in __import__("dataclasses").fields(SelectorConfig)}

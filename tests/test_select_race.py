@@ -25,8 +25,8 @@ UTTERANCES = [
 # fetch after the catalog lock was released.
 @pytest.mark.parametrize("rule", [DEFAULT_CUT.rule, "paper"])
 def test_tools_removed_and_readded_during_concurrent_decomposed_selects(bundle_dir, rule):
-    config = SelectorConfig(decompose="rules", cut_scope="subtask", cut=dataclasses.replace(DEFAULT_CUT, rule=rule),
-                            rerank=False)  # the rerank holds the lock; without it more of a turn runs outside
+    config = SelectorConfig(decompose="rules", cut=dataclasses.replace(DEFAULT_CUT, rule=rule),
+                            rerank=False)  # the per-sub-task cut, which reads the listed tools' vectors
     selector = Selector.from_bundle(bundle_dir, config=config)
     assert all(len(selector.select(u).subtasks) > 1 for u in UTTERANCES)
     # the tools these turns select are the ones to take away and give back
@@ -88,7 +88,7 @@ def test_a_removal_waiting_on_a_select_takes_effect_after_it(bundle_dir, monkeyp
     """The interleaving that used to break a select, made certain: a tool of the turn's lists is
     removed while the per-sub-task cut reads their vectors. The removal waits for the select, which
     completes on the catalog it started with."""
-    config = SelectorConfig(decompose="rules", cut_scope="subtask", cut=dataclasses.replace(DEFAULT_CUT, rule="paper"),
+    config = SelectorConfig(decompose="rules", cut=dataclasses.replace(DEFAULT_CUT, rule="paper"),
                             rerank=False)
     selector = Selector.from_bundle(bundle_dir, config=config)
     utterance = UTTERANCES[0]

@@ -138,8 +138,7 @@ def test_rerank_seam_reorders_each_lists_head(bundle_dir):
     rr = WordOverlapReranker()
     one_list = dict(decompose="none", lexical=False, history="none")  # one dense list, as the seam is tested on
     sel = S(base.catalog, base.embedder, base.index,
-            config=base.config.__class__(rerank=True, rerank_candidates=7, rerank_weight=1.0,
-                                        rerank_min_margin=None, **one_list),
+            config=base.config.__class__(rerank=True, rerank_candidates=7, rerank_weight=1.0, **one_list),
             bundle=base.bundle, reranker=rr)
     out = sel.select("start navigation home")
     assert "rerank" in out.timings_ms
