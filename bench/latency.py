@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 SCHEMA = "magicselector-latency/1"
-# the order select() runs them in with the shipped settings (rerank_scope="turn": the rerank after the fusion)
+# the order select() runs them in (the rerank, where it runs, after the fusion)
 STAGE_ORDER = ("decompose", "tokenize", "embed", "search", "lexical", "fuse", "rerank", "cut", "total")
 
 # A fixed set of phone dialogue turns: single intents, multi-intent requests, and follow-ups that

@@ -149,8 +149,7 @@ def add_rerank_options(p: argparse.ArgumentParser) -> None:
                    help="weight of the cross-encoder's z-scored logit against the retrieval similarity "
                         f"(1 = cross-encoder only; default {SHIPPED.rerank_weight})")
     p.add_argument("--rerank-candidates", type=int, default=None, metavar="N",
-                   help=f"tools the cross-encoder scores per turn (per list with --rerank-scope list; "
-                        f"default {SHIPPED.rerank_candidates})")
+                   help=f"tools the cross-encoder scores per turn (default {SHIPPED.rerank_candidates})")
     p.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S", dest="rerank_skip_margin",
                    help="skip the cross-encoder on turns where the fused list's top tool leads the runner-up by S "
                         "or more (default: " + ("never" if SHIPPED.rerank_skip_margin is None

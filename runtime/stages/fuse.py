@@ -2,8 +2,8 @@
 
 ``peak_rank_fusion`` is ToolQP's aggregation: a tool's fused rank is the best rank it reached in
 any single list, so a sub-task that produced many lists does not outvote the others. Ties (the
-same best rank in several lists) go to the higher score, then to the earlier list (reciprocal
-rank fusion lost to it on the development sets and was removed).
+same best rank in several lists) go to the higher score, then to the earlier list. Why peak rank
+and not reciprocal-rank fusion: docs/bench/defaults.md.
 """
 from __future__ import annotations
 
