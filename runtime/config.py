@@ -185,7 +185,7 @@ class SelectorConfig:
       None: only the cut decides.
     The flat spellings of the grouped settings (``max_history_chars``, ``llm_ctx``, ...:
     ``MOVED_SETTINGS``) still work as keywords and attributes, and the removed settings' keywords
-    (``fusion``, ...: ``REMOVED_VARIANTS``) take their one value, deprecated, for one release.
+    (``fusion``, ...: ``REMOVED_VARIANTS``) take and read back their one value, deprecated, for one release.
     """
 
     history: str = "all"
@@ -240,6 +240,10 @@ class SelectorConfig:
 
     if not TYPE_CHECKING:  # the deprecated reading; hidden from mypy so the runtime's own code cannot use it
         def __getattr__(self, name: str) -> Any:
+            if name in REMOVED_VARIANTS:
+                _warn_moved(f"SelectorConfig.{name} is deprecated and will be removed in the next release; "
+                            f"it has one value left, {REMOVED_VARIANTS[name]!r}")
+                return REMOVED_VARIANTS[name]
             if name not in MOVED_SETTINGS:
                 raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
             group, field_name = MOVED_SETTINGS[name]

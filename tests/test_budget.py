@@ -109,6 +109,8 @@ def test_removed_variants_are_refused_by_name_and_the_shipped_value_still_runs(f
     with pytest.warns(DeprecationWarning, match=f"keyword {field}= is deprecated.*next release") as caught:
         assert SelectorConfig(**{field: REMOVED_VARIANTS[field]}) == SelectorConfig()  # old code runs unchanged
     assert [w.filename for w in caught] == [__file__]  # the warning points at the caller's line
+    with pytest.warns(DeprecationWarning, match=f"SelectorConfig.{field} is deprecated"):
+        assert getattr(SelectorConfig(), field) == REMOVED_VARIANTS[field]  # and old code reading it back
     with warnings.catch_warnings():  # copies made by dataclasses.replace do not warn
         warnings.simplefilter("error")
         assert __import__("dataclasses").replace(SelectorConfig(), history="user").history == "user"

@@ -90,7 +90,7 @@ def test_eval_without_flags_measures_the_shipped_product(bundle_dir, tiny_benchm
     assert config["cut"] == {**asdict(shipped.cut), **REMOVED_CUT_KEYS}
     assert config["adaptive"] is True and config["k"] == 10
     assert (config["history"], config["rerank"], config["decompose"], config["fusion"], config["cut_scope"]) == (
-        shipped.history, shipped.rerank, shipped.decompose, shipped.fusion, shipped.cut_scope)
+        shipped.history, shipped.rerank, shipped.decompose, "peak", "subtask")  # the removed settings' one value
     assert capsys.readouterr().err == ""
 
 
