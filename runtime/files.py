@@ -1,10 +1,11 @@
-"""Files on disk: sha256 of a file, a JSON-lines line, the cache folder, and folders built aside and swapped into
-place atomically."""
+"""Files on disk: sha256 of a file, a JSON-lines line, the cache folder, folders built aside and swapped into
+place atomically; and the C heap's free memory handed back (trim_heap)."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -14,7 +15,7 @@ import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 STAGING = "staging"  # a folder being built: .NAME.staging-PID-TOKEN, next to NAME
 PREVIOUS = "previous"  # the folder being replaced, between the two renames where no exchange exists
@@ -254,3 +255,23 @@ def staged_dir(target: str | Path, finish: Callable[[Path], None] | None = None)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere):
+    what the embedder gave back stays in the heap otherwise, and the process keeps its peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return cast(Callable[[int], int], fn)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable
 import numpy as np
 
 from .errors import BundleError
-from .files import cache_home
+from .files import cache_home, trim_heap
 from .catalog import Catalog, tool_text
 from .stages.index import ToolIndex
 
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 # the batch's value range), so every path batches alike: the length-sorted order cut in 64s.
 EMBED_BATCH = 64
 INDEX_CHUNK = 4096  # rows read back from the vector file per add to the index
+# Every this many embed calls (and the last), the embedder gives its activations back: batches of
+# ever new shapes otherwise grow ONNX Runtime's arena without bound (+130 MB over 5,000 MCP tools),
+# and giving back after every call costs about 10 % of the throughput (docs/bench/scaling-100k-mcp.md).
+RELEASE_EVERY = 4
 _F4 = np.dtype("<f4")
 
 
@@ -138,9 +142,12 @@ def _vector_file(embedder: "Embedder", catalog: Catalog, model_sha: str, cache: 
         vf = _VectorFile(f, f.tell(), n, dim, tmp, temporary=True)
         f.truncate(vf.offset + n * dim * _F4.itemsize)
         order = np.argsort(lengths)  # similar lengths batch with little padding
-        for start in range(0, n, EMBED_BATCH):
+        for batch, start in enumerate(range(0, n, EMBED_BATCH)):
             rows = order[start:start + EMBED_BATCH]
-            vectors = embedder.embed([tool_text(catalog[int(i)]) for i in rows])
+            release = batch % RELEASE_EVERY == RELEASE_EVERY - 1 or start + EMBED_BATCH >= n
+            vectors = embedder.embed([tool_text(catalog[int(i)]) for i in rows], release=release)
+            if release:
+                trim_heap()
             if vectors.shape != (len(rows), dim):
                 raise BundleError(f"the embedder gave vectors of shape {vectors.shape} for {len(rows)} texts; "
                                   f"its dimension is {dim}")

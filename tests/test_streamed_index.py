@@ -117,7 +117,7 @@ def test_streamed_index_equals_one_add(selector, small_steps, monkeypatch):
     class Counting:
         dim = selector.embedder.dim
 
-        def embed(self, texts):
+        def embed(self, texts, release=False):
             sizes.append(len(texts))
             return real_embed(texts)
 
@@ -177,7 +177,7 @@ def test_cached_vectors_are_read_back_without_embedding(selector, home, monkeypa
     class Refusing:
         dim = selector.embedder.dim
 
-        def embed(self, texts):
+        def embed(self, texts, release=False):
             raise AssertionError("embedded although the vectors are cached")
 
     again = tv.catalog_index(Refusing(), catalog, model_sha="sha-for-test")
@@ -195,7 +195,7 @@ def test_an_embedder_of_another_dimension_is_a_bundle_error(selector):
     class Wrong:
         dim = 384
 
-        def embed(self, texts):
+        def embed(self, texts, release=False):
             return np.zeros((len(texts), 12), dtype=np.float32)
 
     with pytest.raises(BundleError, match="shape"):

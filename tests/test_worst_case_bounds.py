@@ -166,7 +166,7 @@ class _RowModel:
     def __init__(self) -> None:
         self.rows: list[int] = []
 
-    def run(self, feeds):
+    def run(self, feeds, release=False):
         ids = feeds["input_ids"]
         self.rows.append(len(ids))
         return np.repeat(ids[..., None].astype(np.float32), 4, axis=2)

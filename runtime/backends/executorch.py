@@ -134,5 +134,6 @@ class ExecuTorchModel:
         """Every call runs at ``max_batch`` x ``max_seq_len`` (the program was exported so)."""
         return self.program.fixed
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+    def run(self, feeds: Mapping[str, np.ndarray], release: bool = False) -> np.ndarray:
+        del release  # the program plans its memory once, at load: nothing grows to give back
         return self.program.run(feeds)

@@ -21,7 +21,22 @@ def make_session(model: str | Path | bytes, threads: int) -> Any:
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     source = bytes(model) if isinstance(model, (bytes, bytearray, memoryview)) else str(model)
-    return ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+    # The Python wrapper keeps the model's bytes only to re-create the session on a provider
+    # change, which a CPU session never has; holding them costs the model's size (40 MB for the
+    # default bundle's two models).
+    if getattr(session, "_model_bytes", None) is not None:
+        session._model_bytes = None
+    return session
+
+
+def release_run_options() -> Any:
+    """RunOptions that shrink the CPU arena at the end of the run (``OnnxModel.run(release=True)``)."""
+    import onnxruntime as ort
+
+    opts = ort.RunOptions()
+    opts.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return opts
 
 
 class OnnxModel:
@@ -44,6 +59,7 @@ class OnnxModel:
         self.threads = int(threads)
         self._session: Any = None
         self._input_names: frozenset[str] = frozenset()
+        self._release_options: Any = None
         self._lock = threading.Lock()
         if data is not None:
             self._open(data)
@@ -57,6 +73,7 @@ class OnnxModel:
             raise BundleError(f"{self.name}: not a loadable ONNX model (truncated, damaged or not ONNX); "
                               "rebuild the bundle") from None
         self._input_names = frozenset(i.name for i in session.get_inputs())
+        self._release_options = release_run_options()
         self._session = session  # published last: a reader never sees it without its names
 
     @property
@@ -76,9 +93,12 @@ class OnnxModel:
         self.session  # noqa: B018 - the names are read when the session is created
         return self._input_names
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+    def run(self, feeds: Mapping[str, np.ndarray], release: bool = False) -> np.ndarray:
         """Output 0 for the feeds the graph takes (others, e.g. ``token_type_ids`` of a model
-        without them, are left out). ONNX Runtime sessions are safe to run from many threads."""
+        without them, are left out). ONNX Runtime sessions are safe to run from many threads.
+        ``release``: give the run's activations back at its end (ONNX Runtime's arena shrinkage), for
+        bulk work of ever new shapes, over which the arena would otherwise keep growing."""
         session = self.session
-        outputs: list[np.ndarray] = session.run(None, {k: v for k, v in feeds.items() if k in self._input_names})
+        feeds = {k: v for k, v in feeds.items() if k in self._input_names}
+        outputs: list[np.ndarray] = session.run(None, feeds, self._release_options if release else None)
         return outputs[0]

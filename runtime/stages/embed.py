@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class Embedder(Protocol):
     dim: int
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+    def embed(self, texts: Sequence[str], release: bool = False) -> np.ndarray: ...
 
 
 class TextTokenizer:
@@ -154,7 +154,11 @@ class TextEmbedder:
     def model_path(self) -> Path:
         return self.model.path
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], release: bool = False) -> np.ndarray:
+        """One unit vector per text. ``release``: bulk work (a catalog indexed in batches), whose
+        runs give their activations back (``EncoderModel.run``): thousands of batches of ever new
+        shapes otherwise grow ONNX Runtime's arena without bound. A turn keeps its arena (giving it
+        back there costs about a third of the turn's embed time)."""
         if isinstance(texts, str):
             raise InputError("embed() takes a list of texts, not one string")
         if len(texts) == 0:
@@ -164,7 +168,7 @@ class TextEmbedder:
         for start in range(0, len(texts), step):
             batch, of = distinct_rows(self.tokenizer.encode(texts[start:start + step]))
             distinct: np.ndarray | None = None
-            for rows, feeds, hidden in grouped_runs(self.model, batch, self.max_padding):
+            for rows, feeds, hidden in grouped_runs(self.model, batch, self.max_padding, release):
                 vectors = mean_pool_normalize(hidden, feeds["attention_mask"])
                 if distinct is None:
                     distinct = np.zeros((len(batch["input_ids"]), vectors.shape[1]), dtype=np.float32)
@@ -192,20 +196,21 @@ def distinct_rows(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
     return {k: v[keep] for k, v in batch.items()}, of
 
 
-def grouped_runs(model: EncoderModel, batch: dict[str, np.ndarray],
-                 max_padding: float) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]:
+def grouped_runs(model: EncoderModel, batch: dict[str, np.ndarray], max_padding: float,
+                 release: bool = False) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]:
     """Run a padded batch in length groups (``length_groups``), yielding ``(rows, feeds, output 0)``.
 
     A row's cost is its call's width: a 27-token history turn padded its 13-token sub-tasks to 27
     in one call. Rows of similar length share a call, each cut to its group's width; a backend with
-    fixed shapes pads every call to the same size anyway, so it gets one call."""
+    fixed shapes pads every call to the same size anyway, so it gets one call. ``release``: each
+    run gives its activations back (``EncoderModel.run``)."""
     lengths = batch["attention_mask"].sum(axis=1)
     groups = ([np.arange(len(lengths))] if getattr(model, "fixed_shapes", False)
               else length_groups(lengths, max_padding))
     for rows in groups:
         width = int(lengths[rows].max())
         feeds = {k: np.ascontiguousarray(v[rows, :width]) for k, v in batch.items()}
-        yield rows, feeds, model.run(feeds)
+        yield rows, feeds, (model.run(feeds, release=True) if release else model.run(feeds))
 
 
 def length_groups(lengths: np.ndarray, max_padding: float = 0.25) -> list[np.ndarray]:
