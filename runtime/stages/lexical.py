@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypedDict
 import numpy as np
 
 from ..errors import BundleError, InputError, UnknownToolError
+from ..files import trim_heap
 from .fuse import RankedList
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ FORMAT = "magicselector-bm25/1"
 IDF_MODES = ("lucene", "okapi")
 _OKAPI_EPSILON = 0.25
 _BUILD_CHUNK = 4096  # texts per step of build: the Python lists of a step, then numpy arrays
-_WEIGH_CHUNK = 1 << 20  # postings per step of _reweigh: its float64 temporaries stay a few MB
+_TRIM_AT = 10_000  # a build over this many tools hands the C heap's free memory back at its end
+_WEIGH_CHUNK = 1 << 18  # postings per step of _reweigh: its float64 temporaries stay a few MB
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # not after a digit: "ZR4QX7" is one code
 
@@ -113,7 +115,7 @@ class LexicalIndex:
         index = cls(**params)
         if len(set(ids)) != len(ids):
             raise InputError("lexical build: the same tool id appears twice")
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # term id, tool row, tf of each posting
+        parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])  # term id, tool row, tf
         lengths: list[int] = []
         terms: list[int] = []
         docs: list[int] = []
@@ -122,7 +124,9 @@ class LexicalIndex:
         def flush() -> None:
             # uint16 as _set_postings stores it (the clip there is the same clip, done earlier)
             tf = np.minimum(np.asarray(tfs, dtype=np.int64), np.iinfo(np.uint16).max).astype(np.uint16)
-            parts.append((np.asarray(terms, dtype=np.int32), np.asarray(docs, dtype=np.int32), tf))
+            parts[0].append(np.asarray(terms, dtype=np.int32))
+            parts[1].append(np.asarray(docs, dtype=np.int32))
+            parts[2].append(tf)
             del terms[:], docs[:], tfs[:]
 
         for row, text in enumerate(texts):
@@ -140,8 +144,9 @@ class LexicalIndex:
         flush()
         index._ids = list(ids)
         index._row = {i: r for r, i in enumerate(index._ids)}
-        term_rows, doc_rows, tf_rows = (np.concatenate([part[k] for part in parts]) for k in range(3))
-        index._set_postings(term_rows, doc_rows, tf_rows, lengths)
+        index._set_postings(*parts, lengths)
+        if len(ids) >= _TRIM_AT:
+            trim_heap()  # what the build's lists and temporaries took, back to the system
         return index
 
     @classmethod
@@ -164,12 +169,26 @@ class LexicalIndex:
             self._vocab.append(term)
         return tid
 
-    def _set_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray, doc_len: Sequence[int]) -> None:
-        order = np.lexsort((docs, terms))  # term-major, rows ascending within a term
-        counts = np.bincount(terms, minlength=len(self._vocab)) if len(terms) else np.zeros(len(self._vocab), np.int64)
+    def _set_postings(self, terms: list[np.ndarray], docs: list[np.ndarray], tfs: list[np.ndarray],
+                      doc_len: Sequence[int]) -> None:
+        """The postings from build's steps (each list is emptied as it is read, so that one column at
+        a time is copied): term-major, and within a term in row order, since the steps come in
+        ascending rows (the order ``np.lexsort((docs, terms))`` gives)."""
+        term_rows = np.concatenate(terms) if terms else np.zeros(0, np.int32)
+        terms.clear()
+        order = np.argsort(term_rows, kind="stable")
+        counts = (np.bincount(term_rows, minlength=len(self._vocab)) if len(term_rows)
+                  else np.zeros(len(self._vocab), np.int64))
+        del term_rows
         self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self._docs = docs[order].astype(np.int32)
-        self._tf = np.minimum(tfs[order], np.iinfo(np.uint16).max).astype(np.uint16)
+        doc_rows = np.concatenate(docs) if docs else np.zeros(0, np.int32)
+        docs.clear()
+        self._docs = doc_rows[order].astype(np.int32)
+        del doc_rows
+        tf_rows = np.concatenate(tfs) if tfs else np.zeros(0, np.uint16)
+        tfs.clear()
+        self._tf = np.minimum(tf_rows[order], np.iinfo(np.uint16).max).astype(np.uint16)
+        del tf_rows, order
         self._doc_len = np.asarray(doc_len, dtype=np.int32).reshape(-1)
         self._reweigh()
 
