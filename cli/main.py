@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import magicselector as _runtime
-from magicselector.cli_options import (add_history_file_option, add_selector_options, history_mode_with_history,
-                                       selector_config, used_deprecated, warn)
+from magicselector.cli_options import (add_history_file_option, add_removed_spelling, add_selector_options,
+                                       history_mode_with_history, selector_config)
 from magicselector.errors import InputError, MagicSelectorError
 from magicselector.targets import TARGET_CHOICES
 
@@ -246,16 +246,7 @@ def eval_config(args: argparse.Namespace):
     (its cut, history mode, rerank, fusion and decomposition), measured at ``--at`` (10)."""
     from magicselector.bench.evaluate import EvalConfig
 
-    at = args.at
-    old_adaptive = bool(args.adaptive) or used_deprecated(args, "--cut-rule")
-    if args.k is not None and at is None and (old_adaptive or args.cut is None):
-        # `eval --k N` used to set the metric cutoff too (and, without --adaptive, a fixed top-N cut)
-        warn(f"warning: eval --k {args.k} as the metric cutoff is deprecated and will be removed in the next "
-             f"release; use --at {args.k} for the metrics and --k N (alone, or with --cut fixed) for the cut")
-        at = args.k
-        if old_adaptive:
-            args.k = None
-    at = METRICS_AT if at is None else at
+    at = METRICS_AT if args.at is None else args.at  # --k is the fixed cut's k, as on every command
     config = selector_config(args)
     cut = config.cut
     if args.retriever == "bm25" and args.decompose not in (None, "none"):
@@ -367,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("select", help="select tools for one utterance")
     sp.add_argument("utterance")
-    add_history_file_option(sp, old_spelling="--history")
+    add_history_file_option(sp)
+    add_removed_spelling(sp, "--history", "--history-file FILE")
     sp.add_argument("--json", action="store_true", help="print the selection as JSON, with its tools' definitions "
                                                         "('schemas') in --format's shape (default MCP)")
     sp.add_argument("--catalog", nargs="+", metavar="[SERVER=]FILE",
@@ -403,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dataset")
     sp.add_argument("--at", type=int, default=None, metavar="N",
                     help=f"the metric cutoff: NDCG@N, Recall@N, Completeness@N (default {METRICS_AT})")
-    add_selector_options(sp, old_eval_spellings=True)
+    add_selector_options(sp, removed_eval_spellings=True)
     sp.add_argument("--reranker", metavar="DIR",
                     help="a reranker folder (model.onnx, tokenizer.json, reranker.json) instead of the bundle's")
     sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default=None,

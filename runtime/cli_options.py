@@ -1,5 +1,5 @@
 """The command-line vocabulary every ``magicselector`` subcommand shares: one spelling per
-SelectorConfig setting, the deprecated spellings that still work, and parsed args -> SelectorConfig.
+SelectorConfig setting, the removed spellings refused by name, and parsed args -> SelectorConfig.
 
 It lives at the floor (standard library and ``magicselector.config`` only) so that the CLI, bench
 and train layers can all spell their options the same way without importing upward.
@@ -42,29 +42,24 @@ def warn(message: str) -> None:
     print(f"magicselector: {message}", file=sys.stderr, flush=True)
 
 
-class DeprecatedSpelling(argparse.Action):
-    """An old spelling of an option: warns on stderr, then stores into the new option's dest.
+class RemovedSpelling(argparse.Action):
+    """A spelling that was deprecated for a release and is gone: hidden from ``--help``, and giving
+    it exits 2 with a message naming ``new``, the spelling to use (argparse alone would read
+    ``--history`` as an abbreviation of ``--history-mode``, or say only "unrecognized arguments")."""
 
-    ``new`` names the spelling to use instead. The flag is recorded in ``namespace.deprecated``
-    so a command can tell an old command line from a new one where the meaning changed."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, new: str, nargs: int | str | None = None,
-                 const: Any = None, **kwargs: Any) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any) -> None:
         self.new = new
-        kwargs.setdefault("help", f"deprecated spelling of {new}")
-        super().__init__(option_strings, dest, nargs=nargs, const=const, **kwargs)
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
-        warn(f"warning: {option_string} is deprecated and will be removed in the next release; use {self.new}")
-        used = list(getattr(namespace, "deprecated", None) or [])
-        setattr(namespace, "deprecated", used + [option_string])
-        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        parser.error(f"{option_string} was removed; use {self.new}")
 
 
-def used_deprecated(args: argparse.Namespace, flag: str) -> bool:
-    """Whether the command line used the old spelling ``flag``."""
-    return flag in (getattr(args, "deprecated", None) or [])
+def add_removed_spelling(p: argparse.ArgumentParser, flag: str, new: str) -> None:
+    """Refuse ``flag`` (with or without a value), naming ``new`` (see ``RemovedSpelling``)."""
+    p.add_argument(flag, action=RemovedSpelling, new=new)
 
 
 def add_bundle_option(p: argparse.ArgumentParser) -> None:
@@ -77,31 +72,22 @@ def add_threads_option(p: argparse.ArgumentParser) -> None:
                    help=f"inference threads of the embedder and reranker (default {SHIPPED.threads})")
 
 
-def add_history_mode_option(p: argparse.ArgumentParser, *, old_spelling: str | None = None,
-                            default_help: str | None = None) -> None:
-    """``--history-mode none|user|all``; ``old_spelling`` (e.g. ``--history``) keeps working, deprecated."""
+def add_history_mode_option(p: argparse.ArgumentParser, *, default_help: str | None = None) -> None:
+    """``--history-mode none|user|all``."""
     p.add_argument("--history-mode", choices=HISTORY_MODES, default=None, dest="history_mode",
                    help="what of the dialogue retrieval sees: none (the utterance), user (plus earlier user "
                         f"turns), all (plus the whole dialogue); default {default_help or repr(SHIPPED.history)}")
-    if old_spelling:
-        p.add_argument(old_spelling, choices=HISTORY_MODES, dest="history_mode", metavar="MODE",
-                       action=DeprecatedSpelling, new="--history-mode")
 
 
-def add_history_file_option(p: argparse.ArgumentParser, *, old_spelling: str | None = None) -> None:
-    """``--history-file FILE``; ``old_spelling`` (e.g. ``--history``) keeps working, deprecated."""
+def add_history_file_option(p: argparse.ArgumentParser) -> None:
+    """``--history-file FILE``."""
     p.add_argument("--history-file", dest="history_file", metavar="FILE",
                    help="JSON file: the chat history before the utterance (a list of {role, content} "
                         "messages, or {\"history\": [...]})")
-    if old_spelling:
-        p.add_argument(old_spelling, dest="history_file", metavar="FILE", action=DeprecatedSpelling,
-                       new="--history-file")
 
 
-def add_cut_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = False) -> None:
-    """``--cut RULE``, ``--k N`` (the fixed cut's k) and each rule's parameters.
-
-    ``old_eval_spellings`` adds eval's deprecated ``--cut-rule RULE`` and ``--adaptive``."""
+def add_cut_options(p: argparse.ArgumentParser) -> None:
+    """``--cut RULE``, ``--k N`` (the fixed cut's k) and each rule's parameters."""
     # the removed rules parse, so that CutConfig refuses them by name rather than argparse as unknown
     p.add_argument("--cut", choices=sorted((*CUT_RULES, *REMOVED_CUT_RULES)), default=None,
                    metavar="{" + ",".join(sorted(CUT_RULES)) + "}",
@@ -114,11 +100,6 @@ def add_cut_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = Fa
                        help=f"{text} (default {getattr(SHIPPED.cut, field)})")
     for flag, field in _REMOVED_CUT_PARAMETERS:  # refused by cut_config, naming the flag
         p.add_argument(flag, type=float, default=None, dest=f"cut_{field}", help=argparse.SUPPRESS)
-    if old_eval_spellings:
-        p.add_argument("--cut-rule", choices=sorted((*CUT_RULES, *REMOVED_CUT_RULES)), dest="cut", metavar="RULE",
-                       action=DeprecatedSpelling, new="--cut RULE")
-        p.add_argument("--adaptive", nargs=0, const=True, default=False, dest="adaptive",
-                       action=DeprecatedSpelling, new="--cut RULE (the shipped adaptive cut is the default)")
 
 
 def add_decompose_options(p: argparse.ArgumentParser, *, mode_only: bool = False) -> None:
@@ -181,11 +162,18 @@ def add_head_option(p: argparse.ArgumentParser) -> None:
                         "bundle has one)")
 
 
-def add_selector_options(p: argparse.ArgumentParser, *, old_eval_spellings: bool = False) -> None:
-    """Every SelectorConfig option: bundle, history mode, cut, head, budget, threads, rerank, fusion, decomposition."""
+def add_selector_options(p: argparse.ArgumentParser, *, removed_eval_spellings: bool = False) -> None:
+    """Every SelectorConfig option: bundle, history mode, cut, head, budget, threads, rerank, fusion, decomposition.
+
+    ``removed_eval_spellings`` refuses eval's old ``--history MODE``, ``--cut-rule RULE`` and
+    ``--adaptive`` by name (deprecated for a release, gone since)."""
     add_bundle_option(p)
-    add_history_mode_option(p, old_spelling="--history" if old_eval_spellings else None)
-    add_cut_options(p, old_eval_spellings=old_eval_spellings)
+    add_history_mode_option(p)
+    add_cut_options(p)
+    if removed_eval_spellings:
+        add_removed_spelling(p, "--history", "--history-mode MODE")
+        add_removed_spelling(p, "--cut-rule", "--cut RULE")
+        add_removed_spelling(p, "--adaptive", "--cut RULE to pick a rule (the default, the shipped cut, is adaptive)")
     add_head_option(p)
     add_budget_options(p)
     add_threads_option(p)

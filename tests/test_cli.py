@@ -34,19 +34,14 @@ def test_select_json(bundle_dir, tmp_path, capsys):
     assert ("using --history-mode user" in captured.err) == (mode == "none")
 
 
-def test_select_old_history_spelling_still_reads_the_file(bundle_dir, tmp_path):
+def test_select_old_history_spelling_is_refused_naming_history_file(bundle_dir, tmp_path):
+    """``select --history FILE`` was deprecated for a release and is gone: exit 2, naming the new spelling."""
     history = tmp_path / "h.json"
-    history.write_text(json.dumps([{"role": "user", "content": "what's the weather in Paris?"},
-                                   {"role": "assistant", "content": "Sunny, 21 degrees."}]))
-    new = run_cli("select", "and tomorrow?", "--bundle", str(bundle_dir), "--history-file", str(history),
-                  "--history-mode", "user", "--json")
-    old = run_cli("select", "and tomorrow?", "--bundle", str(bundle_dir), "--history", str(history),
-                  "--history-mode", "user", "--json")
-    assert new.returncode == old.returncode == 0, old.stderr
-    assert "--history is deprecated" in old.stderr and "--history-file" in old.stderr
-    assert "deprecated" not in new.stderr
-    pick = lambda r: [t["id"] for t in json.loads(r.stdout)["tools"]]  # noqa: E731
-    assert pick(old) == pick(new) and "get_weather" in " ".join(pick(new))
+    history.write_text(json.dumps([{"role": "user", "content": "what's the weather in Paris?"}]))
+    old = run_cli("select", "and tomorrow?", "--bundle", str(bundle_dir), "--history", str(history), "--json")
+    assert old.returncode == 2 and old.stdout == ""
+    assert "magicselector select: error: --history was removed; use --history-file FILE" in old.stderr
+    assert "Traceback" not in old.stderr
 
 
 def test_demo_runs_the_scripted_dialogue(bundle_dir, capsys):
@@ -94,23 +89,26 @@ def test_eval_without_flags_measures_the_shipped_product(bundle_dir, tiny_benchm
     assert capsys.readouterr().err == ""
 
 
-def test_eval_old_spellings_still_work(bundle_dir, tiny_benchmark, tmp_path, capsys):
-    """--adaptive, --cut-rule, --history MODE and --k as the metric cutoff: the same report as the
-    new spellings, with a deprecation message each."""
-    old, new = tmp_path / "old.json", tmp_path / "new.json"
-    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--adaptive", "--cut-rule", "paper",
-                 "--history", "user", "--k", "5", "--json", str(old), "--quiet"]) == 0
-    err = capsys.readouterr().err
-    for flag in ("--adaptive", "--cut-rule", "--history"):
-        assert f"{flag} is deprecated" in err
-    assert "--at 5" in err
-    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--cut", "paper", "--history-mode",
-                 "user", "--at", "5", "--json", str(new), "--quiet"]) == 0
+@pytest.mark.parametrize("flags, new", [(["--adaptive"], "--cut RULE"), (["--cut-rule", "paper"], "--cut RULE"),
+                                       (["--history", "user"], "--history-mode MODE")])
+def test_eval_old_spellings_are_refused_naming_the_new_one(flags, new, tiny_benchmark, tmp_path, capsys):
+    """--adaptive, --cut-rule and --history MODE were deprecated for a release and are gone."""
+    out = tmp_path / "r.json"
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", str(tiny_benchmark), *flags, "--json", str(out), "--quiet"])
+    assert exit_.value.code == 2 and not out.exists()
+    assert f"magicselector eval: error: {flags[0]} was removed; use {new}" in capsys.readouterr().err
+
+
+def test_eval_k_is_the_fixed_cuts_k_and_at_the_metric_cutoff(bundle_dir, tiny_benchmark, tmp_path, capsys):
+    """``eval --k N`` no longer sets the metric cutoff (that is ``--at N``): it is the fixed cut's k."""
+    out = tmp_path / "r.json"
+    assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--k", "5", "--json", str(out),
+                 "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    assert "ndcg@10" in report["overall"] and "ndcg@5" not in report["overall"]
+    assert report["config"]["cut"]["rule"] == "fixed" and report["config"]["cut"]["fixed_k"] == 5
     assert "deprecated" not in capsys.readouterr().err
-    old_report, new_report = json.loads(old.read_text()), json.loads(new.read_text())
-    assert old_report["overall"] == new_report["overall"] and "ndcg@5" in new_report["overall"]
-    assert {k: v for k, v in old_report["config"].items() if k != "seconds"} == {
-        k: v for k, v in new_report["config"].items() if k != "seconds"}
 
 
 def test_eval_counterfactual_report(bundle_dir, tiny_benchmark, tmp_path):

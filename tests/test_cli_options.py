@@ -1,5 +1,6 @@
-"""One command-line vocabulary: new spellings parse into the SelectorConfig they name, old spellings
-still work with a deprecation message on stderr, and `eval` without flags is the shipped product."""
+"""One command-line vocabulary: new spellings parse into the SelectorConfig they name, the spellings
+deprecated for a release and gone since are refused naming the new one, and `eval` without flags is
+the shipped product."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -83,35 +84,41 @@ def test_k_with_an_adaptive_rule_says_it_is_not_read(capsys):
     assert "does not read it" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, check, new", [
-    (["select", "hi", "--history", "h.json"], lambda a: a.history_file == "h.json" and a.history_mode is None,
-     "--history-file"),
-    (["eval", "DIR", "--history", "user"], lambda a: eval_config(a).selector.history == "user", "--history-mode"),
-    (["eval", "DIR", "--cut-rule", "paper"], lambda a: eval_config(a).cut == replace(DEFAULT_CUT, rule="paper"),
-     "--cut RULE"),
-    (["eval", "DIR", "--adaptive"], lambda a: eval_config(a).cut == DEFAULT_CUT, "--cut RULE"),
-    (["train", "reranker", "--data", "D", "--out", "O", "--history", "all"], lambda a: a.history_mode == "all",
-     "--history-mode"),
-    (["train", "embedder", "--data", "D", "--out", "O", "--history", "none"], lambda a: a.history_mode == "none",
-     "--history-mode"),
+@pytest.mark.parametrize("argv, new", [
+    (["select", "hi", "--history", "h.json"], "--history-file FILE"),
+    (["select", "hi", "--history"], "--history-file FILE"),
+    (["eval", "DIR", "--history", "user"], "--history-mode MODE"),
+    (["eval", "DIR", "--cut-rule", "paper"], "--cut RULE"),
+    (["eval", "DIR", "--adaptive"], "--cut RULE"),
+    (["eval", "--adaptive", "DIR"], "--cut RULE"),
+    (["train", "reranker", "--data", "D", "--out", "O", "--history", "all"], "--history-mode MODE"),
+    (["train", "embedder", "--data", "D", "--out", "O", "--history=none"], "--history-mode MODE"),
 ])
-def test_old_spellings_work_and_warn(argv, check, new, capsys):
-    assert check(parse(*argv))
-    old = next(a for a in argv if a in ("--history", "--cut-rule", "--adaptive"))
-    err = capsys.readouterr().err
-    assert f"{old} is deprecated" in err and f"use {new}" in err
+def test_removed_spellings_are_refused_naming_the_new_one(argv, new, capsys):
+    """Deprecated for a release before 0.1.0 and gone since: exit 2 with one line naming the spelling
+    to use (not argparse's reading of --history as --history-mode, nor "unrecognized arguments")."""
+    with pytest.raises(SystemExit) as exit_:
+        parse(*argv)
+    assert exit_.value.code == 2
+    old = next(a for a in argv if a.split("=")[0] in ("--history", "--cut-rule", "--adaptive")).split("=")[0]
+    command = " ".join(argv[:2] if argv[0] == "train" else argv[:1])
+    assert f"magicselector {command}: error: {old} was removed; use {new}" in capsys.readouterr().err
 
 
-def test_old_eval_k_keeps_its_meaning_for_one_release(capsys):
-    # `eval --k N` was the metric cutoff and, without --adaptive, a fixed top-N cut
+@pytest.mark.parametrize("command", ["select", "eval", "train reranker", "train embedder"])
+def test_removed_spellings_are_hidden_from_help(command):
+    text = _help(*command.split())
+    assert "--history-mode" in text or "--history-file" in text
+    assert not __import__("re").search(r"--history\b(?!-)|--cut-rule|--adaptive", text)
+
+
+def test_eval_k_is_the_fixed_cuts_k_and_at_the_metric_cutoff(capsys):
+    # `eval --k N` was, for a release, also the metric cutoff; now it is the cut's k, as on every command
     config = eval_config(parse("eval", "DIR", "--k", "3"))
-    assert config.k == 3 and config.adaptive is False and config.cut.rule == "fixed" and config.cut.fixed_k == 3
-    assert "--at 3" in capsys.readouterr().err
-    # with --adaptive it was the metric cutoff only
-    config = eval_config(parse("eval", "DIR", "--adaptive", "--cut-rule", "paper", "--k", "5"))
-    assert config.k == 5 and config.cut == replace(DEFAULT_CUT, rule="paper") and config.adaptive
-    err = capsys.readouterr().err
-    assert "--adaptive is deprecated" in err and "--cut-rule is deprecated" in err and "--at 5" in err
+    assert config.k == 10 and config.cut.rule == "fixed" and config.cut.fixed_k == 3 and config.adaptive
+    config = eval_config(parse("eval", "DIR", "--cut", "paper", "--k", "5"))
+    assert config.k == 10 and config.cut == replace(DEFAULT_CUT, rule="paper", fixed_k=5)
+    assert "--at" not in capsys.readouterr().err
 
 
 def test_a_history_is_used_when_one_is_given(capsys):
@@ -183,11 +190,11 @@ def test_decomposer_flags_fill_the_llm_group(capsys):
     assert capsys.readouterr().err == ""
 
 
-def _help(command):
+def _help(*command):
     import contextlib
     import io
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
-        build_parser().parse_args([command, "--help"])
+        build_parser().parse_args([*command, "--help"])
     return out.getvalue()

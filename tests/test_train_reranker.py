@@ -200,7 +200,7 @@ def test_cli_parses_without_importing_torch():
 
     code = ("import sys; from magicselector.cli import build_parser; "
             "a = build_parser().parse_args(['train', 'reranker', '--data', 'd1', 'd2', '--out', 'o', '--layers', '2', "
-            "'--max-queries', '10', '--threads', '1', '--history', 'none', '--rounds', '0']); "
+            "'--max-queries', '10', '--threads', '1', '--history-mode', 'none', '--rounds', '0']); "
             "print(a.data, a.layers, a.max_queries, a.history_mode, a.rounds, a.func.__name__, "
             "any(m.split('.')[0] == 'torch' for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from magicselector.cli_options import add_history_mode_option
+from magicselector.cli_options import add_history_mode_option, add_removed_spelling
 
 
 def _print_summary(short: dict[str, Any]) -> None:
@@ -101,7 +101,8 @@ def _add_sampling_flags(sp) -> None:
     sp.add_argument("--max-queries-per-folder", type=int, metavar="N",
                     help="first sample at most N queries from each --data folder (seeded; keeps a mix balanced)")
     sp.add_argument("--threads", type=int, help="torch threads")
-    add_history_mode_option(sp, old_spelling="--history", default_help="'user' (the training default)")
+    add_history_mode_option(sp, default_help="'user' (the training default)")
+    add_removed_spelling(sp, "--history", "--history-mode MODE")
 
 
 def _add_reranker_parser(tsub) -> None:
