@@ -148,7 +148,7 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
 
 def _build_custom_bundle(args: argparse.Namespace, custom: list[str]) -> int:
     """``bundle build --embedder ... --catalog ...``: export every model, check parity, write and
-    verify the bundle (the code ``export bundle`` runs)."""
+    verify the bundle (``export.cli.run_export_bundle``)."""
     missing = [f for f, v in (("--embedder", args.embedder), ("--catalog", args.catalog), ("--out", args.out))
                if v is None]
     if missing:
@@ -346,6 +346,15 @@ def _add_bundle_rewrite_parser(bp) -> None:
     sp.set_defaults(func=cmd_bundle_rewrite)
 
 
+# commands that were deprecated for a release and are gone: parsed only to be refused, naming the new one
+REMOVED_COMMANDS = {"export": "`magicselector export bundle` was removed; use `magicselector bundle build --embedder "
+                              "... --catalog ... --out DIR` (its --format is --model-format there)"}
+
+
+def cmd_removed_export(args: argparse.Namespace) -> int:
+    raise InputError(REMOVED_COMMANDS["export"])
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
     p.add_argument("--version", action="version", version=f"%(prog)s {_runtime.__version__}")
@@ -421,12 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
         register_bench = None
     if register_bench is not None:
         register_bench(sub)
-    try:  # `magicselector export bundle ...`: the deprecated spelling of `bundle build --embedder ...`
-        from magicselector.export.cli import register as register_export
-    except ImportError:
-        register_export = None
-    if register_export is not None:
-        register_export(sub)
+    # `magicselector export bundle ...`, the old spelling of `bundle build --embedder ...`, was removed:
+    # hidden (no help line, left out of the command list) and refused naming the new spelling
+    sp = sub.add_parser("export", add_help=False, prog="magicselector export")
+    sp.add_argument("rest", nargs=argparse.REMAINDER)
+    sp.set_defaults(func=cmd_removed_export)
     try:  # `magicselector train ...` (needs the train extra only when a command runs)
         from magicselector.train.cli import register as register_train
     except ImportError:
@@ -446,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     from magicselector.cli.serve import register as register_serve  # the mcp package loads only when it runs
 
     register_serve(sub)
+    sub.metavar = "{" + ",".join(name for name in sub.choices if name not in REMOVED_COMMANDS) + "}"
     return p
 
 

@@ -298,7 +298,7 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                   min_decomposer_first_token: float | None = None, verify: bool = True,
                   log: Callable[[str], None] = print, signing_key: Any = None,
                   target: str | None = None, release: int | None = None) -> dict[str, Any]:
-    """``magicselector export bundle``: export every model, check parity, write and verify the bundle.
+    """``magicselector bundle build --embedder ...``: export every model, check parity, write and verify the bundle.
     ONNX models are quantized for ``target`` (``host`` or None: this CPU) unless ``preset`` says otherwise.
 
     Every argument is checked before any export work; any failure (parity below its floor,

@@ -131,7 +131,7 @@ def test_a_history_is_used_when_one_is_given(capsys):
     assert history_mode_with_history(parse("demo", "--history-mode", "none"), shipped) == "none"
 
 
-def test_bundle_build_and_export_bundle_run_the_same_code(monkeypatch, capsys):
+def test_bundle_build_runs_the_export_code(monkeypatch, capsys):
     import magicselector.export.cli as export_cli
 
     calls = []
@@ -140,12 +140,21 @@ def test_bundle_build_and_export_bundle_run_the_same_code(monkeypatch, capsys):
     new = parse("bundle", "build", *common, "--model-format", "pte")
     assert new.func(new) == 0
     assert "deprecated" not in capsys.readouterr().err
-    old = parse("export", "bundle", *common, "--format", "pte")
-    assert old.func(old) == 0
-    assert "`magicselector export bundle` is deprecated" in capsys.readouterr().err
-    assert calls[0] == calls[1]
     assert dict(out="B", embedder="m.onnx", catalog="tools.jsonl", reranker="R", decomposer=None, fmt="pte",
                 preset=None, quant="q4_0", verify=True).items() <= calls[0].items()
+
+
+def test_export_bundle_is_refused_naming_bundle_build(capsys):
+    """``export bundle`` was ``bundle build --embedder ...``'s deprecated spelling for a release: gone,
+    left out of the command list, and refused (exit 2) naming the new spelling."""
+    from magicselector.cli import main
+
+    assert main(["export", "bundle", "--embedder", "m.onnx", "--catalog", "c", "--out", "o", "--format", "pte"]) == 2
+    err = capsys.readouterr().err
+    assert "`magicselector export bundle` was removed; use `magicselector bundle build --embedder" in err
+    assert "--model-format" in err and "Traceback" not in err
+    assert main(["export"]) == 2
+    assert "export" not in build_parser().format_help()
 
 
 def test_a_custom_bundle_names_what_it_lacks():

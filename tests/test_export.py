@@ -303,16 +303,16 @@ def test_tampered_reranker_fails_verify(release_bundle, tmp_path):
 
 
 @pytest.mark.slow
-def test_export_cli_bundle(bundle_dir, tmp_path, capsys):
-    from magicselector.export.cli import main
+def test_bundle_build_cli_custom_bundle(bundle_dir, tmp_path, capsys):
+    from magicselector.cli import main
 
     out = tmp_path / "cli-bundle"
-    rc = main(["export", "bundle", "--embedder", str(bundle_dir / "embedder" / "model.onnx"),
+    rc = main(["bundle", "build", "--embedder", str(bundle_dir / "embedder" / "model.onnx"),
                "--catalog", str(bundle_dir / "catalog.jsonl"), "--out", str(out), "--no-verify"])
     assert rc == 0 and (out / "manifest.json").is_file()
     assert json.loads(capsys.readouterr().out)["embedder"]["file"] == "embedder/model.onnx"
-    rc = main(["export", "bundle", "--embedder", str(bundle_dir / "embedder" / "model.onnx"),
-               "--catalog", str(bundle_dir / "catalog.jsonl"), "--out", str(tmp_path / "x"), "--format", "pte"])
+    rc = main(["bundle", "build", "--embedder", str(bundle_dir / "embedder" / "model.onnx"),
+               "--catalog", str(bundle_dir / "catalog.jsonl"), "--out", str(tmp_path / "x"), "--model-format", "pte"])
     assert rc == 2 and "cannot go into a --format pte bundle" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
