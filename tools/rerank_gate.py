@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         bench = load_benchmark(folder)
         queries, _ = screen_queries(sample(bench.queries), off_config)
         off = selector_for_catalog(base, bench.catalog, off_config)
-        on = off.with_config(rerank=True, rerank_min_margin=None, rerank_skip_margin=None)  # every turn
+        on = off.with_config(rerank=True, rerank_skip_margin=None)  # every turn
         head_scores: list[np.ndarray] = []  # the fused scores the turn's rerank head sees
         rerank_head = on._rerank_head
         on._rerank_head = lambda texts, ids, scores, *rest: (head_scores.append(np.asarray(scores, dtype=float)),
