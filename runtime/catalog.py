@@ -176,8 +176,8 @@ class _PackedTools(Sequence[Tool]):
     """Tools as compact JSON in one buffer, each decoded into a Tool when read (the same values:
     a tool JSON would not give back exactly stays a Tool object). Copies share the buffer."""
 
-    def __init__(self, buf: bytearray | None = None, offsets: array | None = None,
-                 order: array | None = None, extras: list[Tool] | None = None) -> None:
+    def __init__(self, buf: bytearray | None = None, offsets: "array[int] | None" = None,
+                 order: "array[int] | None" = None, extras: list[Tool] | None = None) -> None:
         self._buf = buf if buf is not None else bytearray()
         self._offsets = offsets if offsets is not None else array("q", [0])  # row i: buf[off[i]:off[i+1]]
         self._order = order if order is not None else array("q")  # row i, or -1 - k for extras[k]
