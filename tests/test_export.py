@@ -236,7 +236,7 @@ def test_unknown_gguf_quantization_lists_valid_names():
 
 @pytest.fixture(scope="session")
 def release_bundle(tmp_path_factory, bundle_dir, tiny_reranker, home) -> Path:
-    """export bundle: the default bundle's INT8 MiniLM (a prebuilt .onnx) + the tiny reranker exported."""
+    """export_bundle: the default bundle's INT8 MiniLM (a prebuilt .onnx) + the tiny reranker exported."""
     from magicselector.export.bundle import export_bundle
 
     out = tmp_path_factory.mktemp("release") / "bundle"
