@@ -207,3 +207,32 @@ def _help(*command):
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         build_parser().parse_args([*command, "--help"])
     return out.getvalue()
+
+
+def _every_help(parser, prog=()):
+    """(command words, help text) of ``parser`` and of every subcommand under it, depth first."""
+    import argparse
+
+    yield prog, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _every_help(sub, (*prog, name))
+
+
+REMOVED_IN_HELP = (r"magicselector export\b|--history\b(?!-)|--cut-rule|--adaptive|--fusion|--cut-scope|"
+                   r"--rerank-scope|--rerank-min-margin|--lexical-fusion|--rerank-batch|--z-margin|zmargin")
+
+
+def test_no_help_text_names_a_removed_or_deprecated_spelling():
+    """Every command's --help, the train and bench subcommands' included, spells only what works:
+    no removed command (``magicselector export``), no removed or deprecated flag (hidden, still parsed)."""
+    import re
+
+    from magicselector.cli.main import REMOVED_COMMANDS
+
+    # a removed command's stub (``export``) only refuses, and is left out of the command list
+    helps = {cmd: text for cmd, text in _every_help(build_parser()) if cmd[:1] not in [(c,) for c in REMOVED_COMMANDS]}
+    assert ("train", "decomposer") in helps and ("bench", "serve") in helps and ("eval",) in helps
+    named = {" ".join(cmd): sorted(set(re.findall(REMOVED_IN_HELP, text))) for cmd, text in helps.items()}
+    assert {cmd: found for cmd, found in named.items() if found} == {}

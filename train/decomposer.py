@@ -81,8 +81,8 @@ optimizer step (``Processes.average_gradients``: the loss goes through ``token_l
 ``forward``), so every rank keeps the same weights; rank 0 writes the files.
 
 Both stages write a Hugging Face checkpoint (``save_pretrained`` of model and fast tokenizer) that
-``magicselector export`` converts to GGUF as it is, ``training_log.csv`` and ``train_config.json``;
-GRPO also writes ``samples.jsonl`` (every sample with its parse, rewards and advantage).
+``magicselector bundle build --decomposer`` converts to GGUF as it is, ``training_log.csv`` and
+``train_config.json``; GRPO also writes ``samples.jsonl`` (every sample with its parse, rewards and advantage).
 
 What training cannot mirror: at run time a GBNF grammar bounds the output (1..max_lines lines of
 1..max_chars characters, no leading blank); sampling here is unconstrained, and the runtime's parser

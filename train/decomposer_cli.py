@@ -66,7 +66,8 @@ def add_decomposer_parser(train_subparsers) -> argparse.ArgumentParser:
                     "line) of generated benchmark folders (and public single-tool queries kept whole); stage grpo "
                     "continues from the SFT checkpoint (public multi-tool queries join here) with GRPO, the joint "
                     "reward R = alpha*R_pref + beta*R_cf and a KL penalty to the SFT model. "
-                    "The output folder is a Hugging Face checkpoint that `magicselector export` converts to GGUF.")
+                    "The output folder is a Hugging Face checkpoint that `magicselector bundle build --decomposer` "
+                    "converts to GGUF.")
     sp.add_argument("--stage", choices=["sft", "grpo"], required=True)
     sp.add_argument("--data", nargs="+", required=True, metavar="DIR",
                     help="benchmark folders: generated ones (magicselector generate; turns with gold 'tasks') and "
