@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs
 from magicselector import Selector, Tool
 from magicselector.bundle import MANIFEST, Bundle
 from magicselector.errors import BundleError, InputError
 from magicselector.files import CRASH_ENV, NO_EXCHANGE_ENV, previous_dir, sweep
 
-pytest.importorskip("cryptography", reason="pip install -e .[sign]")
+pytest.importorskip("cryptography", reason=needs("sign"))
 
 N_TOOLS = 24
 BUILD = """

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs
 from magicselector import Selector
 from magicselector.bundle import MANIFEST, Bundle, write_manifest
 from magicselector.errors import BundleError
@@ -143,7 +144,7 @@ def test_bundle_verify_exits_2_with_a_message_on_a_damaged_model(copy):
 
 
 def test_serve_refuses_a_damaged_bundle_at_start_without_onnx_runtime_text(copy):
-    pytest.importorskip("mcp", reason="pip install -e .[serve]")
+    pytest.importorskip("mcp", reason=needs("serve"))
     _damage(copy / "reranker" / "model.onnx", "random")
     _rehash(copy)
     proc = subprocess.run([sys.executable, "-m", "magicselector", "serve", "--bundle", str(copy)], input="",
@@ -157,7 +158,7 @@ def test_serve_refuses_a_damaged_bundle_at_start_without_onnx_runtime_text(copy)
                                   b"\x1c\x00\x00\x00ET12" + os.urandom(40)], ids=["empty", "random", "body", "short"])
 def test_damaged_pte_from_bytes_is_a_bundle_error(tmp_path, data):
     """Random bytes once aborted the whole process inside executorch; now they never reach it."""
-    pytest.importorskip("executorch", reason="bash tools/install_release_deps.sh")
+    pytest.importorskip("executorch", reason=needs("release"))
     from magicselector.backends import open_model
 
     with pytest.raises(BundleError, match=r"b/embedder/model.pte: not a loadable ExecuTorch program"):
