@@ -169,6 +169,17 @@ def test_the_rerank_batching_flags_are_deprecated_no_ops(bundle_dir, capsys):
     assert [t.id for t in served.select("set an alarm for 7").tools] == [t.id for t in plain.select("set an alarm for 7").tools]
 
 
+
+def test_bench_serve_takes_the_rerank_batching_flags_with_a_warning(capsys):
+    """``bench serve --rerank-batch-ms / --rerank-batch-inexact``: parsed for one release, warned
+    about before anything runs, and no part of the run (here a bad --callers stops it)."""
+    from magicselector.cli import main
+
+    assert main(["bench", "serve", "--rerank-batch-ms", "5", "--rerank-batch-inexact", "--callers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "bench serve --rerank-batch-ms / --rerank-batch-inexact are deprecated and do nothing" in err
+    assert "callers must be integers >= 1" in err and "Traceback" not in err
+
 @pytest.mark.slow
 def test_bench_serve_reports_every_caller_count(bundle_dir, tmp_path):
     from magicselector.bench.serve_bench import SCHEMA, ServeBenchConfig, bench_serve, format_markdown, write_report
