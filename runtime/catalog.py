@@ -890,7 +890,7 @@ def _check_unique_names(tools: Sequence[Tool], where: str) -> None:
 def _gc_paused() -> Iterator[None]:
     """The cyclic garbage collector paused (when it runs) while a catalog is decoded and parsed:
     the millions of objects JSON decoding makes hold no cycles, yet they start collections that
-    walk every object made so far again and again (about 1.5 s of 9 s for 100,000 MCP tools)."""
+    walk every object made so far again and again, a cost that grows with the catalog."""
     if not gc.isenabled():
         yield
         return
