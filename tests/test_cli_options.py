@@ -236,3 +236,19 @@ def test_no_help_text_names_a_removed_or_deprecated_spelling():
     assert ("train", "decomposer") in helps and ("bench", "serve") in helps and ("eval",) in helps
     named = {" ".join(cmd): sorted(set(re.findall(REMOVED_IN_HELP, text))) for cmd, text in helps.items()}
     assert {cmd: found for cmd, found in named.items() if found} == {}
+
+
+def test_the_readmes_options_paragraph_names_every_shared_option():
+    """README's ``OPTIONS`` (what demo, select and eval share) names every option that
+    ``add_selector_options`` shows in --help, so the docs say what the command line takes."""
+    import argparse
+    from pathlib import Path
+
+    from magicselector.cli_options import add_selector_options
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_selector_options(parser)
+    shown = [o for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    paragraph = text[text.index("`OPTIONS` are the same on"):text.index("`eval --at N` is")]
+    assert len(shown) > 20 and [o for o in shown if f"`{o}" not in paragraph] == []
