@@ -348,13 +348,13 @@ class Selector:
         t = timer.lap("fuse", t)
         reranked = 0  # 1 where the cross-encoder set this turn's order (the skip may keep the fused one)
         if self.reranker is not None and self.config.rerank:
-            head = rerank_fused(self.reranker, lambda n: [(texts[source[i]], tool_text(catalog.get(ids[i])))
-                                                          for i in range(n)],
-                                scores, self.config.rerank_candidates, self.config.rerank_weight,
-                                self.config.rerank_skip_margin)
-            if head is not None:
-                head_order, scores = head
-                ids, source, reranked = [ids[i] for i in head_order], [source[i] for i in head_order], 1
+            rerank = rerank_fused(self.reranker, lambda n: [(texts[source[i]], tool_text(catalog.get(ids[i])))
+                                                            for i in range(n)],
+                                  scores, self.config.rerank_candidates, self.config.rerank_weight,
+                                  self.config.rerank_skip_margin)
+            if rerank is not None:
+                new_order, scores = rerank
+                ids, source, reranked = [ids[i] for i in new_order], [source[i] for i in new_order], 1
             t = timer.lap("rerank", t)
         order, cut = cut_turn(self.config.cut, [(lst.ids, lst.scores) for lst in lists], ids, scores, vectors_of,
                               per_list=not reranked)

@@ -27,7 +27,7 @@ Query texts are ``retrieval_text`` under the history mode; tool texts are ``cata
 
 The output folder is a Hugging Face ``AutoModel`` checkpoint with its fast tokenizer
 (``tokenizer.json``) plus the sentence-transformers module files (mean pooling, normalisation),
-``training_log.csv`` and ``train_config.json``; ``magicselector export`` takes it as it is.
+``training_log.csv`` and ``train_config.json``; ``magicselector bundle build --embedder OUT`` takes it as it is.
 
 Measuring a trained embedder: export it into a bundle and evaluate retrieval only, e.g.::
 
