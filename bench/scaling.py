@@ -381,6 +381,7 @@ def embed_stage_throughput(embedder: Any, catalog: Any, stride: int = 10) -> dic
     import numpy as np
 
     from magicselector.catalog import tool_text
+    from magicselector.files import trim_heap
     from magicselector.tool_vectors import EMBED_BATCH
 
     order = np.argsort([len(tool_text(t)) for t in catalog])
@@ -395,7 +396,10 @@ def embed_stage_throughput(embedder: Any, catalog: Any, stride: int = 10) -> dic
         spent += time.perf_counter() - t
         tools += len(texts)
     embedder.embed(batches[-1] if batches else [""], release=True)  # what the timing grew, given back
-    return {"batch": EMBED_BATCH, "stride": max(1, int(stride)), "batches_timed": len(batches),
+    timed = len(batches)
+    del batches
+    trim_heap()  # ... to the system, as catalog_index does, so the index's RSS starts where an app's would
+    return {"batch": EMBED_BATCH, "stride": max(1, int(stride)), "batches_timed": timed,
             "batches_total": -(-len(order) // EMBED_BATCH), "tools_timed": tools, "s": spent,
             "tools_per_s": tools / spent if spent > 0 else None}
 

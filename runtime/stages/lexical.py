@@ -115,27 +115,29 @@ class LexicalIndex:
         index = cls(**params)
         if len(set(ids)) != len(ids):
             raise InputError("lexical build: the same tool id appears twice")
-        parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])  # term id, tool row, tf
+        # per step: each posting's term id and tf, and each tool's number of postings (its rows
+        # follow from those, so they are never stored)
+        parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
         lengths: list[int] = []
         terms: list[int] = []
-        docs: list[int] = []
         tfs: list[int] = []
+        per_tool: list[int] = []
 
         def flush() -> None:
             # uint16 as _set_postings stores it (the clip there is the same clip, done earlier)
             tf = np.minimum(np.asarray(tfs, dtype=np.int64), np.iinfo(np.uint16).max).astype(np.uint16)
             parts[0].append(np.asarray(terms, dtype=np.int32))
-            parts[1].append(np.asarray(docs, dtype=np.int32))
-            parts[2].append(tf)
-            del terms[:], docs[:], tfs[:]
+            parts[1].append(tf)
+            parts[2].append(np.asarray(per_tool, dtype=np.int32))
+            del terms[:], tfs[:], per_tool[:]
 
         for row, text in enumerate(texts):
             if row >= len(ids):
                 raise InputError(f"lexical build: {len(ids)} ids but more texts")
             counts = index._counts(text)
             terms.extend(index._intern(t) for t in counts)
-            docs.extend([row] * len(counts))
             tfs.extend(counts.values())
+            per_tool.append(len(counts))
             lengths.append(sum(counts.values()))
             if (row + 1) % _BUILD_CHUNK == 0:
                 flush()
@@ -146,6 +148,7 @@ class LexicalIndex:
         index._row = {i: r for r, i in enumerate(index._ids)}
         index._set_postings(*parts, lengths)
         if len(ids) >= _TRIM_AT:
+            s_stem.cache_clear()  # a large catalog's words (12 MB over 100,000 tools); queries refill it
             trim_heap()  # what the build's lists and temporaries took, back to the system
         return index
 
@@ -169,26 +172,39 @@ class LexicalIndex:
             self._vocab.append(term)
         return tid
 
-    def _set_postings(self, terms: list[np.ndarray], docs: list[np.ndarray], tfs: list[np.ndarray],
+    def _set_postings(self, terms: list[np.ndarray], tfs: list[np.ndarray], per_tool: list[np.ndarray],
                       doc_len: Sequence[int]) -> None:
-        """The postings from build's steps (each list is emptied as it is read, so that one column at
-        a time is copied): term-major, and within a term in row order, since the steps come in
-        ascending rows (the order ``np.lexsort((docs, terms))`` gives)."""
-        term_rows = np.concatenate(terms) if terms else np.zeros(0, np.int32)
-        terms.clear()
-        order = np.argsort(term_rows, kind="stable")
-        counts = (np.bincount(term_rows, minlength=len(self._vocab)) if len(term_rows)
-                  else np.zeros(len(self._vocab), np.int64))
-        del term_rows
+        """The postings from build's steps (ascending tool rows; each step's postings tool by tool,
+        ``per_tool[k][j]`` of them for its j-th tool): term-major, and within a term in row order
+        (the order ``np.lexsort((docs, terms))`` gives). Each step is placed straight into the
+        final arrays at its terms' next free slots and let go, so no array of all postings is made
+        beside them but the steps' own term ids and tfs."""
+        vocab = len(self._vocab)
+        counts = np.zeros(vocab, dtype=np.int64)
+        for step_terms in terms:
+            counts += np.bincount(step_terms, minlength=vocab)
         self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        doc_rows = np.concatenate(docs) if docs else np.zeros(0, np.int32)
-        docs.clear()
-        self._docs = doc_rows[order].astype(np.int32)
-        del doc_rows
-        tf_rows = np.concatenate(tfs) if tfs else np.zeros(0, np.uint16)
-        tfs.clear()
-        self._tf = np.minimum(tf_rows[order], np.iinfo(np.uint16).max).astype(np.uint16)
-        del tf_rows, order
+        total = int(self._indptr[-1])
+        docs = np.empty(total, dtype=np.int32)
+        tf = np.empty(total, dtype=np.uint16)
+        free = self._indptr[:-1].copy()  # each term's next free slot
+        first_row = 0
+        while terms:
+            step_terms, step_tf, step_counts = terms.pop(0), tfs.pop(0), per_tool.pop(0)
+            rows = np.repeat(np.arange(first_row, first_row + len(step_counts), dtype=np.int32), step_counts)
+            first_row += len(step_counts)
+            if not len(step_terms):
+                continue
+            order = np.argsort(step_terms, kind="stable")  # by term; within a term, rows ascend
+            sorted_terms = step_terms[order]
+            run_start = np.flatnonzero(np.concatenate([[True], sorted_terms[1:] != sorted_terms[:-1]]))
+            run_length = np.diff(np.append(run_start, len(sorted_terms)))
+            rank = np.arange(len(sorted_terms)) - np.repeat(run_start, run_length)  # place within its term's run
+            slots = free[sorted_terms] + rank
+            docs[slots] = rows[order]
+            tf[slots] = step_tf[order]
+            free[sorted_terms[run_start]] += run_length
+        self._docs, self._tf = docs, tf  # tf was clipped to uint16 when its step was made
         self._doc_len = np.asarray(doc_len, dtype=np.int32).reshape(-1)
         self._reweigh()
 
