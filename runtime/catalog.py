@@ -44,7 +44,7 @@ import re
 from array import array
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .errors import CatalogError, InputError, UnknownToolError
 from .files import trim_heap
@@ -258,7 +258,14 @@ class Catalog(Sequence[Tool]):
         self._ids, self._pos, self._named = [], {}, {}
         self._ids = ids.decode("utf-8", "surrogatepass").split("\x00")
         self._pos = {tool_id: i for i, tool_id in enumerate(self._ids)}
-        self._named = json.loads(named)
+        self._named = {self._same(name): self._same(tool_id) if isinstance(tool_id, str) else
+                       [self._same(i) for i in tool_id] for name, tool_id in json.loads(named).items()}
+
+    def _same(self, text: str) -> str:
+        """The id string equal to ``text``, where there is one (a name that is its tool's id, and
+        every id, are then held once), else ``text``."""
+        position = self._pos.get(text)
+        return self._ids[position] if position is not None else text
 
     def _add_name(self, name: str, tool_id: str) -> None:
         have = self._named.get(name)
@@ -776,7 +783,7 @@ _DRAFT_2020_12_URIS = ("https://json-schema.org/draft/2020-12/schema", "http://j
 def _tools_list_pages(data: Any, where: str) -> list[Mapping[str, Any]] | None:
     """The ``tools/list`` results in a parsed JSON document: a JSON-RPC response, a list of them
     (pages), or a bare result; None when the document is a plain list of tools."""
-    if isinstance(data, list) and data and all(isinstance(d, Mapping) and "jsonrpc" in d for d in data):
+    if isinstance(data, (list, _LazyArray)) and data and all(isinstance(d, Mapping) and "jsonrpc" in d for d in data):
         pages = []
         for i, page in enumerate(data):
             pages += _tools_list_pages(page, f"{where}[{i}]") or []
@@ -803,32 +810,147 @@ def _tools_list_pages(data: Any, where: str) -> list[Mapping[str, Any]] | None:
 
 
 def _entries_from_json(path: Path) -> tuple[list[tuple[Any, str]], str | None]:
+    """(entry, where) pairs and the domain of a JSON catalog file. A large document's tools list
+    is read one tool at a time: its entries are ``_Pending`` until ``_decoded``."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is allowed
-    except json.JSONDecodeError as e:
-        raise CatalogError(f"{path}: not valid JSON ({e})") from None
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is allowed
     except UnicodeDecodeError as e:
         raise CatalogError(f"{path}: not UTF-8 text ({e})") from None
-    except RecursionError:
-        raise CatalogError(f"{path}: JSON nested too deeply to be a catalog") from None
+    data = _lazy_document(text) if len(text) >= LAZY_JSON_AT else None
+    if data is None:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CatalogError(f"{path}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise CatalogError(f"{path}: JSON nested too deeply to be a catalog") from None
     return _entries_from_data(data, str(path))
+
+
+# A JSON catalog file of at least this many characters has its tools list decoded one tool at a
+# time (``_lazy_document``): 100,000 MCP tools decoded at once take about 300 MB over the file.
+LAZY_JSON_AT = 1 << 22
+_JSON_WS = re.compile(r"[ \t\n\r]*")
+
+
+class _LazyArray:
+    """A JSON array of a document's text held as its elements' start offsets, each element decoded
+    (by json's own scanner, so to the values ``json.loads`` gives) when it is read."""
+
+    def __init__(self, text: str, starts: "array[int]") -> None:
+        self._text, self._starts = text, starts
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def item(self, i: int) -> Any:
+        return json.decoder.JSONDecoder().raw_decode(self._text, self._starts[i])[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self.item(i) for i in range(len(self._starts)))
+
+
+class _Pending:
+    """An entry of a ``_LazyArray``, decoded by ``_decoded``."""
+
+    __slots__ = ("array", "i")
+
+    def __init__(self, array: _LazyArray, i: int) -> None:
+        self.array, self.i = array, i
+
+
+def _decoded(entry: Any) -> Any:
+    return entry.array.item(entry.i) if isinstance(entry, _Pending) else entry
+
+
+def _entry_values(seq: Any) -> Iterator[Any]:
+    """A tools list's entries: its values, or for a ``_LazyArray`` each one ``_Pending``."""
+    if isinstance(seq, _LazyArray):
+        return (_Pending(seq, i) for i in range(len(seq)))
+    return iter(seq)
+
+
+def _lazy_document(text: str) -> Any:
+    """``json.loads(text)`` where the document is an object (a ``tools/list`` response or result)
+    or an array, with its tools list (``tools`` or ``result.tools``, or the array itself) a
+    ``_LazyArray``; every element is scanned once, so the whole text is checked as JSON. None
+    wherever the text is not valid JSON or not of that shape, and ``json.loads`` decides (the same
+    values, the same errors)."""
+    scan: Callable[[str, int], tuple[Any, int]] = getattr(json.decoder.JSONDecoder(), "scan_once")
+    scanstring: Callable[[str, int, bool], tuple[str, int]] = getattr(json.decoder, "scanstring")
+
+    def skip(i: int) -> int:  # past the JSON whitespace at i
+        return _JSON_WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches anywhere
+
+    lazy_keys = {"": ("result", "tools"), "result": ("tools",)}
+
+    def value(i: int, kind: str) -> tuple[Any, int]:
+        if kind in lazy_keys and text.startswith("{", i):
+            return members(i + 1, kind)
+        if kind in ("", "tools") and text.startswith("[", i):
+            return elements(i + 1)
+        return scan(text, i)
+
+    def members(i: int, kind: str) -> tuple[dict[str, Any], int]:
+        obj: dict[str, Any] = {}
+        i = skip(i)
+        if text.startswith("}", i):
+            return obj, i + 1
+        while True:
+            if not text.startswith('"', i):
+                raise ValueError
+            key, i = scanstring(text, i + 1, True)
+            i = skip(i)
+            if not text.startswith(":", i):
+                raise ValueError
+            i = skip(i + 1)
+            obj[key], i = value(i, key if key in lazy_keys[kind] else "-")
+            i = skip(i)
+            if text.startswith("}", i):
+                return obj, i + 1
+            if not text.startswith(",", i):
+                raise ValueError
+            i = skip(i + 1)
+
+    def elements(i: int) -> tuple[_LazyArray, int]:
+        starts = array("q")
+        i = skip(i)
+        if text.startswith("]", i):
+            return _LazyArray(text, starts), i + 1
+        while True:
+            starts.append(i)
+            _, i = scan(text, i)  # checked here, let go, decoded again when read
+            i = skip(i)
+            if text.startswith("]", i):
+                return _LazyArray(text, starts), i + 1
+            if not text.startswith(",", i):
+                raise ValueError
+            i = skip(i + 1)
+
+    try:
+        data, end = value(skip(0), "")
+        if skip(end) != len(text):
+            return None
+    except (ValueError, StopIteration, RecursionError, IndexError):  # json.JSONDecodeError is a ValueError
+        return None
+    return data if isinstance(data, (dict, _LazyArray)) else None
 
 
 def _entries_from_data(data: Any, where: str) -> tuple[list[tuple[Any, str]], str | None]:
     """(entry, where) pairs and the domain, from a parsed JSON catalog document."""
     pages = _tools_list_pages(data, where)
     if pages is None:
-        if not isinstance(data, list):
+        if not isinstance(data, (list, _LazyArray)):
             raise CatalogError(f"{where}: expected a list of tools or an object with a 'tools' list")
-        return [(e, f"{where}[{i}]") for i, e in enumerate(data)], None
+        return [(e, f"{where}[{i}]") for i, e in enumerate(_entry_values(data))], None
     entries: list[tuple[Any, str]] = []
     domain = None
     for page in pages:
         tools = page["tools"]
-        if not isinstance(tools, list):
+        if not isinstance(tools, (list, _LazyArray)):
             raise CatalogError(f"{where}: 'tools' must be a list")
         offset = len(entries)  # pages number their tools on, so that every index is unique
-        entries += [(e, f"{where}[{offset + i}]") for i, e in enumerate(tools)]
+        entries += [(e, f"{where}[{offset + i}]") for i, e in enumerate(_entry_values(tools))]
         if isinstance(page.get("domain"), str):
             domain = page["domain"]
     return entries, domain
@@ -864,7 +986,7 @@ def _parsed_one_by_one(entries: list[Any], domain: str | None, where: str) -> It
     for i in range(len(entries)):
         entry, at = entries[i]
         entries[i] = None  # the decoded JSON goes as soon as it is parsed
-        tool = _parse_tool(entry, at, domain, True, decoded=True)
+        tool = _parse_tool(_decoded(entry), at, domain, True, decoded=True)
         del entry
         if tool.name in names:
             duplicate_name = duplicate_name or f"{where}: duplicate tool name {tool.name!r} (entries {names[tool.name]} and {i})"
@@ -921,7 +1043,7 @@ def _load_catalog(path: Path) -> Catalog:
         for file in files:
             entries, domain = _entries_from_json(file)
             domain = domain or file.stem
-            tools += [_parse_tool(e, w, domain, True, decoded=True) for e, w in entries]
+            tools += [_parse_tool(_decoded(e), w, domain, True, decoded=True) for e, w in entries]
         strict_names = True
     elif path.suffix == ".jsonl":
         tools = [_parse_tool(e, w, None, False, decoded=True) for e, w in _entries_from_jsonl(path)]
@@ -933,7 +1055,7 @@ def _load_catalog(path: Path) -> Catalog:
             catalog = Catalog(_parsed_one_by_one(entries, domain, str(path)), source=str(path))
             trim_heap()  # the decoded JSON's memory, back to the system
             return catalog
-        tools = [_parse_tool(e, w, domain, True, decoded=True) for e, w in entries]
+        tools = [_parse_tool(_decoded(e), w, domain, True, decoded=True) for e, w in entries]
         strict_names = True
     if not tools:
         raise CatalogError(f"{path}: the catalog holds no tools")

@@ -72,3 +72,83 @@ def test_a_large_json_catalog_reports_errors_as_a_small_one_does(small_pack, tmp
             load_catalog(path)
         monkeypatch.setattr(cat, "PACK_AT", 5)
         assert str(packed_err.value) == str(plain_err.value)
+
+
+# -- a large JSON document decoded one tool at a time (LAZY_JSON_AT) ------------------------------
+
+def _materialized(value):
+    if isinstance(value, cat._LazyArray):
+        return [_materialized(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _materialized(v) for k, v in value.items()}
+    return value
+
+
+_LAZY_CASES = ['{"tools": []}', ' {\n "tools" : [ {"name":"a"} ,\t{"name":"b"} ] }\r\n', '[{"a":1},{"b":[1,2]}]', "[]",
+               "{}", '{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"x"}],"nextCursor":"c"},"error":null}',
+               '{"tools": [NaN, -Infinity, 1e400]}', '{"result": {"tools": 5}, "tools": [1]}',
+               '{"tools":[1],"tools":[2,3]}', '{"tools":["\\ud800"]}', '[{"jsonrpc":"2.0","result":{"tools":[1]}}]',
+               # not JSON, or not of the shape: json.loads decides
+               '{"tools": [1,]}', '{"tools": [1] ', '{"tools": [1]} x', '{"tools" [1]}', "{tools: []}", '{"a":1,}',
+               "[1 2]", '"tools"', "5", '\ufeff{"tools":[]}', '{"tools": [1]}\x00', "", "[" * 3000 + "]" * 3000]
+
+
+@pytest.mark.parametrize("text", _LAZY_CASES)
+def test_the_lazy_decoder_gives_json_loads_values_or_leaves_the_text_to_it(text):
+    lazy = cat._lazy_document(text)
+    try:
+        want = json.loads(text)
+    except (ValueError, RecursionError):
+        assert lazy is None
+        return
+    if lazy is not None:
+        assert _materialized(lazy) == want
+
+
+@pytest.mark.parametrize("shape", ["response", "result", "list", "pages"])
+def test_a_catalog_decoded_one_tool_at_a_time_is_the_one_json_loads_gives(small_pack, tmp_path, monkeypatch, shape):
+    tools = [t.to_mcp() for t in load_phone_catalog()][:30]
+    data = {"response": {"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}}, "result": {"tools": tools},
+            "list": tools, "pages": [{"jsonrpc": "2.0", "result": {"tools": tools[:10], "nextCursor": "a"}},
+                                     {"jsonrpc": "2.0", "result": {"tools": tools[10:]}}]}[shape]
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(data, indent=1))
+    monkeypatch.setattr(cat, "LAZY_JSON_AT", 0)
+    lazy = load_catalog(path)
+    monkeypatch.setattr(cat, "LAZY_JSON_AT", 10**12)
+    whole = load_catalog(path)
+    assert list(lazy) == list(whole) and lazy.ids == whole.ids
+
+
+@pytest.mark.parametrize("broken", ['{"tools": [%s, {"name": 5}]}', '{"tools": [%s, %s]}', '{"tools": [%s,]}',
+                                    '{"result": {"tools": [%s]}, "error": {"message": "no"}}',
+                                    '{"tools": [%s], "nextCursor": 7}', '[%s, {"jsonrpc": "2.0"}]', '{"tools": [%s]} ]'])
+def test_a_catalog_decoded_one_tool_at_a_time_fails_as_json_loads_does(small_pack, tmp_path, monkeypatch, broken):
+    tool = json.dumps(load_phone_catalog()[0].to_mcp())
+    path = tmp_path / "c.json"
+    path.write_text(broken.replace("%s", tool))
+    errors = []
+    for at in (0, 10**12):
+        monkeypatch.setattr(cat, "LAZY_JSON_AT", at)
+        with pytest.raises(CatalogError) as err:
+            load_catalog(path)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]
+
+
+def test_the_lazy_decoder_agrees_with_json_loads_on_fuzzed_documents():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+    values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["tools", "result", "jsonrpc", "name", "x"]), inner, max_size=4), max_leaves=20)
+    cut = st.integers(min_value=0, max_value=10**6)
+
+    @hypothesis.settings(max_examples=400, derandomize=True, deadline=None)
+    @hypothesis.given(values, cut, st.sampled_from(["", " ", ",", "]", "}", "x"]), st.booleans())
+    def check(value, at, junk, indent):
+        text = json.dumps(value, indent=1 if indent else None)
+        for t in (text, text[:at % (len(text) + 1)] + junk + text[at % (len(text) + 1):]):
+            test_the_lazy_decoder_gives_json_loads_values_or_leaves_the_text_to_it(t)
+
+    check()
