@@ -1,7 +1,8 @@
 """``magicselector bench soak``: many selects from several threads while tools are added and removed.
 
-Worker threads share one Selector and select phone utterances (some with a dialogue history) while
-a churn thread removes catalog tools, puts them back and adds and removes tools of its own. Every
+Worker threads share one Selector (every other select through a ``with_config()`` copy of it) and
+select phone utterances (some with a dialogue history) while a churn thread, through another copy,
+removes catalog tools, puts them back and adds and removes tools of its own. Every
 selection records the catalog version it searched (``Selection.catalog_version``). Afterwards a
 fresh Selector replays the churn log single-threaded and selects every (utterance, version) pair
 seen, and each concurrent result must equal its replay: the same tools, K, ranked list and scores
@@ -56,6 +57,7 @@ class SoakConfig:
     rerank: bool = True
     decompose: str = "none"
     history_share: float = 0.3        # share of selects that carry HISTORY
+    copies: bool = True               # churn, and every other select, through with_config() copies (issue 27.2)
 
 
 def _rss_mb() -> float:
@@ -99,6 +101,9 @@ class _ConcurrentRun:
 
     def __init__(self, selector, work: list[tuple[str, bool]], config: SoakConfig) -> None:
         self.selector, self.work, self.config = selector, work, config
+        # Selectors sharing one catalog state: the churn's, and those the workers take turns with
+        self.churner = selector.with_config() if config.copies else selector
+        self.selectors = [selector, selector.with_config()] if config.copies else [selector]
         self.digests = np.full((len(work), 16), 0xFF, dtype=np.uint8)
         self.versions = np.full(len(work), -1, dtype=np.int64)   # -1: the select did not finish
         self.errors: list[str] = []
@@ -117,7 +122,7 @@ class _ConcurrentRun:
                 return
             text, with_history = self.work[i]
             try:
-                sel = self.selector.select(text, HISTORY if with_history else ())
+                sel = self.selectors[i % len(self.selectors)].select(text, HISTORY if with_history else ())
                 self.digests[i] = np.frombuffer(_digest(sel), dtype=np.uint8)
                 self.versions[i] = sel.catalog_version
             except Exception as e:  # the soak's finding: any error at all
@@ -127,7 +132,7 @@ class _ConcurrentRun:
                 self.done += 1
 
     def churn(self) -> None:
-        selector, log = self.selector, self.churn_log
+        selector, log = self.churner, self.churn_log
         rng = random.Random(self.config.seed + 1)
         removed: list = []
         extra: list = []
