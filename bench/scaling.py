@@ -381,8 +381,7 @@ def embed_stage_throughput(embedder: Any, catalog: Any, stride: int = 10) -> dic
     import numpy as np
 
     from magicselector.catalog import tool_text
-    from magicselector.files import trim_heap
-    from magicselector.tool_vectors import EMBED_BATCH
+    from magicselector.tool_vectors import EMBED_BATCH, give_back
 
     order = np.argsort([len(tool_text(t)) for t in catalog])
     starts = list(range(0, len(order), EMBED_BATCH))[::max(1, int(stride))]
@@ -395,10 +394,10 @@ def embed_stage_throughput(embedder: Any, catalog: Any, stride: int = 10) -> dic
         embedder.embed(texts)  # the stage at its own best: its arena kept (catalog_index gives it back)
         spent += time.perf_counter() - t
         tools += len(texts)
-    embedder.embed(batches[-1] if batches else [""], release=True)  # what the timing grew, given back
     timed = len(batches)
     del batches
-    trim_heap()  # ... to the system, as catalog_index does, so the index's RSS starts where an app's would
+    give_back(embedder)  # what the timing grew, back to the system as catalog_index gives it, so the
+    # index's RSS starts where an app's would
     return {"batch": EMBED_BATCH, "stride": max(1, int(stride)), "batches_timed": timed,
             "batches_total": -(-len(order) // EMBED_BATCH), "tools_timed": tools, "s": spent,
             "tools_per_s": tools / spent if spent > 0 else None}

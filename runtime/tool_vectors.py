@@ -30,6 +30,14 @@ RELEASE_EVERY = 4
 _F4 = np.dtype("<f4")
 
 
+def give_back(embedder: "Embedder") -> None:
+    """Hand what bulk embedding grew back to the system: one tiny run with release (ONNX Runtime
+    keeps the blocks of the last large run otherwise, +48 MB after a batch of 64 long tool texts),
+    then the C heap's free pages. The vectors of no text change."""
+    embedder.embed(["."], release=True)
+    trim_heap()
+
+
 def catalog_vectors(embedder: "Embedder", catalog: Catalog, model_sha: str = "", cache: bool = True) -> np.ndarray:
     """One row per tool of ``catalog``; reused from ``<cache>/embeddings`` when the same embedder
     (``model_sha``) has embedded the same texts before. Without a ``model_sha`` nothing is cached."""
@@ -50,6 +58,8 @@ def catalog_index(embedder: "Embedder", catalog: Catalog, model_sha: str = "", d
         for start in range(0, len(ids), INDEX_CHUNK):
             stop = min(start + INDEX_CHUNK, len(ids))
             index.add(ids[start:stop], vf.rows(start, stop))
+    if len(ids) >= INDEX_CHUNK:
+        trim_heap()  # the chunks read back, given back
     return index
 
 
@@ -154,6 +164,8 @@ def _vector_file(embedder: "Embedder", catalog: Catalog, model_sha: str, cache: 
             vf.write(rows, vectors)
             if progress is not None:
                 progress(min(start + EMBED_BATCH, n), n)
+        if n:
+            give_back(embedder)
         if cache:
             f.flush()
             tmp.replace(path)  # a whole file, under its key, in one step

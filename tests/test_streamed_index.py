@@ -119,13 +119,19 @@ def test_streamed_index_equals_one_add(selector, small_steps, monkeypatch):
 
         def embed(self, texts, release=False):
             sizes.append(len(texts))
+            calls.append((list(texts), release))
             return real_embed(texts)
 
+    calls: list[tuple[list[str], bool]] = []
     adds: list[int] = []
     real_add = ToolIndex.add
     monkeypatch.setattr(ToolIndex, "add", lambda self, ids, v: (adds.append(len(ids)), real_add(self, ids, v))[1])
     got = tv.catalog_index(Counting(), catalog, model_sha="", dtype=selector.index.dtype)
+    assert calls[-1] == (["."], True)  # the arena handed back by one tiny run (tool_vectors.give_back)
+    sizes.pop()
     assert max(sizes) <= tv.EMBED_BATCH and sum(sizes) == len(catalog)
+    assert [release for _, release in calls[:-1]] == [b % tv.RELEASE_EVERY == tv.RELEASE_EVERY - 1 or
+                                                     b == len(sizes) - 1 for b in range(len(sizes))]
     assert max(adds) <= 37 and sum(adds) == len(catalog) and len(adds) > 5
     assert got.ids == want_index.ids == catalog.ids
     assert np.array_equal(got.vectors(catalog.ids), want_index.vectors(catalog.ids))
