@@ -284,7 +284,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from magicselector.data.mobile import GeneratorConfig, generate_benchmark
 
-    summary = generate_benchmark(args.out, GeneratorConfig(seed=args.seed, dialogues=args.dialogues))
+    summary = generate_benchmark(args.out, GeneratorConfig(seed=args.seed, dialogues=args.dialogues,
+                                                           assistant_turns=args.assistant_turns))
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -446,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--dialogues", type=int, default=1200)
+    sp.add_argument("--assistant-turns", choices=("echo", "realistic"), default="echo",
+                    help="echo (default: the shipped splits): assistant turns restate the task; realistic: tool "
+                         "results with IDs, times and values and short confirmations, as real transcripts have "
+                         "(same user turns, gold and categories)")
     sp.set_defaults(func=cmd_generate)
     from magicselector.data.cli import register as register_split  # `magicselector split`
 

@@ -17,10 +17,13 @@ def main(argv=None) -> int:
     ap.add_argument("--max-turns", type=int, default=6)
     ap.add_argument("--catalog-dir", default=None, help="default: the shipped phone catalog")
     ap.add_argument("--templates-dir", default=None, help="default: the shipped templates")
+    ap.add_argument("--assistant-turns", choices=("echo", "realistic"), default="echo",
+                    help="realistic: tool results and short confirmations instead of restated tasks")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = ap.parse_args(argv)
     config = GeneratorConfig(seed=args.seed, dialogues=args.dialogues, max_turns=args.max_turns,
-                             catalog_dir=args.catalog_dir, templates_dir=args.templates_dir)
+                             catalog_dir=args.catalog_dir, templates_dir=args.templates_dir,
+                             assistant_turns=args.assistant_turns)
     try:
         summary = generate_benchmark(args.out, config)
     except ValueError as exc:

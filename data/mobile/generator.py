@@ -22,7 +22,11 @@ How a dialogue is built
 * The user utterance is assembled from one clause per mentioned tool, joined with natural
   connectors.  The assistant reply is driven by the outcome states (Appendix A): success confirms,
   failure explains, executing reports progress, ask_detail asks the template's question, select
-  lists options, silent tools are not mentioned.
+  lists options, silent tools are not mentioned.  That reply restates the task in the catalog's
+  words ("echo", the default); ``assistant_turns="realistic"`` writes what real transcripts carry
+  instead (tool results with IDs, times, codes and slot values, short confirmations; the
+  assistant's clarifying questions unchanged), drawn from a stream of its own so that the user
+  turns, gold and categories are those of "echo" for the same seed.
 
 Anti-memorisation: every phrasing list and slot-value list is split deterministically, by a hash
 of each entry's text, into a training part (~70%) and a held-out part (~30%).  Training dialogues
@@ -226,6 +230,62 @@ A_WELCOME = [
 A_JOIN = ["Also, {c}", "And {c}", "{c}", "{c}", "Meanwhile, {c}", "As for the other thing, {c}"]
 A_OPTIONS_FALLBACK = ["I found a few options: {options}. Which one?"]
 
+# -- realistic assistant turns (``assistant_turns="realistic"``) -----------------------------
+# Real assistant turns carry what the tool returned (IDs, times, amounts, lists of options, status
+# snippets) and short confirmations; they rarely restate the request in the catalog's words.
+# {id} {time} {pct} {eta} {secs} {code} {n} are drawn per reply; {value} is one of the turn's slot
+# values; {list} a few values of one of the tool's slots, each with a number, id or time.
+R_DONE = [
+    "Done. Ref {id}.", "Done ({id}).", "All set, confirmation #{id}.", "Okay, done.", "Done.",
+    "Confirmed: {value}, {time}.", "Got it: {value}.", "Saved at {time}, id {id}.",
+    '{"status": "ok", "id": "{id}"}', '{"ok": true, "ref": "{id}", "at": "{time}"}',
+    "Success, id={id}.", "Finished at {time}.", "Okay. Confirmation: {id}.",
+    "Sure, {value} it is. Anything else?", "That went through at {time} (ref {id}).",
+    "Updated: {value}.", "Yep, {n} change(s) applied.", "Sure thing. ID {id}.",
+]
+R_LOOKUP = [
+    "Here's what I found: {list}.", "{n} results: {list}.", "Top matches: {list}.",
+    "I see {list}.", "Results: {list}. Want details on any of them?", "Showing {list}.",
+    "Here you go: {list}.", "Looks like {list}.", "{n} found: {list}.",
+    "Latest: {value}, updated {time}.", "{value}: {n} entries, last at {time}.",
+    '{"count": {n}, "items": [{list}]}', "Found these: {list}.", "Closest: {list}.",
+]
+R_FAILURE = [
+    "Error {code}: the service is unavailable.", "That failed with code {code}. Want me to retry?",
+    "Request timed out after {secs} s.", '{"status": "error", "code": {code}}',
+    "Couldn't complete it: server returned {code}.", "No luck, error {code}.",
+    "It didn't go through (request {id}).", "The app returned an error ({code}).",
+    "Hmm, that failed. Error {code}, request {id}.", "Timed out. Should I try again?",
+    "Failed: network unreachable.", "Sorry, error {code} on my side.",
+]
+R_EXECUTING = [
+    "Started, job {id}. About {eta}.", "In progress ({pct}%).", "Queued as {id}.",
+    "Running now, should take {eta}.", '{"status": "pending", "job": "{id}"}',
+    "Working on it, {pct}% so far.", "Kicked off at {time}, I'll update you.",
+    "Processing, ref {id}.", "On it. ETA {eta}.", "Started at {time}.",
+]
+R_STILL = [
+    "Still running: {pct}% done.", "Not yet, {pct}% complete.", "Status: pending ({pct}%).",
+    "About {eta} left.", "Still processing job {id}.", "Not done yet, ETA {eta}.",
+    '{"status": "running", "progress": {pct}}', "Nope, {pct}% so far.",
+]
+R_CHECK_DONE = [
+    "Yes, finished at {time}.", "Completed. Ref {id}.", "Done as of {time}.",
+    "Yep, status: complete ({id}).", '{"status": "done", "id": "{id}"}',
+    "It went through at {time}.", "Yes, all done ({id}).", "Finished {eta} ago.",
+]
+R_CANCEL = [
+    "Cancelled. Ref {id}.", "Done, {id} is off.", "Okay, it's off.", "Called off at {time}.",
+    '{"status": "cancelled", "id": "{id}"}', "Reverted.", "Undone (ref {id}).", "Okay, stopped.",
+]
+R_JOIN = ["{c}", "{c}", "Also: {c}", "And {c}", "Next one: {c}", "Other one: {c}", "Then: {c}"]
+#: how one entry of a {list} result looks ({v} a slot value, {x} a number, id or time)
+R_LIST_ITEM = ["{v} ({x})", "{v} - {x}", "{v}, {x}", '{"name": "{v}", "id": "{x}"}', "{v} [{x}]"]
+#: tools whose first name word reads data: their success reply is a result list or value
+LOOKUP_VERBS = {"get", "list", "search", "find", "check", "read", "show", "view", "track",
+                "detect", "recognize", "define", "translate", "scan"}
+ASSISTANT_TURNS = ("echo", "realistic")
+
 ORDINALS = ["first", "second", "third"]
 NUMBERS = ["one", "two", "three"]
 
@@ -264,6 +324,10 @@ class GeneratorConfig:
     catalog_dir: str | Path | None = None      # None: the shipped magicselector/catalogs/phone
     templates_dir: str | Path | None = None    # None: the shipped data/mobile/domains
     ood_fraction: float = 0.15                 # share of dialogues built from OOD domains
+    #: "echo": assistant turns restate the task (the shipped splits); "realistic": tool results
+    #: with IDs, times and values, short confirmations (clarifying questions unchanged). Only the
+    #: assistant turns differ: user turns, gold and categories are those of "echo".
+    assistant_turns: str = "echo"
 
 
 def default_catalog_dir() -> Path:
@@ -775,10 +839,14 @@ class Clause:
 
 class DialogueBuilder:
     def __init__(self, bank: Bank, config: GeneratorConfig, rng: random.Random, part: str,
-                 ood: bool, ood_domains: list[str]):
+                 ood: bool, ood_domains: list[str], arng: random.Random | None = None):
         self.bank = bank
         self.cfg = config
         self.rng = rng
+        # realistic assistant turns draw from their own stream, so that the dialogue itself
+        # (user turns, gold, categories) is the one "echo" gives for the same seed
+        self.arng = arng if arng is not None else random.Random(0)
+        self.a_phrasings: list[tuple[str, str]] = []
         self.part = part
         self.ood = ood
         self.ood_domains = ood_domains
@@ -1027,6 +1095,117 @@ class DialogueBuilder:
             return _fill(ask, vals)
         raise AssertionError(s)  # pragma: no cover
 
+    # -- realistic assistant turns -----------------------------------------------------------------
+    def apick(self, lst: list[str], need=(), avoid=()) -> str:
+        """``pick`` for realistic assistant phrasings: same train/held-out part, own stream."""
+        pool = part_of(lst, self.part)
+        pool = [x for x in pool if all("{%s}" % n in x for n in need)
+                and not any("{%s}" % a in x for a in avoid)] or \
+            [x for x in pool if not _placeholders(x)] or pool
+        text = self.arng.choice(pool)
+        train, held = partition(lst)
+        self.a_phrasings.append((text, "all" if train == held else self.part))
+        return text
+
+    def result_id(self, item: Item, style: int | None = None) -> str:
+        r = self.arng
+        style = r.randrange(5) if style is None else style
+        if style == 0:
+            return str(r.randrange(10000, 99999))
+        if style == 1:
+            initials = "".join(w[0] for w in item.tool.split("_")[:2]).upper()
+            return f"{initials}-{r.randrange(1000, 9999)}"
+        if style == 2:
+            return "".join(r.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(6))
+        if style == 3:
+            return f"{item.tool.split('_')[-1][:3]}_{r.getrandbits(32):08x}"
+        return f"#{r.randrange(100, 999)}{r.choice('ABCDEFGHJK')}"
+
+    def clock(self) -> str:
+        r = self.arng
+        h, m = r.randrange(1, 13), r.choice((0, 5, 10, 15, 20, 30, 40, 45, 50))
+        if r.random() < 0.6:
+            return f"{h}:{m:02d} {r.choice(('AM', 'PM'))}"
+        return f"{(h + 12 * r.randrange(2)) % 24:02d}:{m:02d}"
+
+    def result_fields(self, item: Item) -> dict[str, str]:
+        """Per-reply tool-output values: ID, clock time, progress, ETA, error code, a slot value."""
+        r = self.arng
+        clock = self.clock()
+        eta = f"{r.randrange(1, 15)} min" if r.random() < 0.6 else f"{r.randrange(5, 60)} s"
+        values = [(k, v) for k, v in item.values.items() if v]
+        out = {"id": self.result_id(item), "time": clock, "pct": str(r.randrange(5, 96)),
+               "eta": eta, "secs": str(r.choice((10, 15, 30, 60))),
+               "code": str(r.choice((400, 403, 404, 408, 409, 429, 500, 502, 503, 504))),
+               "n": str(r.randrange(1, 6))}
+        if values:
+            k, v = r.choice(values)
+            out["value"] = _swap_values(v) if _swappable(k) else v
+        return out
+
+    def result_list(self, item: Item, template: str) -> tuple[str, int] | None:
+        """A few values of one of the tool's slots, each with an id, time or amount."""
+        r = self.arng
+        slots = [k for k in item.values] or list(item.tmpl.slots)
+        if not slots:
+            return None
+        slot = r.choice(slots)
+        pool = part_of(self.slot_pool(slot, item.tmpl), self.part)
+        own = item.values.get(slot)
+        others = [v for v in pool if v != own]
+        vals = ([own] if own else []) + r.sample(others, min(len(others), r.randrange(1, 4)))
+        if len(vals) < 2:
+            return None
+        style = R_LIST_ITEM[3] if '"items"' in template else self.apick(R_LIST_ITEM)
+        entries = []
+        kind = 0 if style.startswith("{") else r.randrange(4)   # JSON entries carry an id
+        id_style = r.randrange(5)                                 # one ID format per list
+        for v in vals:
+            x = (self.result_id(item, id_style) if kind == 0 else self.clock() if kind == 1 else
+                 f"${r.randrange(3, 300)}.{r.randrange(100):02d}" if kind == 2 else
+                 f"{r.randrange(1, 50) / 10} km")
+            entries.append(_fill(style, {"v": v, "x": x}))
+        joined = ", ".join(entries) if style.startswith("{") else "; ".join(entries)
+        return joined, len(vals)
+
+    def realistic_clause(self, item: Item, via: str, echo: str | None) -> str | None:
+        """The assistant's part for ``item`` as a real transcript has it (None: not mentioned)."""
+        s = item.state
+        if s is None or s == "silent":
+            return None
+        if s in ("ask_detail", "select") and via != "check":
+            return echo        # the assistant's own question: dialogue flows answer it
+        vals = self.result_fields(item)
+        missing = () if "value" in vals else ("value",)
+        if via == "check":
+            lst = R_STILL if s == "executing" else R_CHECK_DONE
+        elif s == "cancel":
+            lst = R_CANCEL
+        elif s == "failure":
+            lst = R_FAILURE
+        elif s == "executing":
+            lst = R_EXECUTING
+        elif item.tool.split("_")[0] in LOOKUP_VERBS:
+            text = self.apick(R_LOOKUP, avoid=missing)
+            if "{list}" in text:
+                found = self.result_list(item, text)
+                if found is None:
+                    return _fill(self.apick(R_DONE, avoid=("value",) + missing), vals)
+                vals["list"], vals["n"] = found[0], str(found[1])
+            return _fill(text, vals)
+        else:
+            lst = R_DONE
+        return _fill(self.apick(lst, avoid=missing), vals)
+
+    def realistic_reply(self, parts: list[str | None]) -> str:
+        parts = [p for p in parts if p]
+        if not parts:
+            return "Okay."
+        out = _cap(parts[0])
+        for p in parts[1:]:
+            out += " " + _cap(_fill(self.apick(R_JOIN), {"c": p}))
+        return out
+
     # -- composition -----------------------------------------------------------------------------
     def choose_domain(self, exclude=(), prefer_ood=False) -> str:
         doms = [d for d in self.domains if d not in exclude] or list(self.domains)
@@ -1107,6 +1286,24 @@ class DialogueBuilder:
             out += " " + _cap(_fill(conn, {"c": body}))
         return out
 
+    def assistant_turn(self, clauses: list[Clause], vias: dict[int, str]) -> str:
+        """The assistant's reply to a turn.  The echo reply is always drawn (it advances the
+        dialogue's stream); the realistic one replaces it, drawn from the assistant stream."""
+        seen = set()
+        items, parts = [], []
+        for c in clauses:
+            if id(c.item) in seen:
+                continue
+            seen.add(id(c.item))
+            items.append(c.item)
+            parts.append(self.assistant_clause(c.item, vias.get(id(c.item), ""),
+                                               named=len(clauses) > 1))
+        echo = self.join_assistant(parts)
+        if self.cfg.assistant_turns != "realistic":
+            return echo
+        real = [self.realistic_clause(it, vias.get(id(it), ""), p) for it, p in zip(items, parts)]
+        return self.realistic_reply(real)
+
     def build(self, n_turns: int) -> list[dict]:
         """Generate one dialogue: a list of turns {user, assistant, tasks, category, phrasings}."""
         turns: list[dict] = []
@@ -1174,18 +1371,12 @@ class DialogueBuilder:
                 category = cats[0] if len(cats) == 1 else "mixed"
                 self.active = survivors
             user = self.join_user(clauses)
-            seen = set()
-            parts = []
-            for c in clauses:
-                if id(c.item) in seen:
-                    continue
-                seen.add(id(c.item))
-                parts.append(self.assistant_clause(c.item, vias.get(id(c.item), ""),
-                                                   named=len(clauses) > 1))
-            assistant = self.join_assistant(parts)
+            assistant = self.assistant_turn(clauses, vias)
             tasks = [{"text": c.task, "tool": c.tool} for c in clauses]
             turns.append({"user": user, "assistant": assistant, "tasks": tasks,
-                          "category": category, "phrasings": list(self.phrasings)})
+                          "category": category,
+                          "phrasings": list(self.phrasings) + self.a_phrasings})
+            self.a_phrasings = []
             # tools in a null state leave the context
             self.active = [it for it in self.active if it.state not in (None, "silent", "cancel")]
             r += 1
@@ -1224,6 +1415,9 @@ def build_dialogues(config: GeneratorConfig = GeneratorConfig(), bank: Bank | No
     """Generate all dialogues; returns (bank, list of (split, dialogue_id, turns))."""
     if config.max_turns < 1 or config.dialogues < 1:
         raise ValueError("dialogues and max_turns must be >= 1")
+    if config.assistant_turns not in ASSISTANT_TURNS:
+        raise ValueError(f"assistant_turns must be one of {', '.join(ASSISTANT_TURNS)}, "
+                         f"not {config.assistant_turns!r}")
     bank = bank or load_bank(config)
     ood_domains = [d for d in config.ood_domains]
     present_ood = sorted({tp.domain for tp in bank.templates.values() if tp.domain in ood_domains})
@@ -1236,7 +1430,8 @@ def build_dialogues(config: GeneratorConfig = GeneratorConfig(), bank: Bank | No
     for i, split in enumerate(labels):
         rng = random.Random(f"magicselector-mobile:{config.seed}:{i}")
         part = "train" if split == "train" else "heldout"
-        builder = DialogueBuilder(bank, config, rng, part, split == "test_ood", ood_domains)
+        arng = random.Random(f"magicselector-mobile-assistant:{config.seed}:{i}")
+        builder = DialogueBuilder(bank, config, rng, part, split == "test_ood", ood_domains, arng)
         n_turns = rng.choices(range(1, config.max_turns + 1), weights=weights)[0]
         turns = builder.build(n_turns)
         did = f"{split}-{counters[split]:05d}"
@@ -1250,6 +1445,8 @@ def _config_dict(config: GeneratorConfig) -> dict:
     d["ood_domains"] = list(config.ood_domains)
     for k in ("catalog_dir", "templates_dir"):
         d[k] = None if d[k] is None else str(d[k])
+    if d["assistant_turns"] == "echo":   # the default: summary.json stays as it was before the option
+        del d["assistant_turns"]
     return d
 
 
