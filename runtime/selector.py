@@ -123,7 +123,7 @@ class _CatalogState:
     through any of them is seen by all, and no turn reads a catalog and an index that disagree."""
 
     def __init__(self, catalog: Catalog, index: ToolIndex, lexical: LexicalIndex | None) -> None:
-        missing = [t.id for t in catalog if t.id not in index]
+        missing = [i for i in catalog.ids if i not in index]  # ids only: a packed catalog decodes no tool
         if missing or len(index) != len(catalog):
             raise BundleError(f"index and catalog disagree ({len(index)} vs {len(catalog)} tools; "
                               f"e.g. {missing[:3]} not indexed)")
