@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import hypothesis
 import pytest
 
 from magicselector import catalog as cat
@@ -137,7 +138,6 @@ def test_a_catalog_decoded_one_tool_at_a_time_fails_as_json_loads_does(small_pac
 
 
 def test_the_lazy_decoder_agrees_with_json_loads_on_fuzzed_documents():
-    hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
     leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
     values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
