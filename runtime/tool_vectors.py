@@ -25,8 +25,9 @@ EMBED_BATCH = 64
 INDEX_CHUNK = 4096  # rows read back from the vector file per add to the index
 # Every this many embed calls (and the last), the embedder gives its activations back: batches of
 # ever new shapes otherwise grow ONNX Runtime's arena without bound (+130 MB over 5,000 MCP tools),
-# and giving back after every call costs about 10 % of the throughput (docs/bench/scaling-100k-mcp.md).
-RELEASE_EVERY = 4
+# and a release makes its call about 10 % slower, so it comes every 16th call, which bounds the arena
+# as well (docs/bench/scaling-100k-mcp.md).
+RELEASE_EVERY = 16
 _F4 = np.dtype("<f4")
 
 
