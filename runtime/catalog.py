@@ -831,6 +831,7 @@ def _entries_from_json(path: Path) -> tuple[list[tuple[Any, str]], str | None]:
 # time (``_lazy_document``): 100,000 MCP tools decoded at once take about 300 MB over the file.
 LAZY_JSON_AT = 1 << 22
 _JSON_WS = re.compile(r"[ \t\n\r]*")
+_JSON_DECODER = json.JSONDecoder()  # stateless: one serves every read
 
 
 class _LazyArray:
@@ -844,7 +845,7 @@ class _LazyArray:
         return len(self._starts)
 
     def item(self, i: int) -> Any:
-        return json.decoder.JSONDecoder().raw_decode(self._text, self._starts[i])[0]
+        return _JSON_DECODER.raw_decode(self._text, self._starts[i])[0]
 
     def __iter__(self) -> Iterator[Any]:
         return (self.item(i) for i in range(len(self._starts)))
@@ -876,7 +877,7 @@ def _lazy_document(text: str) -> Any:
     ``_LazyArray``; every element is scanned once, so the whole text is checked as JSON. None
     wherever the text is not valid JSON or not of that shape, and ``json.loads`` decides (the same
     values, the same errors)."""
-    scan: Callable[[str, int], tuple[Any, int]] = getattr(json.decoder.JSONDecoder(), "scan_once")
+    scan: Callable[[str, int], tuple[Any, int]] = getattr(_JSON_DECODER, "scan_once")
     scanstring: Callable[[str, int, bool], tuple[str, int]] = getattr(json.decoder, "scanstring")
 
     def skip(i: int) -> int:  # past the JSON whitespace at i

@@ -26,7 +26,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
+from typing import Iterator, Sequence
 
 import pytest
 
@@ -62,6 +64,24 @@ def missing_modules(extra: str, modules: tuple[str, ...] | None = None) -> list[
     """The modules of ``extra`` (or the given ones) that this environment cannot import."""
     wanted = modules if modules is not None else EXTRAS[extra][0]
     return [m for m in wanted if importlib.util.find_spec(m) is None]
+
+
+def held_out_chunks(lists: Sequence[Sequence[str]], train_entries: Sequence[str], min_chars: int
+                    ) -> Iterator[tuple[str, str]]:
+    """(phrase, chunk) for each held-out phrasing of the generator's ``lists`` whose longest literal
+    chunk (the text between its ``{slot}``s) is at least ``min_chars`` long and in no train entry:
+    what must never show in a train split's text (the train / held-out partition)."""
+    from magicselector.data.mobile.generator import partition
+
+    for lst in lists:
+        train, held = partition(lst)
+        if train == held:
+            continue
+        for phrase in held:
+            chunks = [c.strip(" ,.?!:").lower() for c in re.split(r"\{[a-z_]+\}", phrase)]
+            chunk = max(chunks, key=len)
+            if len(chunk) >= min_chars and not any(chunk in e for e in train_entries):
+                yield phrase, chunk
 
 
 def pytest_configure(config) -> None:

@@ -15,6 +15,8 @@ from magicselector.data.mobile import (GeneratorConfig, build_dialogues, generat
 from magicselector.data.mobile import generator as G
 from magicselector.data.mobile.__main__ import main as cli_main
 
+from conftest import held_out_chunks
+
 FIXTURES = Path(__file__).parent / "fixtures" / "mobile"
 SPLITS = ("train", "dev", "test", "test_ood")
 R_LISTS = (G.R_DONE, G.R_LOOKUP, G.R_FAILURE, G.R_EXECUTING, G.R_STILL, G.R_CHECK_DONE,
@@ -126,15 +128,9 @@ def test_realistic_phrasings_keep_the_partition(both):
                    if m["role"] == "assistant"]
     train_entries = [x.lower() for lst in R_LISTS for x in partition(lst)[0]]
     checked = 0
-    for lst in R_LISTS:
-        train, held = partition(lst)
-        for phrase in held:
-            chunks = [c.strip(" ,.?!:").lower() for c in re.split(r"\{[a-z_]+\}", phrase)]
-            chunk = max(chunks, key=len)
-            if len(chunk) < 8 or any(chunk in e for e in train_entries):
-                continue
-            checked += 1
-            assert not any(chunk in t for t in train_turns), (phrase, chunk)
+    for phrase, chunk in held_out_chunks(R_LISTS, train_entries, 8):
+        checked += 1
+        assert not any(chunk in t for t in train_turns), (phrase, chunk)
     assert checked >= 5
 
 

@@ -25,6 +25,8 @@ from magicselector.data.mobile import (
 from magicselector.data.mobile import generator as G
 from magicselector.data.mobile.__main__ import main as cli_main
 
+from conftest import held_out_chunks
+
 FIXTURES = Path(__file__).parent / "fixtures" / "mobile"
 SPLITS = ("train", "dev", "test", "test_ood")
 QUERY_KEYS = ["id", "history", "query", "gold", "category", "tasks", "domains", "dialogue_id"]
@@ -240,17 +242,9 @@ def test_heldout_phrasings_never_in_train(fixture_out):
                 G.RETRY_VALUE_SAY, G.INLINE_CONNECTORS, G.SENTENCE_CONNECTORS):
         train_entries += [x.lower() for x in partition(lst)[0]]
     checked = 0
-    for lst in lists:
-        train, held = partition(lst)
-        if train == held:
-            continue
-        for phrase in held:
-            chunks = [c.strip(" ,.?!:").lower() for c in re.split(r"\{[a-z_]+\}", phrase)]
-            chunk = max(chunks, key=len)
-            if len(chunk) < 10 or any(chunk in e for e in train_entries):
-                continue
-            checked += 1
-            assert not any(chunk in q for q in train_queries), (phrase, chunk)
+    for phrase, chunk in held_out_chunks(lists, train_entries, 10):
+        checked += 1
+        assert not any(chunk in q for q in train_queries), (phrase, chunk)
     assert checked >= 5
 
 

@@ -4,6 +4,7 @@ python3 docs/bench/history_roles.py all|questions|lastq   # needs /tmp/mobile an
 """
 import json, random, sys, math, re
 import numpy as np
+from magicselector.data.metrics import ndcg_at_k
 import magicselector.dialogue as D
 from magicselector.dialogue import Turn
 from magicselector import Selector
@@ -26,11 +27,8 @@ def recent_turns(history, mode, turns=4):
     return keep[-turns:]
 if variant != "all": D.recent_turns = recent_turns
 import magicselector.selector as S
-def ndcg(ids, gold, k=10):
-    dcg = sum(1 / math.log2(i + 2) for i, t in enumerate(ids[:k]) if t in gold)
-    return dcg / sum(1 / math.log2(i + 2) for i in range(min(len(gold), k)))
 base = Selector.from_bundle(None)
 for d in ["/tmp/mobile/dev", "/tmp/mobile/test", "/tmp/mobile/test_ood", "/tmp/mobile_real/dev", "/tmp/mobile_real/test", "/tmp/mobile_real/test_ood"]:
     qs = [json.loads(l) for l in open(f"{d}/queries.jsonl")]; random.Random(0).shuffle(qs); qs = qs[:500]
     r = [(set(q["gold"]), base.select(q["query"], q["history"])) for q in qs]
-    print(f"{variant:10s} {d:24s} C@5 {np.mean([g <= set(s.ranked_ids[:5]) for g, s in r]):.3f} C@10 {np.mean([g <= set(s.ranked_ids[:10]) for g, s in r]):.3f} NDCG {np.mean([ndcg(s.ranked_ids, g) for g, s in r]):.3f} C@K {np.mean([g <= set(s.ids) for g, s in r]):.3f} K {np.mean([s.k for g, s in r]):.2f}", flush=True)
+    print(f"{variant:10s} {d:24s} C@5 {np.mean([g <= set(s.ranked_ids[:5]) for g, s in r]):.3f} C@10 {np.mean([g <= set(s.ranked_ids[:10]) for g, s in r]):.3f} NDCG {np.mean([ndcg_at_k(s.ranked_ids, g, 10) for g, s in r]):.3f} C@K {np.mean([g <= set(s.ids) for g, s in r]):.3f} K {np.mean([s.k for g, s in r]):.2f}", flush=True)

@@ -9,6 +9,7 @@ Parts and queries as budget_eval.py: 500 seeded queries of each development eval
 """
 import json, math, random, sys
 import numpy as np
+from magicselector.data.metrics import ndcg_at_k
 
 PARTS = {"mobile/test": "/tmp/mobile/test", "mobile/test_ood": "/tmp/mobile/test_ood",
          "bfcl/eval": "/tmp/splits/bfcl/eval", "metatool/eval": "/tmp/splits/metatool/eval"}
@@ -22,16 +23,11 @@ def queries(d, n=500):
     return qs[:n]
 
 
-def ndcg(ids, gold, k=10):
-    dcg = sum(1 / math.log2(i + 2) for i, t in enumerate(ids[:k]) if t in gold)
-    return dcg / sum(1 / math.log2(i + 2) for i in range(min(len(gold), k)))
-
-
 def report(name, rows):
     """rows: (gold set, Selection) pairs."""
     print(f"{name:16s} C@5 {np.mean([g <= set(s.ranked_ids[:5]) for g, s in rows]):.3f} "
           f"C@10 {np.mean([g <= set(s.ranked_ids[:10]) for g, s in rows]):.3f} "
-          f"NDCG@10 {np.mean([ndcg(s.ranked_ids, g) for g, s in rows]):.3f} "
+          f"NDCG@10 {np.mean([ndcg_at_k(s.ranked_ids, g, 10) for g, s in rows]):.3f} "
           f"C@K {np.mean([g <= set(s.ids) for g, s in rows]):.3f} K {np.mean([s.k for _, s in rows]):.2f}", flush=True)
 
 
