@@ -35,7 +35,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"where the bundle goes on the device, as REMOTE_DIR/bundle (default: {DEFAULT_REMOTE_DIR})")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment variable for the device's Python (repeatable), e.g. LD_LIBRARY_PATH=...")
-    p.add_argument("--history-mode", choices=["none", "user", "all"], default=None,
+    p.add_argument("--history-mode", choices=["none", "user", "questions", "all"], default=None,
                    help="what of the dialogue retrieval sees (default: as `magicselector demo`, the shipped "
                         "mode, or user when that is none)")
     p.add_argument("--adb", help="the adb executable (default: $ADB or adb on PATH)")

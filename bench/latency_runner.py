@@ -1,7 +1,7 @@
 """The latency runner: ``measure_latency`` in a fresh process, written as JSON (also run on phones).
 
     python -m magicselector.bench.latency_runner --bundle DIR --runs N --warmup N --threads T \
-        --out FILE.json [--cool-down-s S] [--history-mode none|user|all] [--no-verify]
+        --out FILE.json [--cool-down-s S] [--history-mode none|user|questions|all] [--no-verify]
 
 Needs only numpy, onnxruntime, usearch and tokenizers (the lean runtime). One progress line per
 pass goes to stderr; the results (schema ``magicselector-latency/1``, see
@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True, help="output JSON file ('-' for stdout)")
     p.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
-    p.add_argument("--history-mode", choices=["none", "user", "all"], default=None,
+    p.add_argument("--history-mode", choices=["none", "user", "questions", "all"], default=None,
                    help="default: the shipped SelectorConfig's")
     p.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default=None,
                    help="the decomposer to run (llm/auto load the GGUF model: its memory counts in the peak RSS)")

@@ -73,10 +73,11 @@ def add_threads_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_history_mode_option(p: argparse.ArgumentParser, *, default_help: str | None = None) -> None:
-    """``--history-mode none|user|all``."""
+    """``--history-mode none|user|questions|all``."""
     p.add_argument("--history-mode", choices=HISTORY_MODES, default=None, dest="history_mode",
                    help="what of the dialogue retrieval sees: none (the utterance), user (plus earlier user "
-                        f"turns), all (plus the whole dialogue); default {default_help or repr(SHIPPED.history)}")
+                        f"turns), questions (plus earlier user turns and the assistant's questions), all (plus the whole "
+                        f"dialogue); default {default_help or repr(SHIPPED.history)}")
 
 
 def add_history_file_option(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from .errors import InputError
 from .stages.cut import CutConfig
 from .decompose.prompts import PROMPT_STYLES
 
-HISTORY_MODES = ("none", "user", "all")
+HISTORY_MODES = ("none", "user", "questions", "all")
 # The shipped cut: keep the tools within 70 % of the score range of the list's first 15 below the
 # top score; in a decomposed turn 80 % on each list, and at most 5 tools from the anchor list; of
 # those, the bundle's learned head drops the ones it gives under 0.1 % (stages/head.py).

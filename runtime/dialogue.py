@@ -394,16 +394,16 @@ def _with_tools(text: str, tools: Sequence[str]) -> str:
     return f"{text} ({tool_phrase(tools)})" if text else tool_phrase(tools)
 
 
-def _exchanges(history: Sequence[Turn]) -> list[Turn]:
+def _exchanges(history: Sequence[Turn], tool_words: bool = True) -> list[Turn]:
     """User and assistant turns, tool results and system prompts dropped; an assistant message's
-    text carries the tools it called, and an assistant's consecutive messages (a tool call, then
-    its reply) are merged, so that ``history_turns`` counts turns of the conversation, not tool
-    plumbing."""
+    text carries the tools it called (unless ``tool_words`` is off), and an assistant's consecutive
+    messages (a tool call, then its reply) are merged, so that ``history_turns`` counts turns of the
+    conversation, not tool plumbing."""
     out: list[Turn] = []
     for t in history:
         if t.role in ("system", "tool"):
             continue
-        text = _with_tools(t.content, t.tools) if t.role == "assistant" else t.content
+        text = _with_tools(t.content, t.tools) if t.role == "assistant" and tool_words else t.content
         if out and t.role == "assistant" and out[-1].role == "assistant":
             prev = out[-1]
             out[-1] = Turn("assistant", " ".join(x for x in (prev.content, text) if x),
@@ -425,25 +425,35 @@ def retrieval_text(query: str, history: Sequence[Turn], mode: str, turns: int = 
     return " | ".join([query, *earlier]) if earlier else query
 
 
+_QUESTION = re.compile(r"[^.!?\n]*\?")  # a question sentence: the text since the last sentence end up to a "?"
+
+
 def recent_turns(history: Sequence[Turn], mode: str, turns: int = 4) -> list[Turn]:
-    """The earlier turns a history mode keeps, oldest first: the last ``turns`` user turns (``user``)
-    or turns of the conversation (``all``), none for ``none``. The one place history is folded:
-    ``retrieval_text`` and the LLM decomposer's prompt both read it.
+    """The earlier turns a history mode keeps, oldest first: the last ``turns`` user turns (``user``),
+    user turns and the questions the assistant asked (``questions``), or turns of the conversation
+    (``all``); none for ``none``. The one place history is folded: ``retrieval_text`` and the LLM
+    decomposer's prompt both read it.
 
     Tool results and system prompts are left out, and an assistant's tool call and its reply count
     as one turn. The tools called come along as words (measured in docs/bench/history.md): under
-    ``all`` each assistant turn carries the tools it called, under ``user`` each user turn carries
-    the tools called in answer to it.
+    ``all`` each assistant turn carries the tools it called, under ``user`` and ``questions`` each
+    user turn carries the tools called in answer to it. ``questions`` keeps only the question
+    sentences of an assistant turn ("To where?", "Which one, Priya or Luis?"): a real assistant's
+    results, IDs and confirmations name no task, while its clarifying question names the one the
+    next answer completes (docs/bench/history.md, "Weighting the history by role").
     """
     if mode == "none":
         return []
-    merged = _exchanges(history)
-    if mode == "user":
-        answered = [nxt.tools if nxt.role == "assistant" else () for nxt in [*merged[1:], Turn("user", "")]]
-        keep = [Turn("user", _with_tools(t.content, tools), tools)
-                for t, tools in zip(merged, answered) if t.role == "user"]
-    else:
-        keep = merged
+    if mode == "all":
+        return _exchanges(history)[-turns:]
+    merged = _exchanges(history, tool_words=False)
+    answered = [nxt.tools if nxt.role == "assistant" else () for nxt in [*merged[1:], Turn("user", "")]]
+    keep: list[Turn] = []
+    for t, tools in zip(merged, answered):
+        if t.role == "user":
+            keep.append(Turn("user", _with_tools(t.content, tools), tools))
+        elif mode == "questions" and (asked := " ".join(q.strip() for q in _QUESTION.findall(t.content))):
+            keep.append(Turn("assistant", asked))
     return keep[-turns:]
 
 

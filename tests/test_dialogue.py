@@ -141,5 +141,27 @@ def test_histories_without_tool_calls_fold_as_before():
     assert retrieval_text("tomorrow?", plain, "all", turns=2) == "tomorrow? | and Rome | Sunny."
 
 
+def test_questions_keeps_user_turns_and_only_what_the_assistant_asked():
+    turns = validate_history([
+        {"role": "user", "content": "Book a Lyft downtown and text Luis I'm late."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "request_ride", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{\"ride\": \"RX-99\"}"},
+        {"role": "assistant", "content": "Ride RX-99 booked, ETA 7 min. Which Luis, Gomez or Park? Or someone else?"},
+        {"role": "user", "content": "Gomez."},
+        {"role": "assistant", "content": "Sent."},
+    ])
+    # the results and confirmations stay out; the question sentences stay, after the user turn they follow;
+    # the tools called in answer to a user turn come along on it, as under ``user``
+    assert retrieval_text("is it close?", turns, "questions") == (
+        "is it close? | Gomez. | Which Luis, Gomez or Park? Or someone else? | "
+        "Book a Lyft downtown and text Luis I'm late. (request ride)")
+    assert recent_turns(turns, "questions", 1) == [Turn("user", "Gomez.")]
+    # an assistant that asks nothing leaves the fold equal to ``user``
+    plain = validate_history([{"role": "user", "content": "weather in Paris"}, {"role": "assistant", "content": "Sunny."},
+                              {"role": "user", "content": "and Rome"}])
+    assert retrieval_text("tomorrow?", plain, "questions") == retrieval_text("tomorrow?", plain, "user")
+
+
 def test_tool_phrase_reads_namespaced_names_as_words():
     assert tool_phrase(["github__create_issue", "calendar.list-events"]) == "github create issue, calendar list events"

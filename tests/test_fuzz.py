@@ -120,7 +120,7 @@ history = st.one_of(
 def selectors(selector):
     """One Selector per history mode x decomposer (none, rules), sharing the models."""
     return {(h, d): selector.with_config(history=h, decompose=d)
-            for h in ("none", "user", "all") for d in ("none", "rules")}
+            for h in ("none", "user", "questions", "all") for d in ("none", "rules")}
 
 
 def _check_selection(sel, s: Selector) -> None:
@@ -132,7 +132,7 @@ def _check_selection(sel, s: Selector) -> None:
 
 
 @settings(max_examples=300, **SETTINGS)
-@given(query=st.one_of(text, json_value), hist=history, mode=st.sampled_from(["none", "user", "all"]),
+@given(query=st.one_of(text, json_value), hist=history, mode=st.sampled_from(["none", "user", "questions", "all"]),
        decompose=st.sampled_from(["none", "rules"]))
 @example(query="set alarm \ud800", hist=[], mode="none", decompose="none")
 @example(query="x", hist=5, mode="user", decompose="rules")
