@@ -140,6 +140,12 @@ def test_a_bad_head_file_fails_the_build(home, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+def test_train_head_config_names_a_bad_history_mode():
+    from magicselector.train.head import HeadTrainConfig
+    with pytest.raises(InputError, match="history must be one of"):
+        HeadTrainConfig(history="assistant")
+
+
 @pytest.mark.extra("train", modules=("sklearn", "torch"))
 def test_train_head_fits_a_head_that_ranks_gold_tools_up(home, tmp_path):
     from magicselector import Selector
@@ -149,11 +155,12 @@ def test_train_head_fits_a_head_that_ranks_gold_tools_up(home, tmp_path):
 
     generate_benchmark(tmp_path / "mobile", GeneratorConfig(seed=0))
     out = tmp_path / "head.json"
-    config = HeadTrainConfig(max_queries_per_folder=150, max_iter=200)
+    config = HeadTrainConfig(max_queries_per_folder=150, max_iter=200, history="questions")
     summary = train_head([tmp_path / "mobile" / "train"], out, config, log=lambda m: None)
     assert summary["rows"] > 0 and 0 < summary["relevant"] < summary["rows"]
     model = HeadModel.from_bytes(out.read_bytes())
     assert model.meta["data"][0]["queries_read"] == 150
+    assert model.meta["config"]["history"] == "questions"  # the fold the rankings were made under
     # on turns it was not fitted on, a gold tool gets a higher probability than a non-gold one
     x, y, _ = head_rows(Selector.from_bundle(), load_benchmark(tmp_path / "mobile" / "test"),
                         HeadTrainConfig(max_queries_per_folder=100))

@@ -67,7 +67,8 @@ def cmd_train_head(args: argparse.Namespace) -> int:
 
     fields: dict[str, Any] = {"seed": args.seed, "max_queries_per_folder": args.max_queries_per_folder,
                               "hidden": tuple(args.hidden) if args.hidden else None, "alpha": args.alpha,
-                              "max_iter": args.max_iter, "depth": args.depth}
+                              "max_iter": args.max_iter, "depth": args.depth,
+                              "history": args.history_mode}
     config = HeadTrainConfig(**{k: v for k, v in fields.items() if v is not None})
     log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     summary = train_head(args.data, args.out, config, bundle=args.bundle, overwrite=args.force, log=log)
@@ -178,6 +179,7 @@ def _add_head_parser(tsub) -> None:
     sp.add_argument("--alpha", type=float, help="L2 penalty (default 1e-3)")
     sp.add_argument("--max-iter", type=int, help="Adam epochs at most (default 500)")
     sp.add_argument("--depth", type=int, help="fused candidates scored per turn (default 20)")
+    add_history_mode_option(sp, default_help="the shipped Selector's (the Selector that uses the head must share it)")
     sp.add_argument("--seed", type=int)
     sp.add_argument("--force", action="store_true", help="replace an existing head file")
     sp.add_argument("--quiet", action="store_true", help="no progress lines")

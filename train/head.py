@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from magicselector.config import HISTORY_MODES
 from magicselector.errors import InputError, MagicSelectorError
 from magicselector.stages.cut import CutConfig
 from magicselector.stages.head import FEATURES, HeadModel, head_features
@@ -27,7 +28,8 @@ from .toolkit import data_record
 class HeadTrainConfig:
     """hidden: the MLP's hidden layer widths; alpha: its L2 penalty; max_iter: Adam epochs at most;
     depth: how many of the fused list's first tools are scored; max_queries_per_folder: a seeded
-    sample of each data folder (None: all of it)."""
+    sample of each data folder (None: all of it); history: the history mode the rankings are made
+    under (None: the shipped ``SelectorConfig``'s), which the Selector that uses the head must share."""
 
     hidden: tuple[int, ...] = (16,)
     alpha: float = 1e-3
@@ -35,6 +37,7 @@ class HeadTrainConfig:
     depth: int = 20
     max_queries_per_folder: int | None = 3000
     seed: int = 0
+    history: str | None = None
 
     def __post_init__(self) -> None:
         if not self.hidden or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4096
@@ -47,6 +50,8 @@ class HeadTrainConfig:
                 raise InputError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
         if self.max_queries_per_folder is not None and self.max_queries_per_folder < 1:
             raise InputError(f"max_queries_per_folder must be >= 1 or None, got {self.max_queries_per_folder!r}")
+        if self.history is not None and self.history not in HISTORY_MODES:
+            raise InputError(f"history must be one of {HISTORY_MODES} or None, got {self.history!r}")
 
 
 def head_rows(selector: Any, bench: Any, config: HeadTrainConfig) -> tuple[np.ndarray, np.ndarray, int]:
@@ -105,6 +110,8 @@ def train_head(data_dirs: str | Path | Sequence[str | Path], out: str | Path, co
     refuse_eval_parts(benches)
     t0 = time.perf_counter()
     selector = Selector.from_bundle(bundle)
+    if config.history is not None:
+        selector = selector.with_config(history=config.history)
     xs, ys, read = [], [], []
     for bench in benches:
         x, y, n = head_rows(selector, bench, config)
