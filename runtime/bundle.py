@@ -26,7 +26,7 @@ FORMAT_VERSION = 1
 # Bumped whenever the default bundle's recipe changes, so caches from older recipes are not reused.
 # v5: the reranker files carry graph_passes.first_token_last_layer (and tool vectors embedded in length groups)
 # v7: the learned head (models/head) joins the bundle
-DEFAULT_BUNDLE_RECIPE = "default-v7"
+DEFAULT_BUNDLE_RECIPE = "default-v8"
 # the sections that stand for one artifact file each (a section's "file", relative to the folder)
 ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "reranker", "decomposer", "lexical", "head")
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings: kilobytes; refuse to read a huge one

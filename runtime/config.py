@@ -16,11 +16,11 @@ from .decompose.prompts import PROMPT_STYLES
 HISTORY_MODES = ("none", "user", "questions", "all")
 # The shipped cut: keep the tools within 70 % of the score range of the list's first 15 below the
 # top score; in a decomposed turn 80 % on each list, and at most 5 tools from the anchor list; of
-# those, the bundle's learned head drops the ones it gives under 0.1 % (stages/head.py).
+# those, the bundle's learned head drops the ones it gives under 0.6 % (stages/head.py).
 # Why these values (the fewest tools at the same completeness on every development part):
-# docs/bench/defaults.md and docs/bench/budget.md.
+# docs/bench/defaults.md, docs/bench/budget.md and docs/bench/history.md.
 DEFAULT_CUT = CutConfig(rule="rmargin", range_margin=0.7, range_depth=15, list_range_margin=0.8, anchor_k_max=5,
-                        min_probability=0.001)
+                        min_probability=0.006)
 DECOMPOSE_MODES = ("none", "rules", "llm", "auto")
 # Settings whose other values lost on the development sets (docs/bench/defaults.md), so they are not
 # fields of the config: for one release the keyword still takes the shipped value, with a
@@ -156,8 +156,10 @@ class SelectorConfig:
     ``rerank=True`` turns it on.
 
     history: what of the dialogue the retrieval query carries: ``none`` (the utterance only),
-      ``user`` (plus earlier user turns) or ``all`` (plus the whole dialogue). ``history_turns`` is
-      how many of the considered turns a history mode folds into the retrieval text.
+      ``user`` (plus earlier user turns), ``questions`` (plus earlier user turns and the questions
+      the assistant asked) or ``all`` (plus the whole dialogue). ``history_turns`` is how many of
+      the considered turns a history mode folds into the retrieval text. The bundle's learned head
+      was fitted under the shipped mode; under another it still runs, on score shapes it did not learn.
     candidates: how many tools each retrieval list returns before fusion and the cut.
     cut: the adaptive cut (``stages/cut.py``). With several retrieval lists (a decomposed turn)
       and no rerank it runs on each list and the kept tools are united; on a reranked turn it runs
@@ -188,7 +190,7 @@ class SelectorConfig:
     (``fusion``, ...: ``REMOVED_VARIANTS``) take and read back their one value, deprecated, for one release.
     """
 
-    history: str = "all"
+    history: str = "questions"
     history_turns: int = 4
     candidates: int = 30
     cut: CutConfig = field(default_factory=lambda: DEFAULT_CUT)

@@ -28,9 +28,9 @@ def test_hybrid_and_history(bundle_dir, tiny_benchmark):
     none = evaluate(tiny_benchmark, EvalConfig(k=1, retriever="dense"), bundle=bundle_dir, progress=False)
     user = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(history="user"), k=1, retriever="dense"), bundle=bundle_dir, progress=False)
     # "and tomorrow?" finds the weather tool first with the user turns carried along (user) and with
-    # the whole dialogue (EvalConfig's default, the shipped history "all").
+    # them and the assistant's questions (EvalConfig's default, the shipped history "questions").
     assert user["by_category"]["followup"]["ndcg@1"] == 1.0
-    assert none["config"]["history"] == "all" and none["by_category"]["followup"]["ndcg@1"] == 1.0
+    assert none["config"]["history"] == "questions" and none["by_category"]["followup"]["ndcg@1"] == 1.0
     hybrid = evaluate(tiny_benchmark, EvalConfig(k=5, retriever="hybrid", adaptive=True), bundle=bundle_dir,
                       progress=False)
     # every turn's gold tools are ranked ahead of every other tool, and the adaptive cut keeps them all
