@@ -425,7 +425,15 @@ def retrieval_text(query: str, history: Sequence[Turn], mode: str, turns: int = 
     return " | ".join([query, *earlier]) if earlier else query
 
 
-_QUESTION = re.compile(r"[^.!?\n]*\?")  # a question sentence: the text since the last sentence end up to a "?"
+_SENTENCE_END = re.compile(r"([.!?\n])")
+
+
+def _questions(text: str) -> str:
+    """The question sentences of a text (each from the last sentence end up to its "?"), joined. A
+    split, not a search for questions: that search rescans a long run without a sentence end from
+    every start, quadratic in the 16,000 characters a history may hold."""
+    parts = _SENTENCE_END.split(text)  # text, end, text, end, ..., text
+    return " ".join((parts[i] + "?").strip() for i in range(0, len(parts) - 1, 2) if parts[i + 1] == "?")
 
 
 def recent_turns(history: Sequence[Turn], mode: str, turns: int = 4) -> list[Turn]:
@@ -452,7 +460,7 @@ def recent_turns(history: Sequence[Turn], mode: str, turns: int = 4) -> list[Tur
     for t, tools in zip(merged, answered):
         if t.role == "user":
             keep.append(Turn("user", _with_tools(t.content, tools), tools))
-        elif mode == "questions" and (asked := " ".join(q.strip() for q in _QUESTION.findall(t.content))):
+        elif mode == "questions" and (asked := _questions(t.content)):
             keep.append(Turn("assistant", asked))
     return keep[-turns:]
 
