@@ -755,7 +755,7 @@ def _add_worst_case_parser(bsub: Any) -> None:
                                             "admits, per decomposer and history mode (each in a fresh process)")
     add_bundle_option(sp)
     sp.add_argument("--decompose", nargs="+", default=["none", "rules"], choices=["none", "rules", "llm", "auto"])
-    sp.add_argument("--history-mode", nargs="+", default=["none", "all"], choices=["none", "user", "questions", "all"])
+    sp.add_argument("--history-mode", nargs="+", default=["none", "questions", "all"], choices=["none", "user", "questions", "all"])
     sp.add_argument("--runs", type=int, default=3, help="selects per input (the slowest is reported)")
     add_threads_option(sp)
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")

@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="magicselector bench worst-case", description=__doc__.split("\n\n")[0])
     p.add_argument("--bundle")
     p.add_argument("--decompose", nargs="+", default=["none", "rules"], choices=MODES)
-    p.add_argument("--history-mode", nargs="+", default=["none", "all"], choices=["none", "user", "questions", "all"])
+    p.add_argument("--history-mode", nargs="+", default=["none", "questions", "all"], choices=["none", "user", "questions", "all"])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", metavar="OUT")
