@@ -140,6 +140,7 @@ def test_a_bad_head_file_fails_the_build(home, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.extra("train", modules=("torch",))  # magicselector.train imports torch
 def test_train_head_config_names_a_bad_history_mode():
     from magicselector.train.head import HeadTrainConfig
     with pytest.raises(InputError, match="history must be one of"):
