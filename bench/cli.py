@@ -32,7 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from magicselector.cli_options import PROMPT_STYLES, add_bundle_option, add_decompose_options, add_threads_option
+from magicselector.cli_options import (HISTORY_MODES, PROMPT_STYLES, add_bundle_option, add_decompose_options,
+                                      add_threads_option)
 
 DEFAULT_OUT = "bench-out"
 
@@ -755,7 +756,7 @@ def _add_worst_case_parser(bsub: Any) -> None:
                                             "admits, per decomposer and history mode (each in a fresh process)")
     add_bundle_option(sp)
     sp.add_argument("--decompose", nargs="+", default=["none", "rules"], choices=["none", "rules", "llm", "auto"])
-    sp.add_argument("--history-mode", nargs="+", default=["none", "questions", "all"], choices=["none", "user", "questions", "all"])
+    sp.add_argument("--history-mode", nargs="+", default=["none", "questions", "all"], choices=HISTORY_MODES)
     sp.add_argument("--runs", type=int, default=3, help="selects per input (the slowest is reported)")
     add_threads_option(sp)
     sp.add_argument("--json", metavar="OUT", help="write the results as JSON")

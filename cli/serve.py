@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from magicselector.cli_options import add_rerank_options, selector_config
+from magicselector.cli_options import HISTORY_MODES, add_rerank_options, selector_config
 
 SERVER_NAME = "magicselector"
 TOOL_NAME = "search_tools"
@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--namespace", choices=["server", "mcp"], default="server",
                     help="how --catalog names tools: SERVER__TOOL (default), or mcp__SERVER__TOOL as MCP hosts such "
                          "as Claude Code do (also for one file); server names are sanitized as hosts do")
-    sp.add_argument("--history-mode", choices=["none", "user", "questions", "all"],
+    sp.add_argument("--history-mode", choices=HISTORY_MODES,
                     help="what of a call's history retrieval sees (default: the Selector's)")
     sp.add_argument("--threads", type=int, help="inference threads (default: the Selector's)")
     add_rerank_options(sp)
