@@ -36,7 +36,8 @@ def part(sel, d, n):
             "meanK": a[:, 4].mean(), "p90K": float(np.percentile(a[:, 4], 90)), "tokens": a[:, 5].mean()}
 
 
-def main(bundle, mode, out, n=500, cut="{}", config="{}"):
+def main(bundle, mode, out, n=500, cut="{}", config="{}", wrap=lambda sel: sel):
+    """``wrap``: a probe's change to each part's Selector (fold_probes.py)."""
     base = Selector.from_bundle(None if bundle == "default" else bundle)
     base = base.with_config(history=mode, cut=replace(base.config.cut, **json.loads(cut)), **json.loads(config))
     only = tuple(os.environ.get("PARTS", "").split(",")) if os.environ.get("PARTS") else ("",)
@@ -45,6 +46,7 @@ def main(bundle, mode, out, n=500, cut="{}", config="{}"):
         if not name.startswith(only):
             continue
         sel = base if name.startswith(("echo", "realistic")) else base.with_catalog(load_catalog(f"{d}/tools.jsonl"))
+        sel = wrap(sel)
         res[name] = {k: round(float(v), 4) for k, v in part(sel, d, n).items()}
         print(f"{name:20s}", " ".join(f"{k} {v:.3f}" for k, v in res[name].items()), flush=True)
     json.dump({"bundle": bundle, "history": mode, "n": n, "cut": json.loads(cut), "config": json.loads(config), "parts": res}, open(out, "w"), indent=1)
