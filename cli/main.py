@@ -443,11 +443,13 @@ def build_parser() -> argparse.ArgumentParser:
     if register_train is not None:
         register_train(sub)
 
+    from magicselector.data.mobile.generator import ASSISTANT_TURNS
+
     sp = sub.add_parser("generate", help="generate the mobile multi-turn benchmark (train/dev/test/test_ood)")
     sp.add_argument("--out", required=True)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--dialogues", type=int, default=1200)
-    sp.add_argument("--assistant-turns", choices=("echo", "realistic"), default="echo",
+    sp.add_argument("--assistant-turns", choices=ASSISTANT_TURNS, default="echo",
                     help="echo (default: the shipped splits): assistant turns restate the task; realistic: tool "
                          "results with IDs, times and values and short confirmations, as real transcripts have "
                          "(same user turns, gold and categories)")

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from .generator import GeneratorConfig, format_summary, generate_benchmark
+from .generator import ASSISTANT_TURNS, GeneratorConfig, format_summary, generate_benchmark
 
 
 def main(argv=None) -> int:
@@ -17,7 +17,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-turns", type=int, default=6)
     ap.add_argument("--catalog-dir", default=None, help="default: the shipped phone catalog")
     ap.add_argument("--templates-dir", default=None, help="default: the shipped templates")
-    ap.add_argument("--assistant-turns", choices=("echo", "realistic"), default="echo",
+    ap.add_argument("--assistant-turns", choices=ASSISTANT_TURNS, default="echo",
                     help="realistic: tool results and short confirmations instead of restated tasks")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = ap.parse_args(argv)

@@ -877,10 +877,13 @@ class DialogueBuilder:
         pool = [x for x in pool if x not in self.dialogue_used] or pool  # nor in the dialogue
         text = self.rng.choice(pool)
         self.dialogue_used.add(text)
-        train, held = partition(lst)
-        tag = "all" if train is held or train == held else self.part
-        self.phrasings.append((text, tag))
+        self.phrasings.append((text, self.phrasing_tag(lst)))
         return text
+
+    def phrasing_tag(self, lst: list[str]) -> str:
+        """Which part a phrasing drawn from ``lst`` belongs to: "all" for a list too short to split."""
+        train, held = partition(lst)
+        return "all" if train is held or train == held else self.part
 
     def slot_pool(self, slot: str, tmpl: ToolTemplate) -> list[str]:
         values = tmpl.slots.get(slot) or self.bank.shared.get(slot)
@@ -1103,8 +1106,7 @@ class DialogueBuilder:
                 and not any("{%s}" % a in x for a in avoid)] or \
             [x for x in pool if not _placeholders(x)] or pool
         text = self.arng.choice(pool)
-        train, held = partition(lst)
-        self.a_phrasings.append((text, "all" if train == held else self.part))
+        self.a_phrasings.append((text, self.phrasing_tag(lst)))
         return text
 
     def result_id(self, item: Item, style: int | None = None) -> str:

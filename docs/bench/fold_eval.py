@@ -7,7 +7,7 @@ PARTS=realistic,bfcl (environment) keeps only the parts whose name starts so.
 Parts: /tmp/mobile and /tmp/mobile_real (history.md), /tmp/splits (budget.md). Per part: C@5, C@10, NDCG@10 of
 the ranking, and C@K, mean and p90 K, MCP schema tokens per turn of the shipped cut.
 """
-import json, os, random, sys
+import json, os, sys
 from dataclasses import replace
 import numpy as np
 from magicselector import Selector
@@ -15,6 +15,7 @@ from magicselector.catalog import load_catalog
 from magicselector.data.metrics import ndcg_at_k
 from magicselector.formats import tool_definition
 from magicselector.tokens import schema_tokens
+from ranking_probes import queries  # budget_eval.py's sample: random.Random(0) shuffle, first n
 
 PARTS = {f"{v}/{p}": f"/tmp/{d}/{p}" for v, d in (("echo", "mobile"), ("realistic", "mobile_real"))
          for p in ("dev", "test", "test_ood")}
@@ -22,12 +23,10 @@ PARTS |= {"bfcl/eval": "/tmp/splits/bfcl/eval", "metatool/eval": "/tmp/splits/me
 
 
 def part(sel, d, n):
-    qs = [json.loads(line) for line in open(f"{d}/queries.jsonl")]
-    random.Random(0).shuffle(qs)
     tok = {}
     cost = lambda i: tok.setdefault(i, schema_tokens(tool_definition(sel.catalog.get(i), "mcp")))
     rows = []
-    for q in qs[:n]:
+    for q in queries(d, n):
         g, s = set(q["gold"]), sel.select(q["query"], q["history"])
         rows.append((g <= set(s.ranked_ids[:5]), g <= set(s.ranked_ids[:10]), ndcg_at_k(s.ranked_ids, g, 10),
                      g <= set(s.ids), s.k, sum(cost(i) for i in s.ids)))
