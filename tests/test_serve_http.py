@@ -123,14 +123,17 @@ class HTTPServer:
         self.port, self.pids = None, []
 
     def wait_listening(self, count=1, timeout=120.0):
-        deadline = time.monotonic() + timeout
+        # The pipe's bytes are read here, not by readline: a buffered readline takes in every line
+        # there is, and when two workers announce themselves at once select would then wait, until
+        # the timeout, for a second line already read.
+        deadline, fd, pending = time.monotonic() + timeout, self.proc.stderr.fileno(), b""
         while len(self.pids) < count:
-            ready, _, _ = select.select([self.proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
             assert ready, "the server did not start listening"
-            line = self.proc.stderr.readline()
-            assert line, f"the server ended: {self.proc.poll()}"
-            match = LISTENING.search(line)
-            if match:
+            chunk = os.read(fd, 65536)
+            assert chunk, f"the server ended: {self.proc.poll()}"
+            *lines, pending = (pending + chunk).split(b"\n")
+            for match in filter(None, (LISTENING.search(line.decode("utf-8", "replace")) for line in lines)):
                 self.port = int(match.group(1))
                 self.pids.append(int(match.group(2)))
         return self
