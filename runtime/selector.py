@@ -384,8 +384,10 @@ class Selector:
         assert self.head is not None
         rows = head_features([(lst.ids, lst.scores) for lst in lists], history_list, ids, scores, self.head.depth)
         probs = self.head.probabilities(rows)
-        floor = self.config.cut.min_probability if self.config.cut.rule != "fixed" else 0.0
-        order, k = head_order(probs, order, cut.k, floor)
+        adaptive = self.config.cut.rule != "fixed"
+        floor = self.config.cut.min_probability if adaptive else 0.0
+        pool = cut.pool if adaptive and cut.pool is not None else cut.k
+        order, k = head_order(probs, order, pool, floor, self.config.cut.k_max if adaptive else cut.k)
         return order, replace(cut, k=k, rule=f"{cut.rule}+head"), dict(zip(ids, map(float, probs)))
 
     def _retrieve(self, texts: list[str], vectors: np.ndarray, timer: _Timer

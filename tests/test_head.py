@@ -81,6 +81,9 @@ def test_head_order_sorts_the_kept_tools_and_drops_the_unlikely():
     # the surest kept tool stays even under the floor; a position past the scored ones counts 0
     order, k = head_order(np.array([0.0001]), [1, 0], 2, min_probability=0.5)
     assert (order, k) == ([0, 1], 1)
+    # k_max keeps the likeliest of the kept ones, not the first in the cut's order
+    order, k = head_order(probs, [0, 2, 3, 4, 1], 5, min_probability=0.001, k_max=2)
+    assert order[:k] == [1, 4] and k == 2 and sorted(order) == [0, 1, 2, 3, 4]
 
 
 def test_min_probability_is_checked():
@@ -118,6 +121,18 @@ def test_the_head_reorders_but_a_fixed_k_stays_k(shipped):
     for turn in TURNS:
         s = fixed.select(turn)
         assert s.k == 7 and "+head" in s.cut.rule
+
+
+def test_the_head_picks_k_max_tools_among_all_the_per_list_cuts_kept(shipped):
+    """A decomposed turn's per-list cuts can keep more than k_max together; the bound then drops
+    the least likely, so it keeps the likeliest k_max, not the first in fused order."""
+    turn = "turn on bluetooth and set an alarm for 7 and play some jazz and remind me to call mom"
+    loose = shipped.with_config(cut=replace(shipped.config.cut, min_probability=0.0, k_max=20))
+    wide = loose.select(turn)
+    assert wide.cut.pool is not None and wide.k > 4
+    for k_max in (2, 4):
+        s = loose.with_config(cut=replace(loose.config.cut, k_max=k_max)).select(turn)
+        assert s.k == k_max and s.ids == wide.ids[:k_max]
 
 
 def test_a_budget_spends_in_the_heads_order(shipped):

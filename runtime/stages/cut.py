@@ -37,12 +37,16 @@ from ..errors import InputError
 
 @dataclass(frozen=True)
 class Cut:
-    """Where a ranked list was cut: ``k`` tools kept, with the parts of the rule that chose it."""
+    """Where a ranked list was cut: ``k`` tools kept, with the parts of the rule that chose it.
+    ``pool``: in a decomposed turn, how many tools the per-list cuts kept together (their union,
+    which leads the new order) before ``k_max`` bounded K; the learned head picks its K among them
+    (None: K is all the rule kept)."""
 
     k: int
     k_score: int = 0
     k_sim: int = 0
     rule: str = "paper"
+    pool: int | None = None
 
 
 # Rules that lost to rmargin on the development sets (docs/bench/reranker.md, "The cut") and left
@@ -261,7 +265,7 @@ def cut_per_list(config: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[
     order = [i for i, t in enumerate(fused_ids) if t in keep] + [i for i, t in enumerate(fused_ids) if t not in keep]
     k = min(len(keep), config.k_max)
     cut = Cut(k, max((c.k_score for c in parts), default=0), max((c.k_sim for c in parts), default=0),
-              f"{config.rule}/subtask")
+              f"{config.rule}/subtask", pool=len(keep))
     return order, cut
 
 

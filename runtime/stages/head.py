@@ -146,16 +146,18 @@ def _array(raw: dict[str, Any], key: str, where: str, shape: tuple[int, ...] | N
     return a
 
 
-def head_order(probabilities: np.ndarray, order: Sequence[int], k: int, min_probability: float
-               ) -> tuple[list[int], int]:
+def head_order(probabilities: np.ndarray, order: Sequence[int], k: int, min_probability: float,
+               k_max: int | None = None) -> tuple[list[int], int]:
     """The kept tools by probability, best first, without those under ``min_probability`` (the
-    surest one stays), then the rest. ``probabilities``: for the fused list's first tools (a tool
-    past them counts 0); ``order``, ``k``: the cut's order of the fused positions and its K."""
+    surest one stays) and past the ``k_max`` likeliest, then the rest. ``probabilities``: for the
+    fused list's first tools (a tool past them counts 0); ``order``, ``k``: the cut's order of the
+    fused positions and how many of them it kept (``Cut.pool`` where the per-list cuts kept more
+    than ``k_max``: the bound then drops the least likely, not the last in fused order)."""
     def p(i: int) -> float:
         return float(probabilities[i]) if i < len(probabilities) else 0.0
 
     kept = sorted(order[:k], key=lambda i: (-p(i), i))
-    surest = [i for i in kept if p(i) >= min_probability] or kept[:1]
+    surest = ([i for i in kept if p(i) >= min_probability] or kept[:1])[:k_max]
     chosen = set(surest)
     rest = [i for i in order if i not in chosen]
     scored = sorted((i for i in rest if i < len(probabilities)), key=lambda i: (-p(i), i))
