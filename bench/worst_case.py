@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 CLAUSE = "turn on the living room lights and set an alarm for 7, then play some jazz; "
+# every clause a retry or status check, which the rules follow through earlier user turns
+FOLLOW_UP = "try again, and is it done? "
 MODES = ("none", "rules", "llm", "auto")
 
 
@@ -32,6 +34,10 @@ def inputs(max_query_chars: int = 16_000, max_history_turns: int = 32,
     flood = [{"role": "user" if i % 2 == 0 else "assistant", "content": big} for i in range(5_000)]
     parts = [{"role": "user", "content": [{"type": "text", "text": CLAUSE}] * 20_000}] * max_history_turns
     clauses = long_query.count(";") + 1
+    follow_ups = (FOLLOW_UP * (max_query_chars // len(FOLLOW_UP) + 1))[:max_query_chars].strip()
+    retried = [{"role": "user" if i % 2 == 0 else "assistant",
+                "content": ((FOLLOW_UP + CLAUSE) * 20)[:per_turn] if i % 2 == 0 else "Error 503, it failed."}
+               for i in range(max_history_turns)]
     return {
         f"utterance at the limit ({len(long_query):,} chars, {clauses} requests)": (long_query, []),
         f"history at the limits ({max_history_turns} turns, {per_turn * max_history_turns:,} chars)":
@@ -39,6 +45,7 @@ def inputs(max_query_chars: int = 16_000, max_history_turns: int = 32,
         "both at the limits": (long_query, at_limit),
         f"raw history far past them ({len(flood):,} turns x {len(big):,} chars)": ("and turn it off", flood),
         f"history of {max_history_turns} messages x 20,000 content parts": ("and turn it off", parts),
+        "retries and status checks at the limits, every user turn too": (follow_ups, retried),
     }
 
 

@@ -287,6 +287,27 @@ def test_rule_elliptical_carry_over():
     assert _tasks(rules, "it's too bright in here", BLUETOOTH) == ["it's too bright in here"]
 
 
+def test_a_retry_or_status_check_asks_after_every_request_of_the_previous_turn():
+    rules = RuleDecomposer()
+    two = [Turn("user", "Follow the election, and also add this article to my reading list."),
+           Turn("assistant", "Done. And on it, ETA 12 min.")]
+    asked = ["Follow the election", "add this article to my reading list"]
+    for check in ("Has that gone through yet?", "how's that going?", "is it done?", "any update on that?",
+                  "did it work?", "still working on it?"):
+        assert _tasks(rules, check, two) == asked, check
+    # in a turn that also asks for something new, the new request follows
+    assert _tasks(rules, "What's the status? And what's the price of Disney shares?", two) == [
+        *asked, "what's the price of Disney shares?"]
+    assert _tasks(rules, "try again, and call mom", two) == [*asked, "call mom"]
+    # the previous turn's own retry is resolved from the turn before it
+    earlier = [Turn("user", "set a timer for 10 minutes and read my shopping list"), Turn("assistant", "Error 503."),
+               Turn("user", "Give it another shot."), Turn("assistant", "Still failing.")]
+    assert _tasks(rules, "did that go through?", earlier) == ["set a timer for 10 minutes", "read my shopping list"]
+    # a question that names a task is no status check; nothing to carry without a history
+    assert _tasks(rules, "is the download done?", two) == ["is the download done?"]
+    assert _tasks(rules, "is it done?", []) == ["is it done?"]
+
+
 # -- the Selector --------------------------------------------------------------------------------------
 
 @pytest.mark.slow

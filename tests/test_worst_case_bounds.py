@@ -60,6 +60,23 @@ def test_the_previous_request_is_read_from_the_turn_s_end_once_per_utterance(mon
     assert long_splits == [dec.max_chars]  # one split of the turn, its last max_chars characters
 
 
+def test_follow_ups_read_each_earlier_turn_once_and_at_most_follow_depth_back(monkeypatch):
+    """A retry or status check decomposes the previous user turn, whose own follow-ups decompose the
+    one before, FOLLOW_DEPTH turns back: each turn split once per depth, whatever the clause count."""
+    seen = _recording_split(monkeypatch)
+    dec = RuleDecomposer()
+    follow = "try again, and is it done? "
+    history = []
+    for i in range(32):
+        history += [Turn("user", follow * 400 + f"set an alarm for {i}"), Turn("assistant", "Error.")]
+    query = "; ".join(["try again"] * 50 + ["is it done?"] * 50)
+    tasks = dec.decompose(query, history).tasks
+    # the previous turn's requests, its retries resolved FOLLOW_DEPTH turns back (then the last request)
+    assert tasks == ("set an alarm for 29", "set an alarm for 30", "set an alarm for 31")
+    assert rules.FOLLOW_DEPTH == 2 and len([n for n in seen if n > len(query)]) <= rules.FOLLOW_DEPTH + 1
+    assert all(n <= dec.max_chars for n in seen if n > len(query))
+
+
 def test_the_character_bound_is_checked():
     for bad in (0, -1, 2.5, "4000", True):
         with pytest.raises(InputError, match="max_chars"):

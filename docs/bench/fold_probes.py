@@ -1,16 +1,26 @@
-"""docs/bench/history.md, "What did not ship": probes of the default-v8 pipeline under the `questions` fold, each patched in and run through fold_eval.py's parts.
+"""docs/bench/history.md and budget.md, "What did not ship": probes of the default-v8 pipeline under the `questions` fold, each patched in and run through fold_eval.py's parts.
 
 python3 docs/bench/fold_probes.py mass EPS OUT.json      # the head cut by dropped mass: drop the longest tail of kept tools whose probabilities sum under EPS
 python3 docs/bench/fold_probes.py prf BETA M OUT.json    # dense pseudo-relevance feedback: each query vector moved BETA toward the score-weighted mean of its top M tools
 python3 docs/bench/fold_probes.py head HEAD.json OUT.json  # another head file (e.g. `train head --hidden 32 16 --history-mode questions`)
-PARTS=realistic,bfcl,metatool (environment) as fold_eval.py.
+python3 docs/bench/fold_probes.py relfloor R OUT.json    # the head's floor relative to the surest kept tool: max(min_probability, R * p_top)
+python3 docs/bench/fold_probes.py pdesc OUT.json         # each tool's parameter descriptions appended to its text (index rebuilt, no retraining)
+python3 docs/bench/fold_probes.py answer KINDS OUT.json  # KINDS (answer,fragment,pronoun): such a follow-up of a turn that asked for
+                                                         # several things completes every request of it, as a retry does
+PARTS=realistic,bfcl,metatool (environment) as fold_eval.py; CUT='{"min_probability": 0.006}' (environment) replaces
+fields of the shipped cut. The mass, prf and head rows of history.md ran on the tree at b370c8a (its rules and cut).
 """
+import os
 import sys
 from dataclasses import replace
 import numpy as np
 import fold_eval
+import magicselector.catalog as C
+import magicselector.decompose.rules as R
 import magicselector.selector as S
-from magicselector.stages.head import HeadModel, head_features
+import magicselector.tool_vectors as TV
+from magicselector.dialogue import Turn
+from magicselector.stages.head import HeadModel, head_features, head_order
 
 
 def mass_head(eps):
@@ -46,12 +56,49 @@ class PRF:
         return np.asarray(out, dtype=np.float32)
 
 
+def relative_floor(r):
+    def order(probs, order, k, floor, k_max=None):
+        top = max((float(probs[i]) for i in order[:k] if i < len(probs)), default=0.0)
+        return head_order(probs, order, k, max(floor, r * top), k_max)
+    return order
+
+
+def with_parameter_descriptions(tool, max_description_chars=400):
+    props = tool.parameters.get("properties", {}) if isinstance(tool.parameters, dict) else {}
+    parts = [f"{k.replace('_', ' ')}: {v['description']}" for k, v in list(props.items())[:12]
+             if isinstance(v, dict) and v.get("description")]
+    text = TOOL_TEXT(tool, max_description_chars)
+    return f"{text} {'; '.join(parts)}" if parts else text
+
+
+class EveryRequest(R.RuleDecomposer):
+    """The rules, with an answer/fragment/pronoun follow-up (``kinds``) of a turn that asked for
+    several things completed with each of its requests, as a retry or status check is."""
+
+    def __init__(self, kinds):
+        super().__init__()
+        self.kinds = kinds
+
+    def _follow_up(self, clause, history, memo, depth, seen):
+        found = super()._follow_up(clause, history, memo, depth, seen)
+        if found is not None or R._is_elliptical(clause, history) not in self.kinds:
+            return found
+        prevs = self.previous_requests(history, memo, depth, seen)
+        if len(prevs) < 2:
+            return None
+        asked = next((t.content for t in reversed(history) if t.role == "assistant"), "")
+        return [self.resolve(clause, [Turn("user", p), Turn("assistant", asked)], {}) for p in prevs]
+
+
 def copy_with(sel, **attrs):
     """A copy of ``sel`` (its catalog state shared) with some stages replaced."""
     c = sel.with_config()
     for k, v in attrs.items():
         setattr(c, k, v)
     return c
+
+
+TOOL_TEXT = C.tool_text
 
 
 if __name__ == "__main__":
@@ -65,6 +112,14 @@ if __name__ == "__main__":
     elif what == "head":
         head = HeadModel.from_bytes(open(args[0], "rb").read())
         wrap = lambda sel: copy_with(sel, head=head)
+    elif what == "relfloor":
+        S.head_order = relative_floor(float(args[0]))
+    elif what == "pdesc":
+        C.tool_text = TV.tool_text = with_parameter_descriptions
+        wrap = lambda sel: sel.with_catalog(sel.catalog)  # the index and BM25 rebuilt from the new texts
+    elif what == "answer":
+        kinds = tuple(args[0].split(","))
+        wrap = lambda sel: copy_with(sel, decomposer=EveryRequest(kinds))
     else:
         sys.exit(__doc__)
-    fold_eval.main("default", "questions", args[-1], 500, wrap=wrap)
+    fold_eval.main("default", "questions", args[-1], 500, os.environ.get("CUT", "{}"), wrap=wrap)

@@ -4,9 +4,10 @@ Splits compound commands at connectors ("and", "also", "then", ";", "oh and", se
 only where the next clause starts like a new request, never inside fixed phrases ("rock and roll")
 or quoted text; keeps only clauses that ask for something as tasks and folds context clauses ("I
 invested $5000", "Imagine you are a drone operator") into the request they belong to; resolves
-elliptical follow-ups ("and for tomorrow?", "turn it off", "try again", an answer to the
-assistant's question) by carrying the previous user request's subject. A turn with one request and
-nothing to resolve stays whole. The work is bounded: only an utterance's first ``max_chars``
+elliptical follow-ups ("and for tomorrow?", "turn it off", an answer to the assistant's question)
+by carrying the previous user request's subject; a retry or a status check ("try again", "has that
+gone through yet?") stands for every request of the previous user turn, its own elliptical ones
+completed from the turns before it. A turn with one request and nothing to resolve stays whole. The work is bounded: only an utterance's first ``max_chars``
 characters (and a history turn's last) are split. The word helpers here (``content_words``,
 ``grounded``, ``task_key``) are shared with the LLM's output parser.
 """
@@ -66,6 +67,16 @@ _ABBREV = frozenset("mr mrs ms dr st jr sr vs etc a.m p.m am pm no approx e.g i.
 
 RETRY_CUES = ("try again", "another shot", "another try", "retry", "one more time", "do it again", "again please",
               "give it another", "try that again", "try once more")
+# A status check is a short question made only of these words (and stopwords): "is it done yet?",
+# "how's that going?", "any update on that?". It names no task, so it asks after the previous ones.
+STATUS_WORDS = frozenset("""
+status done finished ready through going gone working work worked update updates progress longer
+complete completed happening yet still how's hows whats
+""".split())
+_QUESTION_OPENERS = frozenset("is are was did has have how how's hows what what's whats any still where so".split())
+_CLAUSE_END = re.compile(r"[.;!?,]\s+")
+# how many user turns back a retry or status check is followed (the previous turn may itself be a retry)
+FOLLOW_DEPTH = 2
 ELLIPSIS_STARTS = ("and ", "what about", "how about", "and what about", "and for", "for ", "same for", "same ",
                    "also for", "in ", "at ", "on ", "to ", "with ", "instead", "actually", "make it", "change it",
                    "only ", "just ")
@@ -272,6 +283,8 @@ def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
     if not words:
         return None
     own = content_words(clause)
+    if _is_status(clause, words, own):
+        return "status"
     if _PRONOUN_RE.search(clause) and len(own - REQUEST_STARTS) <= 1 and len(words) <= 7:
         return "pronoun"
     if _is_fragment(clause):
@@ -282,6 +295,12 @@ def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
     if len(words) <= 3 and words[0] not in REQUEST_STARTS:
         return "fragment"
     return None
+
+
+def _is_status(clause: str, words: Sequence[str], own: set[str]) -> bool:
+    """A short question that asks how an earlier request went and names no task of its own."""
+    return (len(words) <= 7 and bool(own & STATUS_WORDS or set(words) & STATUS_WORDS) and own <= STATUS_WORDS
+            and (clause.rstrip().endswith("?") or words[0] in _QUESTION_OPENERS))
 
 
 def _is_fragment(clause: str) -> bool:
@@ -347,6 +366,41 @@ class RuleDecomposer:
                 return found
         return ""
 
+    def previous_requests(self, history: Sequence[Turn], memo: dict[str, str] | None = None,
+                          depth: int = 0, seen: dict[tuple[int, int], list[str]] | None = None) -> list[str]:
+        """Every request of the latest user turn (of its last ``max_chars`` characters, decomposed as
+        an utterance), its own elliptical ones completed from the turns before it, up to
+        ``FOLLOW_DEPTH`` turns back (past it: ``previous_request``); ``seen`` keeps the answer per
+        turn for the other clauses of one utterance."""
+        for j in range(len(history) - 1, -1, -1):
+            t = history[j]
+            if t.role != "user":
+                continue
+            if depth >= FOLLOW_DEPTH:
+                found = self.previous_request(history[: j + 1], memo)
+                return [found] if found else []
+            key = (j, depth)
+            if seen is not None and key in seen:
+                return seen[key]
+            text = t.content[-self.max_chars:]
+            if len(text) < len(t.content):  # the clip cut a clause: start past its end
+                end = _CLAUSE_END.search(text)
+                text = text[end.end():] if end else text
+            tasks = self._tasks(text, history[:j], depth + 1, seen)
+            requests = [x for x in tasks if content_words(x)][-self.max_tasks:]
+            if seen is not None:
+                seen[key] = requests
+            return requests
+        return []
+
+    def _follow_up(self, clause: str, history: Sequence[Turn], memo: dict[str, str], depth: int,
+                   seen: dict[tuple[int, int], list[str]]) -> list[str] | None:
+        """A retry or status check asks after every request of the previous user turn: those
+        requests (None: the clause is neither)."""
+        if _is_elliptical(clause, history) not in ("retry", "status"):
+            return None
+        return self.previous_requests(history, memo, depth, seen) or [clause]
+
     def resolve(self, clause: str, history: Sequence[Turn], memo: dict[str, str] | None = None) -> str:
         why = _is_elliptical(clause, history)
         if why is None:
@@ -369,26 +423,35 @@ class RuleDecomposer:
         only repeat the anchor query with less context."""
         return Decomposition(tuple(self._tasks(query, history)), DecomposeTrace(ran=self.name))
 
-    def _tasks(self, query: str, history: Sequence[Turn]) -> list[str]:
+    def _tasks(self, query: str, history: Sequence[Turn], depth: int = 0,
+               seen: dict[tuple[int, int], list[str]] | None = None) -> list[str]:
         tasks: list[str] = []
         context: list[str] = []
         resolved_any = False
         memo: dict[str, str] = {}
+        seen = {} if seen is None else seen
+        keys: set[str] = set()  # task_key of each task so far
         for clause in self.clauses(query):
             # "... for Boston, and also for San Francisco?": a fragment completes the task before it
-            local = [*history, Turn("user", tasks[-1])] if tasks and _is_fragment(clause) else history
-            task = self.resolve(clause, local, memo)
-            if task == clause and not is_request(clause):
-                context.append(clause)
-                continue
-            resolved_any |= task != clause
-            if context:
-                task, context = ", ".join([*context, task]), []
-            if content_words(task) and task_key(task) not in {task_key(x) for x in tasks}:
-                tasks.append(task)
-                if len(tasks) > self.max_tasks:
-                    # what the rest could change lies past the cap: later tasks, context joining them
-                    break
+            fragment = bool(tasks) and _is_fragment(clause)
+            local = [*history, Turn("user", tasks[-1])] if fragment else history
+            found = None if fragment else self._follow_up(clause, history, memo, depth, seen)
+            if found is None:
+                found = [self.resolve(clause, local, memo)]
+            for task in found:
+                if task == clause and not is_request(clause):
+                    context.append(clause)
+                    continue
+                resolved_any |= task != clause
+                if context:
+                    task, context = ", ".join([*context, task]), []
+                key = task_key(task)
+                if key not in keys and content_words(task):
+                    tasks.append(task)
+                    keys.add(key)
+            if len(tasks) > self.max_tasks:
+                # what the rest could change lies past the cap: later tasks, context joining them
+                break
         if context and tasks:
             tasks[-1] = ", ".join([tasks[-1], *context])
         if len(tasks) <= 1 and not resolved_any:
