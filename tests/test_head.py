@@ -133,6 +133,7 @@ def test_the_head_picks_k_max_tools_among_all_the_per_list_cuts_kept(shipped):
     for k_max in (2, 4):
         s = loose.with_config(cut=replace(loose.config.cut, k_max=k_max)).select(turn)
         assert s.k == k_max and s.ids == wide.ids[:k_max]
+    assert shipped.config.cut.k_max == 10 and all(shipped.select(t).k <= 10 for t in TURNS)
 
 
 def test_a_budget_spends_in_the_heads_order(shipped):
