@@ -7,6 +7,7 @@ python3 docs/bench/fold_probes.py relfloor R OUT.json    # the head's floor rela
 python3 docs/bench/fold_probes.py pdesc OUT.json         # each tool's parameter descriptions appended to its text (index rebuilt, no retraining)
 python3 docs/bench/fold_probes.py answer KINDS OUT.json  # KINDS (answer,fragment,pronoun): such a follow-up of a turn that asked for
                                                          # several things completes every request of it, as a retry does
+python3 docs/bench/fold_probes.py subtop M OUT.json      # each sub-task list's top M tools kept past the head's floor
 PARTS=realistic,bfcl,metatool (environment) as fold_eval.py; CUT='{"min_probability": 0.006}' (environment) replaces
 fields of the shipped cut. The mass, prf and head rows of history.md ran on the tree at b370c8a (its rules and cut).
 """
@@ -54,6 +55,22 @@ class PRF:
             x = q + self.beta * (self.sel.index.vectors(ids).astype(np.float32) * w[:, None]).sum(0) / max(w.sum(), 1e-6)
             out.append(x / np.linalg.norm(x))
         return np.asarray(out, dtype=np.float32)
+
+
+def subtask_tops(m):
+    """Selector._head, then each sub-task list's top ``m`` tools added back where the floor dropped them."""
+    shipped = S.Selector._head
+
+    def _head(self, lists, history_list, ids, scores, order, cut):
+        order, cut, probability = shipped(self, lists, history_list, ids, scores, order, cut)
+        if len(lists) < 3:  # not decomposed: the anchor and at most the history list
+            return order, cut, probability
+        at = {t: i for i, t in enumerate(ids)}
+        kept = order[:cut.k]
+        tops = [at[t] for j, lst in enumerate(lists[1:], 1) if j != history_list for t in lst.ids[:m] if t in at]
+        kept = kept + [i for i in dict.fromkeys(tops) if i not in set(kept)]
+        return kept + [i for i in order if i not in set(kept)], replace(cut, k=len(kept)), probability
+    return _head
 
 
 def relative_floor(r):
@@ -112,6 +129,8 @@ if __name__ == "__main__":
     elif what == "head":
         head = HeadModel.from_bytes(open(args[0], "rb").read())
         wrap = lambda sel: copy_with(sel, head=head)
+    elif what == "subtop":
+        S.Selector._head = subtask_tops(int(args[0]))
     elif what == "relfloor":
         S.head_order = relative_floor(float(args[0]))
     elif what == "pdesc":
