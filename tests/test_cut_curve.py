@@ -19,6 +19,7 @@ CONFIGS = [
     CutConfig(rule="paper", k_min=2, k_max=4),
     CutConfig(rule="fixed", fixed_k=3),
     CutConfig(rule="rmargin", range_margin=0.4, k_max=3),
+    CutConfig(rule="rmargin", range_margin=0.9, k_max=2, min_probability=0.01),  # the union past k_max
 ]
 # the rules that left the runtime: re-applied by the same per-list cut, compared with it directly
 EXPERIMENTS = [
@@ -37,6 +38,10 @@ def test_offline_reapplication_matches_select(selector, tiny_benchmark, decompos
     assert [r.query_id for r in rows] == [q.id for q in bench.queries]
     if decompose == "rules":
         assert any(len(r.lists) > 1 for r in rows)  # the per-list path is exercised
+        # and the head's pick among more kept tools than k_max (Cut.pool)
+        wide = CONFIGS[-1]
+        assert any(cut_per_list(wide, [(ids, sc) for _, ids, sc in r.lists], r.ids, r.vectors_of)[1].pool > wide.k_max
+                   for r in rows if len(r.lists) > 1)
     assert base.head is not None  # the default bundle's learned head, re-applied offline too
     for config in CONFIGS:
         sel, plain = base.with_config(cut=config), base.with_config(cut=config, head=False)

@@ -7,8 +7,9 @@ invested $5000", "Imagine you are a drone operator") into the request they belon
 elliptical follow-ups ("and for tomorrow?", "turn it off", an answer to the assistant's question)
 by carrying the previous user request's subject; a retry or a status check ("try again", "has that
 gone through yet?") stands for every request of the previous user turn, its own elliptical ones
-completed from the turns before it. A turn with one request and nothing to resolve stays whole. The work is bounded: only an utterance's first ``max_chars``
-characters (and a history turn's last) are split. The word helpers here (``content_words``,
+completed from the turns before it. A turn with one request and nothing to resolve stays whole.
+The work is bounded: only an utterance's first ``max_chars`` characters (and a history turn's
+last) are split, each a bounded number of times per utterance. The word helpers here (``content_words``,
 ``grounded``, ``task_key``) are shared with the LLM's output parser.
 """
 from __future__ import annotations
@@ -299,7 +300,7 @@ def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
 
 def _is_status(clause: str, words: Sequence[str], own: set[str]) -> bool:
     """A short question that asks how an earlier request went and names no task of its own."""
-    return (len(words) <= 7 and bool(own & STATUS_WORDS or set(words) & STATUS_WORDS) and own <= STATUS_WORDS
+    return (len(words) <= 7 and bool(STATUS_WORDS.intersection(words)) and own <= STATUS_WORDS
             and (clause.rstrip().endswith("?") or words[0] in _QUESTION_OPENERS))
 
 
