@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     from magicselector.bench.adb import DEFAULT_REMOTE_DIR
+    from magicselector.config import HISTORY_MODES
 
     p = argparse.ArgumentParser(prog="run_demo.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--serial", help="device serial (default: the only attached device)")
@@ -35,7 +36,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"where the bundle goes on the device, as REMOTE_DIR/bundle (default: {DEFAULT_REMOTE_DIR})")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment variable for the device's Python (repeatable), e.g. LD_LIBRARY_PATH=...")
-    p.add_argument("--history-mode", choices=["none", "user", "questions", "all"], default=None,
+    p.add_argument("--history-mode", choices=HISTORY_MODES, default=None,
                    help="what of the dialogue retrieval sees (default: as `magicselector demo`, the shipped "
                         "mode, or user when that is none)")
     p.add_argument("--adb", help="the adb executable (default: $ADB or adb on PATH)")

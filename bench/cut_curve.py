@@ -22,7 +22,7 @@ import numpy as np
 
 from magicselector.selector import Selector
 from magicselector.stages.cut import CutConfig, cut_per_list
-from magicselector.stages.head import HeadModel, head_features, head_order
+from magicselector.stages.head import HeadModel, head_cut, head_features
 
 from magicselector.data.datasets import Benchmark, load_benchmark
 
@@ -89,18 +89,14 @@ def reapply(row: Ranking, config: AnyCut, cut_scope: str = "subtask", head: Head
         raise ValueError(f"cut_scope must be one of {CUT_SCOPES}, got {cut_scope!r}")
     if cut_scope == "subtask" and len(row.lists) > 1 and config.rule != "fixed":
         order, cut = cut_per_list(config, [(ids, scores) for _, ids, scores in row.lists], row.ids, row.vectors_of)
-        k, pool = cut.k, cut.pool
     else:
         emb = row.vectors if config.rule != "fixed" else None
-        order, k, pool = list(range(len(row.ids))), config.apply(row.scores, emb, normalized=True).k, None
+        order, cut = list(range(len(row.ids))), config.apply(row.scores, emb, normalized=True)
+    k = cut.k
     if head is not None:
         probs = head.probabilities(head_features([(ids, scores) for _, ids, scores in row.lists], row.history_list,
                                                  row.ids, row.scores, head.depth))
-        adaptive = config.rule != "fixed"
-        floor = getattr(config, "min_probability", 0.0) if adaptive else 0.0
-        # as Selector._head: among all the per-list cuts kept, at most k_max by probability
-        order, k = head_order(probs, order, pool if adaptive and pool is not None else k, floor,
-                              config.k_max if adaptive else k)
+        order, k = head_cut(probs, order, cut, config)
     return [row.ids[i] for i in order], k
 
 

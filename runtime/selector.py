@@ -19,7 +19,7 @@ from .stages.cut import Cut, cut_turn
 from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
 from .stages.embed import Embedder
 from .stages.fuse import RankedList, peak_rank_fusion
-from .stages.head import HeadModel, head_features, head_order
+from .stages.head import HeadModel, head_cut, head_features
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, fuse_lexical
 from .stages.rerank import Reranker, rerank_fused
@@ -384,10 +384,7 @@ class Selector:
         assert self.head is not None
         rows = head_features([(lst.ids, lst.scores) for lst in lists], history_list, ids, scores, self.head.depth)
         probs = self.head.probabilities(rows)
-        adaptive = self.config.cut.rule != "fixed"
-        floor = self.config.cut.min_probability if adaptive else 0.0
-        pool = cut.pool if adaptive and cut.pool is not None else cut.k
-        order, k = head_order(probs, order, pool, floor, self.config.cut.k_max if adaptive else cut.k)
+        order, k = head_cut(probs, order, cut, self.config.cut)
         return order, replace(cut, k=k, rule=f"{cut.rule}+head"), dict(zip(ids, map(float, probs)))
 
     def _retrieve(self, texts: list[str], vectors: np.ndarray, timer: _Timer

@@ -19,6 +19,7 @@ import fold_eval
 import magicselector.catalog as C
 import magicselector.decompose.rules as R
 import magicselector.selector as S
+import magicselector.stages.head as H
 import magicselector.tool_vectors as TV
 from magicselector.dialogue import Turn
 from magicselector.stages.head import HeadModel, head_features, head_order
@@ -132,7 +133,7 @@ if __name__ == "__main__":
     elif what == "subtop":
         S.Selector._head = subtask_tops(int(args[0]))
     elif what == "relfloor":
-        S.head_order = relative_floor(float(args[0]))
+        H.head_order = relative_floor(float(args[0]))  # what head_cut calls
     elif what == "pdesc":
         C.tool_text = TV.tool_text = with_parameter_descriptions
         wrap = lambda sel: sel.with_catalog(sel.catalog)  # the index and BM25 rebuilt from the new texts

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import BundleError
+from .cut import Cut, CutConfig
 
 HEAD_FORMAT = "magicselector-head"
 HEAD_FILE = "head.json"
@@ -144,6 +145,17 @@ def _array(raw: dict[str, Any], key: str, where: str, shape: tuple[int, ...] | N
     if a.dtype != np.float64 or (shape is not None and a.shape != shape) or not np.all(np.isfinite(a)):
         raise BundleError(f"{where}: field {key!r} must be a finite array of shape {shape or '(in, out)'}")
     return a
+
+
+def head_cut(probabilities: np.ndarray, order: Sequence[int], cut: Cut, config: CutConfig) -> tuple[list[int], int]:
+    """``head_order`` as ``Selector.select`` applies it to a cut (``stages/cut.py`` ``Cut``) made by
+    ``config`` (a ``CutConfig``): an adaptive rule's kept tools (all the per-list cuts kept,
+    ``Cut.pool``) by probability, those under ``config.min_probability`` dropped, at most
+    ``config.k_max``; a fixed k is reordered and stays k."""
+    if config.rule == "fixed":
+        return head_order(probabilities, order, cut.k, 0.0, cut.k)
+    pool = cut.pool if cut.pool is not None else cut.k
+    return head_order(probabilities, order, pool, config.min_probability, config.k_max)
 
 
 def head_order(probabilities: np.ndarray, order: Sequence[int], k: int, min_probability: float,
