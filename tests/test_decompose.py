@@ -231,6 +231,8 @@ def _tasks(rules: RuleDecomposer, query: str, history=()) -> list[str]:
     ("find recipes with salt and pepper", ["find recipes with salt and pepper"]),
     ("count down an hour and a half", ["count down an hour and a half"]),
     ("send an email to Mr. Smith about the meeting", ["send an email to Mr. Smith about the meeting"]),
+    ("Make it 65 degrees instead, and while you're at it, lights off.", ["Make it 65 degrees instead", "lights off"]),
+    ("book a table for two, one more thing, call mom", ["book a table for two", "call mom"]),
 ])
 def test_rule_clause_split(query, expected):
     assert split_clauses(query) == expected
@@ -272,6 +274,27 @@ def test_rule_tasks_are_requests_with_their_context():
     assert _tasks(rules, 'send an email to John saying "Hi John. Best, Alex" and call mom', []) == [
         'send an email to John saying "Hi John. Best, Alex"', "call mom"]
     assert _tasks(rules, '"First, set an alarm for 7. Lastly, call mom."', []) == ["set an alarm for 7", "call mom"]
+
+
+def test_a_short_clause_a_hard_connector_joins_is_a_request():
+    rules = RuleDecomposer()
+    assert _tasks(rules, "Cut, and also hey, set flash to always on.") == ["Cut", "set flash to always on"]
+    assert _tasks(rules, "Block calls for a while. Oh, and brightness 50%.") == [
+        "Block calls for a while", "brightness 50%"]
+    # a statement stays context; a soft "and" or a sentence end joins nothing
+    paid = "My sister already paid, and also block my card."
+    assert _tasks(rules, paid) == [paid]  # one request and its context: left whole
+    assert _tasks(rules, "list the projects Adriel works on. id:3") == ["list the projects Adriel works on. id:3"]
+
+
+def test_a_pronoun_reads_the_previous_turn_as_resolved():
+    """"Change it" after a retry means the retried request, not the words "give it another go"."""
+    rules = RuleDecomposer()
+    history = [Turn("user", "Ping me if the price of the air fryer drops"), Turn("assistant", "Error 503."),
+               Turn("user", "Could you give it another go?"), Turn("assistant", "Done.")]
+    assert _tasks(rules, "Hmm, try it again.", history) == ["Ping me if the price of the air fryer drops"]
+    (task,) = _tasks(rules, "Change it to $300", history)
+    assert "air fryer" in task and "another go" not in task
 
 
 def test_rule_elliptical_carry_over():

@@ -1,11 +1,13 @@
 """Rule decomposition, no model: clause splitting, request-or-context, elliptical carry-over (``rules``).
 
-Splits compound commands at connectors ("and", "also", "then", ";", "oh and", sentence ends ...)
-only where the next clause starts like a new request, never inside fixed phrases ("rock and roll")
-or quoted text; keeps only clauses that ask for something as tasks and folds context clauses ("I
-invested $5000", "Imagine you are a drone operator") into the request they belong to; resolves
-elliptical follow-ups ("and for tomorrow?", "turn it off", an answer to the assistant's question)
-by carrying the previous user request's subject; a retry or a status check ("try again", "has that
+Splits compound commands at hard connectors ("also", "then", ";", "oh and", "while you're at it")
+and at soft ones ("and", a comma) only where the next clause starts like a new request, never inside
+fixed phrases ("rock and roll") or quoted text; keeps only clauses that ask for something as tasks
+(a short one a hard connector joins is one: "lights off") and folds context clauses ("I invested
+$5000", "Imagine you are a drone operator") into the request they belong to; resolves elliptical
+follow-ups ("and for tomorrow?", "turn it off", an answer to the assistant's question) by carrying
+the subject of the previous user turn's last request, that turn read with its own follow-ups
+resolved; a retry or a status check ("try again", "has that
 gone through yet?") stands for every request of the previous user turn, its own elliptical ones
 completed from the turns before it. A turn with one request and nothing to resolve stays whole.
 The work is bounded: only an utterance's first ``max_chars`` characters (and a history turn's
@@ -49,6 +51,8 @@ will should i i'm i'd i'll let let's please also then remind notify alert conver
 keep bring leave ask order reserve rent hail summon request split top fill refill list display
 recommend suggest provide explain describe summarize estimate predict analyze analyse compare evaluate
 determine identify retrieve fetch extract generate plot sort filter solve locate research review block
+drop scrap ditch nix cut push bump tack unpause answer mail ping blast queue crank grab jot stick pin
+kill end hang pick throw star favorite hide dismiss decline reject accept approve silence boost
 """.split())
 
 _FILLERS = ("oh and also", "and then also", "and after that", "after that", "and then", "and also", "oh and", "oh, and",
@@ -67,7 +71,7 @@ FIXED_PHRASES = ("rock and roll", "rock n roll", "rhythm and blues", "r and b", 
 _ABBREV = frozenset("mr mrs ms dr st jr sr vs etc a.m p.m am pm no approx e.g i.e inc ltd co".split())
 
 RETRY_CUES = ("try again", "another shot", "another try", "retry", "one more time", "do it again", "again please",
-              "give it another", "try that again", "try once more")
+              "give it another", "try that again", "try it again", "try once more", "try it once more")
 # A status check is a short question made only of these words (and stopwords): "is it done yet?",
 # "how's that going?", "any update on that?". It names no task, so it asks after the previous ones.
 STATUS_WORDS = frozenset("""
@@ -182,6 +186,12 @@ _REQUEST_PHRASE = re.compile(
     r"|\blet's\b", re.IGNORECASE)
 
 
+def _asked(clause: str) -> bool:
+    """A short clause a hard connector joins to another is a request ("lights off", "brightness
+    50%") unless it opens like a statement."""
+    return getattr(clause, "joined", False) and _first_word(_strip_fillers(clause)) not in CONTEXT_STARTS
+
+
 def is_request(clause: str) -> bool:
     """Whether a clause asks for something (rather than giving context for a request)."""
     text = _strip_fillers(clause).replace("’", "'")
@@ -194,7 +204,7 @@ def is_request(clause: str) -> bool:
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
-_HARD = re.compile(r"\s*;\s*|\s*,?\s*\boh,? and\b,?\s*|\s*,?\s*(?:\band\s+)?\b(?:then|after that|also|plus|as well as)\b,?\s+",
+_HARD = re.compile(r"\s*;\s*|\s*,?\s*\boh,? and\b,?\s*|\s*,?\s*(?:\band\s+)?\b(?:then|after that|also|plus|as well as|while you(?:'re|’re| are) at it|one more thing|on top of that)\b,?\s+",
                    re.IGNORECASE)
 _AND = re.compile(r"(\s*,?\s+\band\b,?\s+|\s*,\s+)", re.IGNORECASE)
 
@@ -248,25 +258,42 @@ def _sentences(text: str) -> list[str]:
     return parts
 
 
-def split_clauses(text: str) -> list[str]:
+class Clause(str):
+    """A clause's text; ``joined`` when a hard connector ("also", "oh and", "while you're at it")
+    stands next to it, which marks it as one of several things asked ("Cut, and also set the flash")."""
+
+    joined: bool = False
+
+
+def _clause(text: str, joined: bool) -> Clause:
+    c = Clause(text)
+    c.joined = joined
+    return c
+
+
+def split_clauses(text: str) -> list[Clause]:
     """Split an utterance into request clauses (no model). Conservative: a soft connector ("and",
     a comma) splits only when the next clause starts like a new request."""
     protected, saved = _protect(text)
-    out: list[str] = []
+    out: list[tuple[str, bool]] = []
     for sent in _sentences(protected):
-        hard = [p for p in _HARD.split(sent) if p and p.strip(" ,.")]
-        for piece in hard:
+        hard = _HARD.split(sent)
+        for i, piece in enumerate(hard):
+            if not piece or not piece.strip(" ,."):
+                continue
             soft = _AND.split(piece)  # [clause, separator, clause, separator, ...]
             cur = soft[0]
+            # a hard connector stands before this piece's first clause or after its last
+            first, last = i > 0, i < len(hard) - 1
             for sep, nxt in zip(soft[1::2], soft[2::2]):
                 if _starts_request(nxt) and content_words(_restore(cur, saved)):
-                    out.append(cur)
-                    cur = nxt
+                    out.append((cur, first))
+                    cur, first = nxt, False
                 else:
                     cur = f"{cur}{sep}{nxt}"
-            out.append(cur)
-    clauses = [_strip_fillers(_restore(c, saved)) for c in out]
-    return [c for c in clauses if c]
+            out.append((cur, first or last))
+    clauses = [(_strip_fillers(_restore(c, saved)), joined) for c, joined in out]
+    return [_clause(c, joined) for c, joined in clauses if c]
 
 
 _PRONOUN_RE = re.compile(r"\b(it|that|this|them|those|these)\b(?!['’])", re.IGNORECASE)  # not "it's"
@@ -402,11 +429,18 @@ class RuleDecomposer:
             return None
         return self.previous_requests(history, memo, depth, seen) or [clause]
 
-    def resolve(self, clause: str, history: Sequence[Turn], memo: dict[str, str] | None = None) -> str:
+    def resolve(self, clause: str, history: Sequence[Turn], memo: dict[str, str] | None = None, depth: int = 0,
+                seen: dict[tuple[int, int], list[str]] | None = None) -> str:
+        """An elliptical clause completed from the previous user turn's last request: with ``seen``,
+        that request as ``previous_requests`` reads it (its own follow-ups resolved, its context
+        folded in), else its last clause as said."""
         why = _is_elliptical(clause, history)
         if why is None:
             return clause
-        prev = self.previous_request(history, memo)
+        if seen is not None:
+            prev = (self.previous_requests(history, memo, depth, seen) or [""])[-1]
+        else:
+            prev = self.previous_request(history, memo)
         if not prev:
             return clause
         if why == "retry":
@@ -438,9 +472,9 @@ class RuleDecomposer:
             local = [*history, Turn("user", tasks[-1])] if fragment else history
             found = None if fragment else self._follow_up(clause, history, memo, depth, seen)
             if found is None:
-                found = [self.resolve(clause, local, memo)]
+                found = [self.resolve(clause, local, memo) if fragment else self.resolve(clause, history, memo, depth, seen)]
             for task in found:
-                if task == clause and not is_request(clause):
+                if task == clause and not is_request(clause) and not _asked(clause):
                     context.append(clause)
                     continue
                 resolved_any |= task != clause
