@@ -368,7 +368,7 @@ class RuleDecomposer:
         if not isinstance(self.max_chars, int) or isinstance(self.max_chars, bool) or self.max_chars < 1:
             raise InputError(f"RuleDecomposer max_chars must be a positive int, got {max_chars!r}")
 
-    def clauses(self, text: str) -> list[str]:
+    def clauses(self, text: str) -> list[Clause]:
         """``split_clauses`` of the utterance's first ``max_chars`` characters; past them, its last
         complete clause there (the one the clip cut is dropped)."""
         if len(text) <= self.max_chars:
@@ -384,7 +384,7 @@ class RuleDecomposer:
                 if memo is not None and t.content in memo:
                     return memo[t.content]
                 text = t.content[-self.max_chars:]
-                clauses = split_clauses(text)
+                clauses: list[str] = list(split_clauses(text))
                 if len(text) < len(t.content) and len(clauses) > 1:
                     clauses = clauses[1:]  # the clip cut the first one
                 meaningful = [c for c in clauses if content_words(c) and _is_elliptical(c, []) is None]
@@ -502,7 +502,7 @@ class RuleDecomposer:
         return {
             "multi_clause": len(clauses) > 1,
             "connector": connectors,
-            "elliptical": any(_is_elliptical(c, history) for c in clauses or [query]),
+            "elliptical": any(_is_elliptical(c, history) for c in (clauses if clauses else [query])),
             "long": len(query.split()) > 16,
         }
 
