@@ -20,7 +20,7 @@ HISTORY_MODES = ("none", "user", "questions", "all")
 # likeliest (stages/head.py). Why these values (the fewest tools at the same completeness on every
 # development part): docs/bench/defaults.md, docs/bench/budget.md and docs/bench/history.md.
 DEFAULT_CUT = CutConfig(rule="rmargin", k_max=10, range_margin=0.7, range_depth=15, list_range_margin=0.8,
-                        anchor_k_max=5, min_probability=0.01)
+                        anchor_k_max=5, min_probability=0.012)
 DECOMPOSE_MODES = ("none", "rules", "llm", "auto")
 # Settings whose other values lost on the development sets (docs/bench/defaults.md), so they are not
 # fields of the config: for one release the keyword still takes the shipped value, with a
