@@ -8,10 +8,13 @@ python3 docs/bench/fold_probes.py pdesc OUT.json         # each tool's parameter
 python3 docs/bench/fold_probes.py answer KINDS OUT.json  # KINDS (answer,fragment,pronoun): such a follow-up of a turn that asked for
                                                          # several things completes every request of it, as a retry does
 python3 docs/bench/fold_probes.py subtop M OUT.json      # each sub-task list's top M tools kept past the head's floor
+python3 docs/bench/fold_probes.py mask W OUT.json        # names masked: a text's title-case spans after its first word read
+                                                         # as "something", its dense vector W of the way to the masked text's
 PARTS=realistic,bfcl,metatool (environment) as fold_eval.py; CUT='{"min_probability": 0.006}' (environment) replaces
 fields of the shipped cut. The mass, prf and head rows of history.md ran on the tree at b370c8a (its rules and cut).
 """
 import os
+import re
 import sys
 from dataclasses import replace
 import numpy as np
@@ -108,6 +111,40 @@ class EveryRequest(R.RuleDecomposer):
         return [self.resolve(clause, [Turn("user", p), Turn("assistant", asked)], {}) for p in prevs]
 
 
+def mask_names(text):
+    """The title-case spans after a text's first word (not "I") as "something": "Play Reply All." -> "Play something."."""
+    words, out, i = text.split(), [], 0
+    while i < len(words):
+        w = words[i]
+        if i and w[:1].isupper() and w not in ("I", "I'm", "I'll", "I'd") and not out[-1].endswith((".", "?", "!")):
+            j = i
+            while j < len(words) and (words[j][:1].isupper() or words[j] in ("a", "of", "the")) and words[j] != "I":
+                j += 1
+            out.append("something" + re.sub(r"^[\w'%&-]*", "", words[j - 1]))  # its trailing punctuation kept
+            i = j
+        else:
+            out.append(w)
+            i += 1
+    return " ".join(out)
+
+
+class Masked:
+    """The embedder, each text with names moved ``w`` of the way to its ``mask_names`` vector."""
+
+    def __init__(self, inner, w):
+        self.inner, self.w, self.dim = inner, w, inner.dim
+
+    def embed(self, texts, *a, **k):
+        v = np.array(self.inner.embed(texts, *a, **k), dtype=np.float32, copy=True)
+        masked = [mask_names(t) for t in texts]
+        changed = [i for i, (t, m) in enumerate(zip(texts, masked)) if t != m]
+        if changed:
+            for i, mv in zip(changed, self.inner.embed([masked[i] for i in changed], *a, **k)):
+                x = (1 - self.w) * v[i] + self.w * mv
+                v[i] = x / np.linalg.norm(x)
+        return v
+
+
 def copy_with(sel, **attrs):
     """A copy of ``sel`` (its catalog state shared) with some stages replaced."""
     c = sel.with_config()
@@ -130,6 +167,9 @@ if __name__ == "__main__":
     elif what == "head":
         head = HeadModel.from_bytes(open(args[0], "rb").read())
         wrap = lambda sel: copy_with(sel, head=head)
+    elif what == "mask":
+        w = float(args[0])
+        wrap = lambda sel: copy_with(sel, embedder=Masked(sel.embedder, w))
     elif what == "subtop":
         S.Selector._head = subtask_tops(int(args[0]))
     elif what == "relfloor":
