@@ -281,6 +281,9 @@ def test_a_short_clause_a_hard_connector_joins_is_a_request():
     assert _tasks(rules, "Cut, and also hey, set flash to always on.") == ["Cut", "set flash to always on"]
     assert _tasks(rules, "Block calls for a while. Oh, and brightness 50%.") == [
         "Block calls for a while", "brightness 50%"]
+    # a connector opening a sentence joins the clause before it too
+    assert _tasks(rules, "Jump forward. One more thing, put on the new episode.") == [
+        "Jump forward", "put on the new episode"]
     # a statement stays context; a soft "and" or a sentence end joins nothing
     paid = "My sister already paid, and also block my card."
     assert _tasks(rules, paid) == [paid]  # one request and its context: left whole

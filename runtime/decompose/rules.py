@@ -278,6 +278,8 @@ def split_clauses(text: str) -> list[Clause]:
     out: list[tuple[str, bool]] = []
     for sent in _sentences(protected):
         hard = _HARD.split(sent)
+        if len(hard) > 1 and not hard[0].strip(" ,.") and out:  # "Jump forward. Also, ...": joins the one before
+            out[-1] = (out[-1][0], True)
         for i, piece in enumerate(hard):
             if not piece or not piece.strip(" ,."):
                 continue
