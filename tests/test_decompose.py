@@ -284,6 +284,7 @@ def test_a_short_clause_a_hard_connector_joins_is_a_request():
     # a connector opening a sentence joins the clause before it too
     assert _tasks(rules, "Jump forward. One more thing, put on the new episode.") == [
         "Jump forward", "put on the new episode"]
+    assert all(type(t) is str for t in rules.decompose("lights off, and also play jazz", []).tasks)
     # a statement stays context; a soft "and" or a sentence end joins nothing
     paid = "My sister already paid, and also block my card."
     assert _tasks(rules, paid) == [paid]  # one request and its context: left whole

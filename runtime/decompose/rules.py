@@ -458,7 +458,7 @@ class RuleDecomposer:
         context joins the last request) and elliptical ones completed from the dialogue. An
         utterance with at most one request and nothing resolved is left whole: the fragment would
         only repeat the anchor query with less context."""
-        return Decomposition(tuple(self._tasks(query, history)), DecomposeTrace(ran=self.name))
+        return Decomposition(tuple(map(str, self._tasks(query, history))), DecomposeTrace(ran=self.name))  # plain str, not Clause
 
     def _tasks(self, query: str, history: Sequence[Turn], depth: int = 0,
                seen: dict[tuple[int, int], list[str]] | None = None) -> list[str]:
