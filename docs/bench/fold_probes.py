@@ -8,6 +8,9 @@ python3 docs/bench/fold_probes.py pdesc OUT.json         # each tool's parameter
 python3 docs/bench/fold_probes.py answer KINDS OUT.json  # KINDS (answer,fragment,pronoun): such a follow-up of a turn that asked for
                                                          # several things completes every request of it, as a retry does
 python3 docs/bench/fold_probes.py subtop M OUT.json      # each sub-task list's top M tools kept past the head's floor
+python3 docs/bench/fold_probes.py named OUT.json         # the fold also reads an assistant sentence that names what the utterance
+                                                         # names (a capitalized word after its start: "Play Reply All." after
+                                                         # "Okay, I'll download the latest Reply All episode.")
 python3 docs/bench/fold_probes.py mask W OUT.json        # names masked: a text's title-case spans after its first word read
                                                          # as "something", its dense vector W of the way to the masked text's
 PARTS=realistic,bfcl,metatool (environment) as fold_eval.py; CUT='{"min_probability": 0.006}' (environment) replaces
@@ -20,6 +23,7 @@ from dataclasses import replace
 import numpy as np
 import fold_eval
 import magicselector.catalog as C
+import magicselector.dialogue as D
 import magicselector.decompose.rules as R
 import magicselector.selector as S
 import magicselector.stages.head as H
@@ -145,6 +149,26 @@ class Masked:
         return v
 
 
+_NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][a-zA-Z0-9'%-]+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def named_fold(query, history, mode, turns=4):
+    """``retrieval_text`` with up to two assistant sentences that share a name with the utterance
+    right after it (most recent first)."""
+    text = D.retrieval_text(query, history, mode, turns)
+    names = {m.group(0) for m in _NAME.finditer(query.strip())} - {"I", "I'm", "I'll", "I'd"}
+    if mode == "none" or not history or not names:
+        return text
+    extra = []
+    for t in reversed(D._exchanges(history, tool_words=False)[-2 * turns:]):
+        for s in _SENTENCE.split(t.content) if t.role == "assistant" else ():
+            if any(re.search(rf"\b{re.escape(n)}\b", s) for n in names) and s not in text and s not in extra:
+                extra.append(s)
+    head, _, rest = text.partition(" | ")
+    return " | ".join([head, *extra[:2]] + ([rest] if rest else [])) if extra else text
+
+
 def copy_with(sel, **attrs):
     """A copy of ``sel`` (its catalog state shared) with some stages replaced."""
     c = sel.with_config()
@@ -170,6 +194,8 @@ if __name__ == "__main__":
     elif what == "mask":
         w = float(args[0])
         wrap = lambda sel: copy_with(sel, embedder=Masked(sel.embedder, w))
+    elif what == "named":
+        S.retrieval_text = named_fold
     elif what == "subtop":
         S.Selector._head = subtask_tops(int(args[0]))
     elif what == "relfloor":
