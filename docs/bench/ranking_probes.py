@@ -91,11 +91,11 @@ def ensemble(bundle, w):
 class TorchMeanPool:
     """A sentence-transformers folder (BERT / MPNet) as an embedder: FP32 torch, mean pooling, unit vectors."""
 
-    def __init__(self, folder, max_length=128):
+    def __init__(self, folder, max_length=128, tokenizer=None):
         import torch
         from tokenizers import Tokenizer
         from transformers import AutoModel
-        self.torch, self.tok = torch, Tokenizer.from_file(f"{folder}/tokenizer.json")
+        self.torch, self.tok = torch, Tokenizer.from_file(tokenizer or f"{folder}/tokenizer.json")
         self.tok.enable_truncation(max_length)
         self.tok.no_padding()
         self.pad = self.tok.token_to_id("<pad>") or 0
