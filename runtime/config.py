@@ -16,7 +16,7 @@ from .decompose.prompts import PROMPT_STYLES
 HISTORY_MODES = ("none", "user", "questions", "all")
 # The shipped cut: keep the tools within 70 % of the score range of the list's first 15 below the
 # top score; in a decomposed turn 80 % on each list, and at most 5 tools from the anchor list; of
-# those, the bundle's learned head drops the ones it gives under 1 % and keeps at most the 10
+# those, the bundle's learned head drops the ones it gives under 1.2 % and keeps at most the 10
 # likeliest (stages/head.py). Why these values (the fewest tools at the same completeness on every
 # development part): docs/bench/defaults.md, docs/bench/budget.md and docs/bench/history.md.
 DEFAULT_CUT = CutConfig(rule="rmargin", k_max=10, range_margin=0.7, range_depth=15, list_range_margin=0.8,

@@ -104,15 +104,14 @@ class EveryRequest(R.RuleDecomposer):
         super().__init__()
         self.kinds = kinds
 
-    def _follow_up(self, clause, history, memo, depth, seen):
-        found = super()._follow_up(clause, history, memo, depth, seen)
-        if found is not None or R._is_elliptical(clause, history) not in self.kinds:
-            return found
-        prevs = self.previous_requests(history, memo, depth, seen)
-        if len(prevs) < 2:
-            return None
-        asked = next((t.content for t in reversed(history) if t.role == "assistant"), "")
-        return [self.resolve(clause, [Turn("user", p), Turn("assistant", asked)], {}) for p in prevs]
+    def resolve(self, clause, history, memo=None, depth=0, seen=None):
+        if seen is not None and R._is_elliptical(clause, history) in self.kinds:
+            prevs = self.previous_requests(history, memo, depth, seen)
+            if len(prevs) >= 2:
+                asked = next((t.content for t in reversed(history) if t.role == "assistant"), "")
+                each = super().resolve  # zero-argument super() does not reach into a comprehension
+                return [task for p in prevs for task in each(clause, [Turn("user", p), Turn("assistant", asked)], {})]
+        return super().resolve(clause, history, memo, depth, seen)
 
 
 def mask_names(text):

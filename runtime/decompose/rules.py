@@ -423,35 +423,32 @@ class RuleDecomposer:
             return requests
         return []
 
-    def _follow_up(self, clause: str, history: Sequence[Turn], memo: dict[str, str], depth: int,
-                   seen: dict[tuple[int, int], list[str]]) -> list[str] | None:
-        """A retry or status check asks after every request of the previous user turn: those
-        requests (None: the clause is neither)."""
-        if _is_elliptical(clause, history) not in ("retry", "status"):
-            return None
-        return self.previous_requests(history, memo, depth, seen) or [clause]
-
     def resolve(self, clause: str, history: Sequence[Turn], memo: dict[str, str] | None = None, depth: int = 0,
-                seen: dict[tuple[int, int], list[str]] | None = None) -> str:
-        """An elliptical clause completed from the previous user turn's last request: with ``seen``,
-        that request as ``previous_requests`` reads it (its own follow-ups resolved, its context
-        folded in), else its last clause as said."""
+                seen: dict[tuple[int, int], list[str]] | None = None) -> list[str]:
+        """What a clause asks for, read against the previous user turn. With ``seen``, that turn as
+        ``previous_requests`` reads it (its own follow-ups resolved, its context folded in): a retry
+        or status check stands for every request of it, another elliptical clause is completed from
+        its last one. Without ``seen``, from that turn's last clause as said. A clause that needs no
+        dialogue stays as it is."""
         why = _is_elliptical(clause, history)
         if why is None:
-            return clause
+            return [clause]
         if seen is not None:
-            prev = (self.previous_requests(history, memo, depth, seen) or [""])[-1]
+            requests = self.previous_requests(history, memo, depth, seen)
+            if why in ("retry", "status"):
+                return requests or [clause]
+            prev = requests[-1] if requests else ""
         else:
             prev = self.previous_request(history, memo)
         if not prev:
-            return clause
+            return [clause]
         if why == "retry":
-            return prev
+            return [prev]
         if why == "pronoun":
             subj = _subject(prev)
-            return _PRONOUN_RE.sub(subj, clause, count=1) if subj else f"{clause} {prev}"
+            return [_PRONOUN_RE.sub(subj, clause, count=1) if subj else f"{clause} {prev}"]
         frag = _strip_fillers(re.sub(r"^(what|how) about\b", "", clause, flags=re.IGNORECASE)).rstrip("?.! ")
-        return f"{prev.rstrip('?.! ')} {frag}".strip()
+        return [f"{prev.rstrip('?.! ')} {frag}".strip()]
 
     def decompose(self, query: str, history: Sequence[Turn]) -> Decomposition:
         """The request clauses of an utterance, each with the context clauses before it (trailing
@@ -472,10 +469,8 @@ class RuleDecomposer:
             # "... for Boston, and also for San Francisco?": a fragment completes the task before it
             fragment = bool(tasks) and _is_fragment(clause)
             local = [*history, Turn("user", tasks[-1])] if fragment else history
-            found = None if fragment else self._follow_up(clause, history, memo, depth, seen)
-            if found is None:
-                found = [self.resolve(clause, local, memo) if fragment else self.resolve(clause, history, memo, depth, seen)]
-            for task in found:
+            # a fragment completes the task before it as said, not the previous turn's requests
+            for task in self.resolve(clause, local, memo, depth, None if fragment else seen):
                 if task == clause and not is_request(clause) and not _asked(clause):
                     context.append(clause)
                     continue
