@@ -301,6 +301,31 @@ def test_a_pronoun_reads_the_previous_turn_as_resolved():
     assert "air fryer" in task and "another go" not in task
 
 
+def test_a_pronoun_takes_the_thing_asked_for_not_the_way_it_was_asked():
+    """The carried subject leaves out fillers, a polite opener and the verb."""
+    rules = RuleDecomposer()
+    assert _tasks(rules, "Pause it.", [Turn("user", "Can you start Born a Crime?"), Turn("assistant", "Playing.")]) == [
+        "Pause Born a Crime"]
+    assert _tasks(rules, "Play it.", [Turn("user", "Hey, get me Hidden Brain in my library."),
+                                      Turn("assistant", "Done.")]) == ["Play Hidden Brain in my library"]
+
+
+def test_a_pronoun_after_the_utterance_s_own_context_points_at_it():
+    """"The weekend alarm is wrong, change it" names its own "it": nothing comes from the turn before."""
+    rules = RuleDecomposer()
+    before = [Turn("user", "Turn on Bluetooth"), Turn("assistant", "Done.")]
+    said = "The weekend alarm is wrong, change it."
+    assert _tasks(rules, said, before) == [said]
+
+
+def test_only_an_utterance_s_first_clause_answers_the_assistant():
+    """After "For what time?", "Midnight" answers; a later question of its own is no answer."""
+    rules = RuleDecomposer()
+    asked = [Turn("user", "Set an alarm"), Turn("assistant", "For what time?")]
+    assert _tasks(rules, "Midnight. And the weather in Paris?", asked) == [
+        "Set an alarm Midnight", "the weather in Paris?"]
+
+
 def test_rule_elliptical_carry_over():
     rules = RuleDecomposer()
     assert _tasks(rules, "turn it off", BLUETOOTH) == ["turn Bluetooth off"]

@@ -6,10 +6,11 @@ fixed phrases ("rock and roll") or quoted text; keeps only clauses that ask for 
 (a short one a hard connector joins is one: "lights off") and folds context clauses ("I invested
 $5000", "Imagine you are a drone operator") into the request they belong to; resolves elliptical
 follow-ups ("and for tomorrow?", "turn it off", an answer to the assistant's question) by carrying
-the subject of the previous user turn's last request, that turn read with its own follow-ups
-resolved; a retry or a status check ("try again", "has that
-gone through yet?") stands for every request of the previous user turn, its own elliptical ones
-completed from the turns before it. A turn with one request and nothing to resolve stays whole.
+the subject of the previous user turn's last request (no filler, polite opener or verb), that turn
+read with its own follow-ups resolved, unless the utterance's own context comes first ("The weekend
+alarm is wrong, change it"); only an utterance's first clause answers the assistant; a retry or a
+status check ("try again", "has that gone through yet?") stands for every request of the previous
+user turn, its own elliptical ones completed from the turns before it. A turn with one request and nothing to resolve stays whole.
 The work is bounded: only an utterance's first ``max_chars`` characters (and a history turn's
 last) are split, each a bounded number of times per utterance. The word helpers here (``content_words``,
 ``grounded``, ``task_key``) are shared with the LLM's output parser.
@@ -301,9 +302,9 @@ def split_clauses(text: str) -> list[Clause]:
 _PRONOUN_RE = re.compile(r"\b(it|that|this|them|those|these)\b(?!['’])", re.IGNORECASE)  # not "it's"
 
 
-def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
+def _is_elliptical(clause: str, history: Sequence[Turn], first: bool = True) -> str | None:
     """Why a clause needs the dialogue to be understood ('retry', 'pronoun', 'fragment',
-    'answer'), or None."""
+    'answer'), or None. Only an utterance's ``first`` clause answers the assistant's question."""
     if not history:
         return None
     low = " ".join(_WORD.findall(clause.lower().replace("’", "'")))
@@ -320,7 +321,7 @@ def _is_elliptical(clause: str, history: Sequence[Turn]) -> str | None:
     if _is_fragment(clause):
         return "fragment"
     last_assistant = next((t.content for t in reversed(history) if t.role == "assistant"), "")
-    if last_assistant.rstrip().endswith("?") and len(words) <= 5 and words[0] not in REQUEST_STARTS:
+    if first and last_assistant.rstrip().endswith("?") and len(words) <= 5 and words[0] not in REQUEST_STARTS:
         return "answer"
     if len(words) <= 3 and words[0] not in REQUEST_STARTS:
         return "fragment"
@@ -342,10 +343,15 @@ def _is_fragment(clause: str) -> bool:
 _ELLIPSIS_PREFIXES = tuple(s.strip() for s in ELLIPSIS_STARTS)
 
 
+_POLITE = re.compile(r"^(?:(?:can|could|would|will) you|please|i(?:'d| would) like to|i (?:want|need) to|let's)\s+",
+                     re.IGNORECASE)
+
+
 def _subject(request: str) -> str:
-    """The object phrase of a request: the request without its leading verb/particles."""
-    words = request.split()
-    drop = REQUEST_STARTS | {"on", "off", "up", "down", "the", "my", "a", "an", "some", "me", "to", "for", "please"}
+    """The object phrase of a request: the request without its fillers, a polite opener ("can you")
+    and its leading verb/particles."""
+    words = _POLITE.sub("", _strip_fillers(request)).split()
+    drop = REQUEST_STARTS | {"on", "off", "up", "down", "in", "the", "my", "a", "an", "some", "me", "to", "for", "please"}
     i = 0
     while i < len(words) - 1 and words[i].lower().strip(",.?!") in drop:
         i += 1
@@ -424,13 +430,13 @@ class RuleDecomposer:
         return []
 
     def resolve(self, clause: str, history: Sequence[Turn], memo: dict[str, str] | None = None, depth: int = 0,
-                seen: dict[tuple[int, int], list[str]] | None = None) -> list[str]:
+                seen: dict[tuple[int, int], list[str]] | None = None, first: bool = True) -> list[str]:
         """What a clause asks for, read against the previous user turn. With ``seen``, that turn as
         ``previous_requests`` reads it (its own follow-ups resolved, its context folded in): a retry
         or status check stands for every request of it, another elliptical clause is completed from
         its last one. Without ``seen``, from that turn's last clause as said. A clause that needs no
         dialogue stays as it is."""
-        why = _is_elliptical(clause, history)
+        why = _is_elliptical(clause, history, first)
         if why is None:
             return [clause]
         if seen is not None:
@@ -465,12 +471,15 @@ class RuleDecomposer:
         memo: dict[str, str] = {}
         seen = {} if seen is None else seen
         keys: set[str] = set()  # task_key of each task so far
-        for clause in self.clauses(query):
+        for n, clause in enumerate(self.clauses(query)):
             # "... for Boston, and also for San Francisco?": a fragment completes the task before it
             fragment = bool(tasks) and _is_fragment(clause)
             local = [*history, Turn("user", tasks[-1])] if fragment else history
+            # "The weekend alarm is wrong, change it": a pronoun after this utterance's own context
+            # points at that context, not at the previous turn
+            own = bool(context) and not fragment and _is_elliptical(clause, history) == "pronoun"
             # a fragment completes the task before it as said, not the previous turn's requests
-            for task in self.resolve(clause, local, memo, depth, None if fragment else seen):
+            for task in [clause] if own else self.resolve(clause, local, memo, depth, None if fragment else seen, n == 0):
                 if task == clause and not is_request(clause) and not _asked(clause):
                     context.append(clause)
                     continue
