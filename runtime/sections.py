@@ -119,7 +119,9 @@ def open_embedder(section: EmbedderSection, bundle: Bundle | Path, threads: int 
     """The embed stage of a bundle (or of the folder a bundle is being built in)."""
     tokenizer = TextTokenizer(_path(bundle, section.tokenizer), section.max_length,
                               data=_tokenizer_bytes(bundle, section.tokenizer, verify))
-    return TextEmbedder(_model(bundle, section.file, threads, verify), tokenizer, dim=section.dim)
+    key = (f"{bundle.sha256_of(section.file)}:{bundle.sha256_of(section.tokenizer)}:{section.max_length}"
+           if isinstance(bundle, Bundle) else "")
+    return TextEmbedder(_model(bundle, section.file, threads, verify), tokenizer, dim=section.dim, vectors_key=key)
 
 
 def open_reranker(section: RerankerSection, bundle: Bundle | Path, threads: int = 1,

@@ -231,12 +231,11 @@ class Selector:
 
     def with_catalog(self, catalog: Catalog, config: SelectorConfig | None = None) -> "Selector":
         """A Selector over another catalog sharing this one's embedder and reranker; the catalog's
-        tool vectors are cached on disk by embedder hash and tool texts (``tool_vectors``)."""
-        model_sha = ""
-        embedder_section = self.bundle.section("embedder") if self.bundle is not None else None
-        if self.bundle is not None and embedder_section:
-            model_sha = self.bundle.sha256_of(embedder_section["file"])
-        index = catalog_index(self.embedder, catalog, model_sha, self.index.dtype)  # in batches, bounded memory
+        tool vectors are cached on disk by the embedder's ``vectors_key`` (the bytes a bundle opened
+        it from) and the tool texts (``tool_vectors``), so an embedder put in by hand, whatever the
+        bundle, never reads another model's vectors."""
+        key = getattr(self.embedder, "vectors_key", "")
+        index = catalog_index(self.embedder, catalog, key, self.index.dtype)  # in batches, bounded memory
         config = config or self.config
         params = self._state.lexical.params if self._state.lexical is not None else {}
         lexical = LexicalIndex.from_catalog(catalog, **params) if config.lexical else None  # else on first use

@@ -206,3 +206,26 @@ def test_an_embedder_of_another_dimension_is_a_bundle_error(selector):
 
     with pytest.raises(BundleError, match="shape"):
         tv.catalog_index(Wrong(), Catalog(list(load_phone_catalog())[:5]))
+
+
+def test_an_embedder_put_in_by_hand_never_reads_the_bundle_s_cached_vectors(selector, home):
+    """The cache is keyed by the bytes the embedder was opened from, not by the bundle beside it."""
+    from magicselector import Selector
+
+    catalog = Catalog(list(load_phone_catalog())[:30])
+    assert selector.embedder.vectors_key.startswith(selector.bundle.sha256_of(selector.bundle.section("embedder")["file"]))
+    cached = selector.with_catalog(catalog)  # fills the cache under the bundle embedder's key
+    ids = catalog.ids
+
+    class Reversed:
+        """Another model: the bundle embedder's vectors, their components reversed."""
+        dim = selector.embedder.dim
+
+        def embed(self, texts, release=False):
+            return selector.embedder.embed(texts, release)[:, ::-1].copy()
+
+    other = Selector(selector.catalog, Reversed(), selector.index, config=selector.config, bundle=selector.bundle)
+    got = other.with_catalog(catalog).index.vectors(ids)
+    want = cached.index.vectors(ids)[:, ::-1]
+    assert np.allclose(got, want, atol=2e-3)  # its own vectors (f16 index), not the cached ones
+    assert not np.allclose(got, cached.index.vectors(ids), atol=2e-3)

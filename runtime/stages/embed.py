@@ -135,15 +135,20 @@ def mean_pool_normalize(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 class TextEmbedder:
-    """Sentence embedder over an encoder whose output 0 is the last hidden state (any backend)."""
+    """Sentence embedder over an encoder whose output 0 is the last hidden state (any backend).
+
+    ``vectors_key``: what its vectors depend on (a bundle's model and tokenizer sha256 and the
+    window), under which a catalog's tool vectors are cached on disk (``tool_vectors``); the bundle
+    that opens it sets it. Empty (an embedder built by hand): its vectors are never cached."""
 
     def __init__(self, model: EncoderModel | str | Path, tokenizer: TextTokenizer, dim: int, threads: int = 1,
-                 batch_size: int = 32, max_padding: float = 0.25) -> None:
+                 batch_size: int = 32, max_padding: float = 0.25, vectors_key: str = "") -> None:
         self.model = open_model(model, threads=threads) if isinstance(model, (str, Path)) else model
         self.tokenizer = tokenizer
         self.dim = int(dim)
         self.batch_size = batch_size
         self.max_padding = float(max_padding)  # see length_groups
+        self.vectors_key = vectors_key
 
     @classmethod
     def from_path(cls, model_path: str | Path, tokenizer_file: str | Path, *, dim: int = 384,
