@@ -2,7 +2,8 @@
 
 python3 docs/bench/fold_probes.py mass EPS OUT.json      # the head cut by dropped mass: drop the longest tail of kept tools whose probabilities sum under EPS
 python3 docs/bench/fold_probes.py prf BETA M OUT.json    # dense pseudo-relevance feedback: each query vector moved BETA toward the score-weighted mean of its top M tools
-python3 docs/bench/fold_probes.py head HEAD.json OUT.json  # another head file (e.g. `train head --hidden 32 16 --history-mode questions`)
+python3 docs/bench/fold_probes.py head HEAD.json OUT.json  # another head file (e.g. `train head --hidden 32 16 --history-mode questions`);
+                                                         # BUNDLE=DIR (environment): on that bundle instead of the default
 python3 docs/bench/fold_probes.py relfloor R OUT.json    # the head's floor relative to the surest kept tool: max(min_probability, R * p_top)
 python3 docs/bench/fold_probes.py pdesc OUT.json         # each tool's parameter descriptions appended to its text (index rebuilt, no retraining)
 python3 docs/bench/fold_probes.py answer KINDS OUT.json  # KINDS (answer,fragment,pronoun): such a follow-up of a turn that asked for
@@ -207,4 +208,4 @@ if __name__ == "__main__":
         wrap = lambda sel: copy_with(sel, decomposer=EveryRequest(kinds))
     else:
         sys.exit(__doc__)
-    fold_eval.main("default", "questions", args[-1], 500, os.environ.get("CUT", "{}"), wrap=wrap)
+    fold_eval.main(os.environ.get("BUNDLE", "default"), "questions", args[-1], 500, os.environ.get("CUT", "{}"), wrap=wrap)
