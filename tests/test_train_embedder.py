@@ -176,3 +176,68 @@ def test_cli_parses_without_importing_torch():
             "any(m.split('.')[0] == 'torch' for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "['d1', 'd2'] 2 0.1 True 10 all cmd_train_embedder False"
+
+
+def test_the_teacher_term_is_zero_when_the_teacher_agrees_and_pulls_when_it_does_not():
+    from magicselector.train.embedder_losses import info_nce
+    from magicselector.train.losses import TeacherKLInfoNCELoss
+
+    g = torch.Generator().manual_seed(0)
+    q, p, n = torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g), torch.randn(4, 2, 8, generator=g)
+    texts = {f"q{i}": q[i] for i in range(4)} | {f"p{i}": p[i] for i in range(4)}
+    texts |= {f"n{i}{j}": n[i, j] for i in range(4) for j in range(2)}
+    labels = {"pos_ids": ["a", "b", "c", "d"], "gold": [["a"], ["b"], ["c"], ["d"]],
+              "query_texts": [f"q{i}" for i in range(4)], "positive_texts": [f"p{i}" for i in range(4)],
+              "negative_texts": [[f"n{i}{j}" for j in range(2)] for i in range(4)]}
+    agrees = lambda batch: torch.stack([texts[t] for t in batch])  # noqa: E731  (the student's own vectors)
+    outputs = {"query": q.clone().requires_grad_(), "positive": p, "negatives": n}
+    nce = info_nce(q, p, n, 0.05, in_batch=True, pos_ids=labels["pos_ids"], gold=labels["gold"])
+    same = TeacherKLInfoNCELoss(agrees, 1.0)(outputs, labels)
+    assert torch.allclose(same, nce, atol=1e-5)
+    flipped = lambda batch: -agrees(batch) if batch[0].startswith("q") else agrees(batch)  # noqa: E731
+    pulled = TeacherKLInfoNCELoss(flipped, 1.0)(outputs, labels)
+    assert pulled > nce + 0.1
+    pulled.backward()
+    assert torch.isfinite(outputs["query"].grad).all() and outputs["query"].grad.abs().sum() > 0
+    # the trainer's probe (in_batch=False) stays eq. 13 alone; texts are required otherwise
+    assert torch.allclose(TeacherKLInfoNCELoss(flipped, 1.0)(outputs, labels, in_batch=False),
+                          info_nce(q, p, n, 0.05), atol=1e-5)
+    with pytest.raises(InputError, match="query_texts"):
+        TeacherKLInfoNCELoss(agrees, 1.0)(outputs, {"pos_ids": labels["pos_ids"], "gold": labels["gold"]})
+
+
+def test_teacher_parts_are_checked():
+    from magicselector.train.teacher import parse_teacher_parts
+
+    assert parse_teacher_parts(["0.7=bundle", "0.3=/models/mpnet"]) == [(0.7, "bundle"), (0.3, "/models/mpnet")]
+    for bad in (["bundle"], ["x=bundle"], ["0=bundle"], ["-1=bundle", "2=b"], ["0.5=bundle"], ["1="], []):
+        with pytest.raises(InputError, match="--teacher"):
+            parse_teacher_parts(bad)
+
+
+def test_a_tiny_run_with_a_teacher_records_it_and_embeds_each_text_once(tiny_benchmark, tmp_path):
+    from magicselector.export.bundle import minilm_checkpoint
+    from magicselector.train.losses import TeacherKLInfoNCELoss
+    from magicselector.train.teacher import EmbeddingTeacher
+
+    teacher = EmbeddingTeacher.from_specs([f"1={minilm_checkpoint()}"], max_length=32)
+    calls = []
+    part_scale, embed = teacher.parts[0]
+    teacher.parts = [(part_scale, lambda texts: calls.append(list(texts)) or embed(texts))]
+    cfg = EmbedderTrainConfig(**{**TINY, "epochs": 2, "rounds": 0, "in_batch": True})
+    summary = train_embedder(tiny_benchmark, tmp_path / "t", cfg, progress=False,
+                             loss=TeacherKLInfoNCELoss(teacher, 1.0, cfg.temperature, cfg.in_batch))
+    assert summary["loss"]["name"] == "InfoNCE (eq. 13) + KL to a teacher" and summary["loss"]["weight"] == 1.0
+    assert summary["loss"]["teacher"]["parts"] == [{"weight": 1.0, "source": str(minilm_checkpoint())}]
+    assert math.isfinite(summary["final_loss"])
+    seen = [t for batch in calls for t in batch]
+    assert seen and len(seen) == len(set(seen))  # two epochs, every text embedded by the teacher once
+
+
+def test_cli_refuses_a_bad_teacher_before_loading_anything(tiny_benchmark, tmp_path, capsys):
+    from magicselector.cli import main
+
+    rc = main(["train", "embedder", "--data", str(tiny_benchmark), "--out", str(tmp_path / "o"),
+               "--teacher", "0.5=bundle", "--quiet"])
+    assert rc != 0 and "--teacher" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from magicselector.cli_options import add_history_mode_option, add_removed_spelling
+from magicselector.errors import InputError
 
 
 def _print_summary(short: dict[str, Any]) -> None:
@@ -54,7 +55,17 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
         "freeze_embeddings": args.freeze_embeddings or None,
     }
     config = EmbedderTrainConfig(**{k: v for k, v in fields.items() if v is not None})
-    summary = train_embedder(args.data, args.out, config, progress=not args.quiet, overwrite=args.force)
+    loss = None
+    if args.teacher:
+        from .losses import TeacherKLInfoNCELoss
+        from .teacher import EmbeddingTeacher, parse_teacher_parts
+
+        parse_teacher_parts(args.teacher)  # a bad spec fails before any model loads
+        if not args.distill_weight >= 0:
+            raise InputError(f"--distill-weight must be >= 0, got {args.distill_weight}")
+        loss = TeacherKLInfoNCELoss(EmbeddingTeacher.from_specs(args.teacher), args.distill_weight,
+                                    config.temperature, config.in_batch)
+    summary = train_embedder(args.data, args.out, config, progress=not args.quiet, overwrite=args.force, loss=loss)
     short = {k: summary[k] for k in ("out_dir", "layers", "counts", "loss_summary", "probe_loss_before",
                                      "probe_loss_after", "train_retrieval_before", "train_retrieval_after",
                                      "final_loss", "wall_seconds")}
@@ -163,6 +174,11 @@ def _add_embedder_parser(tsub) -> None:
     sp.add_argument("--no-tasks", action="store_true", help="do not add the gold sub-tasks as extra queries")
     sp.add_argument("--freeze-embeddings", action="store_true",
                     help="keep the word-embedding table fixed (unseen words keep their pre-trained vectors)")
+    sp.add_argument("--teacher", nargs="+", metavar="WEIGHT=SOURCE",
+                    help="distil from a teacher that mixes embedders' cosines: 0.7=bundle (the default bundle's "
+                         "embedder; or a bundle folder) 0.3=CKPT (a sentence encoder folder); weights sum to 1")
+    sp.add_argument("--distill-weight", type=float, default=1.0,
+                    help="with --teacher: weight of the KL term beside eq. 13 (default 1)")
     _add_run_flags(sp)
     sp.set_defaults(func=cmd_train_embedder)
 

@@ -270,8 +270,12 @@ class _Trainer(EncoderTrainer):
         query_emb = _forward(model, self.tokenizer, [q.text for q in qs])
         pos_emb = tool_emb[torch.tensor(pos_idx, device=tool_emb.device)]
         neg_emb = tool_emb[torch.tensor(neg_idx, device=tool_emb.device).reshape(-1)].reshape(len(qs), width, -1)
+        texts = {"query_texts": [q.text for q in qs],  # for a loss with a teacher, which embeds texts
+                 "positive_texts": [self.texts[q.bench][t] for q, (_, t) in zip(qs, chunk)],
+                 "negative_texts": [[self.texts[q.bench][negatives[q.id][j % len(negatives[q.id])]]
+                                     for j in range(width)] for q in qs]}
         return self.loss({"query": query_emb, "positive": pos_emb, "negatives": neg_emb},
-                         {"pos_ids": [t for _, t in chunk], "gold": [q.gold for q in qs]}, in_batch=in_batch)
+                         {"pos_ids": [t for _, t in chunk], "gold": [q.gold for q in qs], **texts}, in_batch=in_batch)
 
     def train_round(self, r: int, negatives: dict[str, list[str]],
                     pools: dict[str, list[str]] | None = None) -> dict[str, Any]:

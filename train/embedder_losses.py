@@ -2,7 +2,9 @@
 section 4.1 eq. 11-13 and section 4.3 / Algorithm 1 applied to the retriever).
 
 ``info_nce``: eq. 13, per query one positive tool and N negative tools, scored by cosine
-similarity over a temperature. ``mine_embedder_negatives``: eq. 21-22 with the embedder as the
+similarity over a temperature (``nce_logits`` lays the candidates out). ``teacher_kl``: the KL
+divergence that pulls the student's distribution over those candidates towards a teacher's
+(distillation). ``mine_embedder_negatives``: eq. 21-22 with the embedder as the
 teacher, s(q, t) = cos(e_q, e_t); the candidate pool is the embedder's own top ``pool`` tools, and
 the selection is ``queries.mine_hard_negatives``, so both models mine by one rule.
 """
@@ -22,7 +24,17 @@ def info_nce(query_emb: torch.Tensor, pos_emb: torch.Tensor, neg_emb: torch.Tens
              temperature: float = 0.05, in_batch: bool = False, pos_ids: Sequence[str] | None = None,
              gold: Sequence[Collection[str]] | None = None) -> torch.Tensor:
     """Eq. 13 averaged over the batch: -log softmax over [pos, negatives] of cos(q, t) / temperature,
-    with the positive as the target.
+    with the positive as the target (the candidates as ``nce_logits`` lays them out)."""
+    logits, _ = nce_logits(query_emb, pos_emb, neg_emb, temperature, in_batch, pos_ids, gold)
+    return -torch.log_softmax(logits, dim=1)[:, 0].mean()
+
+
+def nce_logits(query_emb: torch.Tensor, pos_emb: torch.Tensor, neg_emb: torch.Tensor | None = None,
+               temperature: float = 0.05, in_batch: bool = False, pos_ids: Sequence[str] | None = None,
+               gold: Sequence[Collection[str]] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 13's candidates per query and their logits cos(q, t) / temperature: [B, 1 + N (+ B)], the
+    positive first, then the negatives, then (``in_batch``) the batch's positives; and the mask of
+    the candidates that count (masked logits are -inf).
 
     query_emb [B, D], pos_emb [B, D]: query i and its positive tool; neg_emb [B, N, D]: query i's N
     negatives (may be None, or N = 0, when ``in_batch`` supplies them). Inputs need not be
@@ -76,8 +88,19 @@ def info_nce(query_emb: torch.Tensor, pos_emb: torch.Tensor, neg_emb: torch.Tens
     if not mask[:, 1:].any(dim=1).all():
         bad = int(torch.nonzero(~mask[:, 1:].any(dim=1))[0])
         raise InputError(f"info_nce: query {bad} has no negative left after masking")
-    logits = logits.masked_fill(~mask, float("-inf"))
-    return -torch.log_softmax(logits, dim=1)[:, 0].mean()
+    return logits.masked_fill(~mask, float("-inf")), mask
+
+
+def teacher_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) over each query's candidates (``mask``), averaged over the batch: the
+    student's softmax pulled towards the teacher's (no gradient through the teacher)."""
+    if student_logits.shape != teacher_logits.shape or mask.shape != student_logits.shape:
+        raise InputError(f"teacher_kl: student logits {tuple(student_logits.shape)}, teacher logits "
+                         f"{tuple(teacher_logits.shape)} and mask {tuple(mask.shape)} must have one shape")
+    target = torch.softmax(teacher_logits.detach().float().masked_fill(~mask, float("-inf")), dim=1)
+    log_s = torch.log_softmax(student_logits.float(), dim=1).masked_fill(~mask, 0.0)  # no -inf in the sum
+    terms = target * (torch.log(target.clamp_min(1e-12)) - log_s)
+    return torch.where(mask, terms, torch.zeros_like(terms)).sum(dim=1).mean()
 
 
 def _matrix(x, what: str) -> np.ndarray:

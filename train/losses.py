@@ -3,7 +3,8 @@ called as ``loss(outputs, labels)`` with the model's outputs for a batch and the
 (both mappings of tensors or lists), and ``describe()`` says what it is for ``train_config.json``.
 
 ``InfoNCELoss``: the embedder's eq. 13 with explicit (hard) negatives and, optionally, in-batch ones
-(``embedder_losses.info_nce``). ``PointwiseBCELoss`` / ``ListwiseCELoss``: the reranker's eq. 16 and
+(``embedder_losses.info_nce``). ``TeacherKLInfoNCELoss``: eq. 13 plus the KL divergence towards a
+teacher's distribution over the same candidates (``teacher.EmbeddingTeacher``, which reads the texts). ``PointwiseBCELoss`` / ``ListwiseCELoss``: the reranker's eq. 16 and
 eq. 18-19 (``pointwise_bce`` / ``listwise_ce``, here; ``reranker`` re-exports them), distilled from
 a teacher's logits when the labels carry them (``teacher_logits``) and ``distill_weight`` is set.
 """
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 
 from magicselector.errors import InputError
 
-from .embedder_losses import info_nce
+from .embedder_losses import info_nce, nce_logits, teacher_kl
 
 
 def pointwise_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -128,6 +129,52 @@ class InfoNCELoss(TrainLoss):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "temperature": self.temperature, "in_batch": self.in_batch}
+
+
+class TeacherKLInfoNCELoss(InfoNCELoss):
+    """Eq. 13 plus ``weight`` x KL(teacher || student) over each query's candidates (the positive, its
+    negatives and, with ``in_batch``, the batch's other positives, masked as eq. 13 masks them), both
+    softmaxes at the loss's temperature. The teacher embeds texts, so the labels must carry them:
+    ``query_texts`` [B], ``positive_texts`` [B] and ``negative_texts`` [B][N] (the embedder trainer
+    passes them). Called with ``in_batch=False`` (the trainer's fixed probe) it is eq. 13 alone, so
+    the probe stays comparable with a run without a teacher."""
+
+    name = "InfoNCE (eq. 13) + KL to a teacher"
+
+    def __init__(self, teacher, weight: float = 1.0, temperature: float = 0.05, in_batch: bool = True) -> None:
+        if not weight >= 0:
+            raise InputError(f"TeacherKLInfoNCELoss: weight must be >= 0, got {weight}")
+        super().__init__(temperature, in_batch)
+        self.teacher, self.weight = teacher, float(weight)
+
+    def __call__(self, outputs: Mapping[str, Any], labels: Mapping[str, Any] | None = None,
+                 in_batch: bool | None = None) -> torch.Tensor:
+        use_in_batch = self.in_batch if in_batch is None else in_batch
+        if in_batch is False:
+            return super().__call__(outputs, labels, in_batch=False)
+        labels = labels or {}
+        missing = [k for k in ("query_texts", "positive_texts", "negative_texts") if k not in labels]
+        if missing:
+            raise InputError(f"TeacherKLInfoNCELoss: the labels lack {', '.join(missing)} (the teacher reads texts)")
+        pos_ids, gold = labels.get("pos_ids"), labels.get("gold")
+        neg = outputs.get("negatives")
+        student, mask = nce_logits(outputs["query"], outputs["positive"], neg, self.temperature, use_in_batch,
+                                   pos_ids, gold)
+        nce = -torch.log_softmax(student, dim=1)[:, 0].mean()
+        if self.weight == 0:
+            return nce
+        b = len(labels["query_texts"])
+        width = neg.shape[1] if neg is not None else 0
+        flat = [t for row in labels["negative_texts"] for t in row]
+        with torch.no_grad():
+            tq, tp = self.teacher(labels["query_texts"]), self.teacher(labels["positive_texts"])
+            tn = self.teacher(flat).reshape(b, width, -1) if width else None
+            teacher, _ = nce_logits(tq, tp, tn, self.temperature, use_in_batch, pos_ids, gold)
+        return nce + self.weight * teacher_kl(student, teacher.to(student.device), mask)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "name": self.name, "weight": self.weight,
+                "teacher": self.teacher.describe() if hasattr(self.teacher, "describe") else repr(self.teacher)}
 
 
 class PointwiseBCELoss(TrainLoss):
