@@ -58,11 +58,11 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
     loss = None
     if args.teacher:
         from .losses import TeacherKLInfoNCELoss
-        from .teacher import EmbeddingTeacher, parse_teacher_parts
+        from .teacher import EmbeddingTeacher
 
-        parse_teacher_parts(args.teacher)  # a bad spec fails before any model loads
         if not args.distill_weight >= 0:
             raise InputError(f"--distill-weight must be >= 0, got {args.distill_weight}")
+        # from_specs checks every part before it loads a model
         loss = TeacherKLInfoNCELoss(EmbeddingTeacher.from_specs(args.teacher), args.distill_weight,
                                     config.temperature, config.in_batch)
     summary = train_embedder(args.data, args.out, config, progress=not args.quiet, overwrite=args.force, loss=loss)

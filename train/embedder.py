@@ -262,18 +262,17 @@ class _Trainer(EncoderTrainer):
             return keys.setdefault((b, t), len(keys))
 
         pos_idx = [slot(q.bench, t) for q, (_, t) in zip(qs, chunk)]
-        neg_idx = []
-        for q in qs:
-            negs = negatives[q.id]
-            neg_idx.append([slot(q.bench, negs[j % len(negs)]) for j in range(width)])  # cycle short lists
-        tool_emb = _forward(model, self.tokenizer, [self.texts[b][t] for b, t in keys])
-        query_emb = _forward(model, self.tokenizer, [q.text for q in qs])
+        neg_ids = [[negatives[q.id][j % len(negatives[q.id])] for j in range(width)] for q in qs]  # cycle short lists
+        neg_idx = [[slot(q.bench, t) for t in row] for q, row in zip(qs, neg_ids)]
+        tool_texts = [self.texts[b][t] for b, t in keys]
+        query_texts = [q.text for q in qs]
+        tool_emb = _forward(model, self.tokenizer, tool_texts)
+        query_emb = _forward(model, self.tokenizer, query_texts)
         pos_emb = tool_emb[torch.tensor(pos_idx, device=tool_emb.device)]
         neg_emb = tool_emb[torch.tensor(neg_idx, device=tool_emb.device).reshape(-1)].reshape(len(qs), width, -1)
-        texts = {"query_texts": [q.text for q in qs],  # for a loss with a teacher, which embeds texts
-                 "positive_texts": [self.texts[q.bench][t] for q, (_, t) in zip(qs, chunk)],
-                 "negative_texts": [[self.texts[q.bench][negatives[q.id][j % len(negatives[q.id])]]
-                                     for j in range(width)] for q in qs]}
+        texts = {"query_texts": query_texts,  # for a loss with a teacher, which embeds texts
+                 "positive_texts": [tool_texts[i] for i in pos_idx],
+                 "negative_texts": [[tool_texts[i] for i in row] for row in neg_idx]}
         return self.loss({"query": query_emb, "positive": pos_emb, "negatives": neg_emb},
                          {"pos_ids": [t for _, t in chunk], "gold": [q.gold for q in qs], **texts}, in_batch=in_batch)
 

@@ -1,6 +1,7 @@
 """docs/bench/budget.md, "A larger encoder: e5-small" and "all-mpnet-base-v2": zero-shot dense retrieval of all-MiniLM-L6-v2, multilingual-e5-small (ported by e5_port.py) and all-mpnet-base-v2 on the development parts, 500 seeded queries each, query text only.
 
-python3 docs/bench/e5_zero_shot.py   (read the paths below; needs the export extra)
+python3 docs/bench/e5_zero_shot.py [NAME ...]   (read the paths below; needs the export extra)
+NAME@LAYERS keeps only those encoder layers of NAME ("mpnet@0,2,4,6,8,10": budget.md, "What test_ood misses, by domain").
 """
 import os, sys, json, random, time
 os.environ["OMP_NUM_THREADS"] = "1"
@@ -43,7 +44,11 @@ parts = {
 names = sys.argv[1:] or ["minilm", "e5-enpt"]
 res = {}
 for name in names:
-    enc = models[name](); t0 = time.time(); tcache = {}
+    model, _, layers = name.partition("@")
+    enc = models[model](); t0 = time.time(); tcache = {}
+    if layers:
+        layer = enc.pool.model.encoder.layer
+        enc.pool.model.encoder.layer = torch.nn.ModuleList([layer[int(i)] for i in layers.split(",")])
     for part, (cat, qs) in parts.items():
         tools = list(cat); ids = [t.id for t in tools]
         key = tuple(ids)
@@ -57,4 +62,4 @@ for name in names:
         res.setdefault(part, {})[name] = m
         print(name, part, len(tools), "tools", {k: round(float(v), 3) for k, v in m.items()}, "%.0fs" % (time.time() - t0), flush=True)
 json.dump({p: {n: {k: float(v) for k, v in m.items()} for n, m in d.items()} for p, d in res.items()},
-          open("/tmp/e5study/results_%s.json" % "_".join(names), "w"), indent=1)
+          open("/tmp/e5study/results_%s.json" % "_".join(names).replace(",", "-"), "w"), indent=1)

@@ -35,8 +35,10 @@ def part(sel, d, n):
             "meanK": a[:, 4].mean(), "p90K": float(np.percentile(a[:, 4], 90)), "tokens": a[:, 5].mean()}
 
 
-def main(bundle, mode, out, n=500, cut="{}", config="{}", wrap=lambda sel: sel):
-    """``wrap``: a probe's change to each part's Selector (fold_probes.py)."""
+def main(bundle, mode, out, n=500, cut="{}", config="{}", wrap=lambda sel: sel,
+         over=lambda base, catalog: base if catalog is base.catalog else base.with_catalog(catalog)):
+    """``wrap``: a probe's change to each part's Selector (fold_probes.py); ``over(base, catalog)``: the
+    Selector over a part's catalog (embedder_eval.py builds every index with another embedder)."""
     base = Selector.from_bundle(None if bundle == "default" else bundle)
     base = base.with_config(history=mode, cut=replace(base.config.cut, **json.loads(cut)), **json.loads(config))
     only = tuple(os.environ.get("PARTS", "").split(",")) if os.environ.get("PARTS") else ("",)
@@ -44,8 +46,7 @@ def main(bundle, mode, out, n=500, cut="{}", config="{}", wrap=lambda sel: sel):
     for name, d in PARTS.items():
         if not name.startswith(only):
             continue
-        sel = base if name.startswith(("echo", "realistic")) else base.with_catalog(load_catalog(f"{d}/tools.jsonl"))
-        sel = wrap(sel)
+        sel = wrap(over(base, base.catalog if name.startswith(("echo", "realistic")) else load_catalog(f"{d}/tools.jsonl")))
         res[name] = {k: round(float(v), 4) for k, v in part(sel, d, n).items()}
         print(f"{name:20s}", " ".join(f"{k} {v:.3f}" for k, v in res[name].items()), flush=True)
     json.dump({"bundle": bundle, "history": mode, "n": n, "cut": json.loads(cut), "config": json.loads(config), "parts": res}, open(out, "w"), indent=1)
