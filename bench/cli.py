@@ -20,6 +20,8 @@ first token; ``magicselector.bench.llm_bench``).
 (``magicselector.bench.lexical_bench``), prints a markdown table and optionally writes ``--json``.
 ``bench quality`` measures every development set's evaluation part per pipeline configuration
 (``magicselector.bench.quality``) and writes ``docs/bench/quality.md`` and its JSON.
+``bench selections`` writes each sampled turn's selection (ids, K, scores) as JSON lines and, with
+``--against``, lists the turns that differ from an earlier file (``magicselector.bench.selections``).
 """
 from __future__ import annotations
 
@@ -608,6 +610,20 @@ def cmd_quality(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_selections(args: argparse.Namespace) -> int:
+    from magicselector.bench.selections import compare_selections, write_selections
+    from magicselector.cli_options import selector_config
+
+    count = write_selections(args.folders, args.out, bundle=args.bundle, config=selector_config(args),
+                             limit=args.limit or None, seed=args.seed)
+    print(f"wrote {count} selections to {args.out}", file=sys.stderr)
+    if args.against is None:
+        return 0
+    diffs = compare_selections(args.against, args.out)
+    print("\n".join(diffs) if diffs else f"every turn selected the same as {args.against}")
+    return 1 if diffs else 0
+
+
 def _add_prefill_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--prefill", action="store_true",
                     help="also time the shipped GGUF prefilling the mean schema tokens handed per turn (all tools, "
@@ -784,6 +800,22 @@ def _add_quality_parser(bsub: Any) -> None:
     sp.set_defaults(func=cmd_quality)
 
 
+def _add_selections_parser(bsub: Any) -> None:
+    """``bench selections``: every turn's selection, to compare two runtimes."""
+    from magicselector.cli_options import add_selector_options
+
+    sp = bsub.add_parser("selections", help="each sampled turn's selection (ids, K, scores) on benchmark folders as "
+                                            "JSON lines; --against a former file: exit 1 and list the turns that differ")
+    sp.add_argument("folders", nargs="+", metavar="DIR", help="benchmark folders (tools.jsonl, queries.jsonl)")
+    sp.add_argument("--out", required=True, metavar="FILE", help="the JSON lines file to write")
+    sp.add_argument("--against", metavar="FILE", help="a selections file to compare with")
+    sp.add_argument("--limit", type=int, default=500, help="seeded sample of queries per folder, as eval --limit "
+                                                           "samples them (0: all; default 500)")
+    sp.add_argument("--seed", type=int, default=0, help="seeds the sample (default 0)")
+    add_selector_options(sp)
+    sp.set_defaults(func=cmd_selections)
+
+
 def register(subparsers: Any) -> None:
     """Add ``bench latency``, ``scaling``, ``rerank``, ``llm``, ``lexical``, ``serve``, ``soak``, ``worst-case`` and
     ``quality`` to the ``magicselector`` command."""
@@ -798,3 +830,4 @@ def register(subparsers: Any) -> None:
     _add_soak_parser(bsub)
     _add_worst_case_parser(bsub)
     _add_quality_parser(bsub)
+    _add_selections_parser(bsub)
