@@ -226,16 +226,23 @@ def _protect(text: str) -> tuple[str, dict[str, str]]:
         return key
 
     text = _QUOTED.sub(lambda m: keep(m.group(0)), text)
-    low = text.lower()
+    low = _lower_aligned(text)
     for phrase in FIXED_PHRASES:
         if " and " not in phrase:
             continue
         start = low.find(phrase)
         while start >= 0:
             text = text[:start] + keep(text[start:start + len(phrase)]) + text[start + len(phrase):]
-            low = text.lower()
+            low = _lower_aligned(text)
             start = low.find(phrase)
     return text, saved
+
+
+def _lower_aligned(text: str) -> str:
+    """``text.lower()`` with U+0130 (the one code point whose lower case is two) lowered to "i", so
+    that an index into it is an index into ``text``: a phrase found past a misaligned index was
+    never hidden and was found again without end ("İ" * 20 + " play rock and roll" never returned)."""
+    return text.replace("\u0130", "i").lower()
 
 
 def _restore(text: str, saved: dict[str, str]) -> str:
@@ -452,7 +459,8 @@ class RuleDecomposer:
             return [prev]
         if why == "pronoun":
             subj = _subject(prev)
-            return [_PRONOUN_RE.sub(subj, clause, count=1) if subj else f"{clause} {prev}"]
+            # a function, not a template: the subject is the user's text (a backslash in it is no escape)
+            return [_PRONOUN_RE.sub(lambda _: subj, clause, count=1) if subj else f"{clause} {prev}"]
         frag = _strip_fillers(re.sub(r"^(what|how) about\b", "", clause, flags=re.IGNORECASE)).rstrip("?.! ")
         return [f"{prev.rstrip('?.! ')} {frag}".strip()]
 
