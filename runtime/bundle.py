@@ -17,7 +17,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Mapping
 
 from .errors import BundleError
-from .files import cache_home, previous_dir, sha256_file, staged_dir  # noqa: F401 - staged_dir is re-exported
+from .files import (cache_home, open_regular, previous_dir, read_sized, sha256_file,  # noqa: F401
+                    staged_dir)  # staged_dir is re-exported
 from .signing import read_signature, verify_manifest_bytes
 
 MANIFEST = "manifest.json"
@@ -26,7 +27,8 @@ FORMAT_VERSION = 1
 # Bumped whenever the default bundle's recipe changes, so caches from older recipes are not reused.
 # v5: the reranker files carry graph_passes.first_token_last_layer (and tool vectors embedded in length groups)
 # v7: the learned head (models/head) joins the bundle
-DEFAULT_BUNDLE_RECIPE = "default-v8"
+# v9: golden.json gains the pipeline probes of every stage, schema_tokens.json the definition sizes (native core)
+DEFAULT_BUNDLE_RECIPE = "default-v9"
 # the sections that stand for one artifact file each (a section's "file", relative to the folder)
 ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "reranker", "decomposer", "lexical", "head")
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings: kilobytes; refuse to read a huge one
@@ -119,8 +121,11 @@ class Bundle:
         if not stat.S_ISREG(st.st_mode):
             raise BundleError(f"{path}: not a bundle ({MANIFEST} is not a file)")
         try:
-            fd = os.open(mpath, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(mpath, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
             with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped for a FIFO after the check
+                    raise BundleError(f"{path}: not a bundle ({MANIFEST} is not a file)")
+                os.set_blocking(fd, True)
                 if os.fstat(f.fileno()).st_size > MAX_MANIFEST_BYTES:
                     raise BundleError(f"{mpath}: {os.fstat(f.fileno()).st_size:,} bytes; a manifest is at most "
                                       f"{MAX_MANIFEST_BYTES:,}")
@@ -180,17 +185,21 @@ class Bundle:
                 continue
             p = self._confined(rel, f"files[{rel!r:.120}]")
             entry = self._entry(rel)
-            try:
-                if not p.is_file():
-                    raise BundleError(f"{p}: missing from the bundle (listed in {MANIFEST})")
-                size = p.stat().st_size
-                if size != entry.get("size"):
-                    raise BundleError(f"{p}: size {size} does not match the manifest ({entry.get('size')!r:.40}); "
+            size = self._size(rel, entry)
+            with self._open(p) as f:
+                actual = os.fstat(f.fileno()).st_size
+                if actual != size:
+                    raise BundleError(f"{p}: size {actual} does not match the manifest ({size}); "
                                       "the file was altered or truncated")
-                digest = sha256_file(p)
-            except OSError as e:  # a name too long, no permission
-                raise BundleError(f"{self.path / MANIFEST}: files[{rel!r:.120}] cannot be read "
-                                  f"({e.strerror})") from None
+                h = hashlib.sha256()
+                left = size + 1  # one byte more than listed: a file that grows while it is hashed fails the check
+                try:
+                    while left > 0 and (block := f.read(min(1 << 20, left))):
+                        h.update(block)
+                        left -= len(block)
+                except OSError as e:
+                    raise BundleError(f"{p}: cannot be read ({e.strerror or e})") from None
+                digest = h.hexdigest()
             self._check_digest(p, digest, entry)
 
     @staticmethod
@@ -200,28 +209,32 @@ class Bundle:
                               f"({str(entry.get('sha256'))[:12]}...); the file was altered")
 
     def read(self, rel: str, verify: bool = True) -> bytes:
-        """A listed file's bytes, read once; with ``verify``, checked against the manifest's size and
-        sha256 first, so what the caller uses is exactly what was checked (no second open)."""
+        """A listed file's bytes, read once: only a regular file (``files.open_regular``: a FIFO or
+        device is refused at once, never waited on) of exactly the manifest's size, checked before
+        anything is read (with ``verify`` off too); with ``verify``, also its sha256, so what the
+        caller uses is exactly what was checked (no second open)."""
         p = self.file(rel)
         entry = self._entry(rel)
-        try:
-            with open(p, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if verify and size != entry.get("size"):
-                    raise BundleError(f"{p}: size {size} does not match the manifest ({entry.get('size')!r:.40}); "
-                                      "the file was altered or truncated")
-                data = f.read()
-        except FileNotFoundError:
-            raise BundleError(f"{p}: missing from the bundle (listed in {MANIFEST})") from None
-        except IsADirectoryError:
-            raise BundleError(f"{p}: a folder, not a file (listed in {MANIFEST})") from None
-        except OSError as e:
-            raise BundleError(f"{p}: cannot be read ({e.strerror})") from None
+        size = self._size(rel, entry)  # checked with verify on or off: nothing larger than listed is read
+        with self._open(p) as f:
+            try:
+                data = read_sized(f, size, p, BundleError)
+            except OSError as e:
+                raise BundleError(f"{p}: cannot be read ({e.strerror or e})") from None
         if verify:
-            if len(data) != entry.get("size"):
-                raise BundleError(f"{p}: changed while it was read; the bundle is being rebuilt")
             self._check_digest(p, hashlib.sha256(data).hexdigest(), entry)
         return data
+
+    @staticmethod
+    def _open(p: Path) -> Any:
+        return open_regular(p, BundleError, "file", missing=f"missing from the bundle (listed in {MANIFEST})")
+
+    def _size(self, rel: str, entry: Mapping[str, Any]) -> int:
+        size = entry.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise BundleError(f"{self.path / MANIFEST}: files[{rel!r:.120}].size must be a non-negative integer, "
+                              f"got {size!r:.40}")
+        return size
 
     def changed_on_disk(self) -> bool:
         """Whether the folder's manifest is no longer the one this Bundle read (a rebuild swapped it)."""

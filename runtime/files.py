@@ -1,5 +1,6 @@
-"""Files on disk: sha256 of a file, a JSON-lines line, the cache folder, folders built aside and swapped into
-place atomically; and the C heap's free memory handed back (trim_heap)."""
+"""Files on disk: regular files opened without blocking, sha256 of a file, a JSON-lines line, the cache folder,
+folders built aside and swapped into place atomically under a writers' lock; and the C heap's free memory handed
+back (trim_heap)."""
 from __future__ import annotations
 
 import ctypes
@@ -12,7 +13,9 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, cast
@@ -22,6 +25,46 @@ PREVIOUS = "previous"  # the folder being replaced, between the two renames wher
 CRASH_ENV = "MAGICSELECTOR_CRASH_AT"  # tests: the writer exits (os._exit) at this step, as a kill would
 NO_EXCHANGE_ENV = "MAGICSELECTOR_NO_RENAME_EXCHANGE"  # tests and odd file systems: swap with two renames
 _LEGACY_STAGING = re.compile(r"[a-z0-9_]{8}|old")  # what older builds left: mkdtemp's 8 characters, .old
+
+
+def open_regular(path: str | Path, error: type[Exception], what: str = "file", missing: str | None = None) -> Any:
+    """``path`` opened for binary reading, only if it is a regular file: it is opened without
+    blocking (a FIFO in its place would wait for a writer forever) and checked through the
+    descriptor (a FIFO, device or socket is ``error`` naming it, so nothing reads from ``/dev/zero``
+    or waits on a pipe). Missing (``missing`` says why that is wrong) or unreadable: ``error`` too."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise error(f"{path}: {missing or f'no such {what}'}") from None
+    except IsADirectoryError:
+        raise error(f"{path}: a folder, not a {what}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a file")
+            raise error(f"{path}: {kind}, not a regular file; a {what} must be a plain file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_sized(f: Any, size: int, path: str | Path, error: type[Exception], what: str = "file") -> bytes:
+    """Exactly ``size`` bytes of the open file ``f`` (``open_regular``): its size is checked before
+    anything is read, so a file larger than it should be is refused, not loaded into memory."""
+    actual = os.fstat(f.fileno()).st_size
+    if actual != size:
+        raise error(f"{path}: size {actual:,} does not match the manifest ({size:,}); the {what} was altered or "
+                    "truncated")
+    data = f.read(size + 1)
+    if len(data) != size:
+        raise error(f"{path}: changed while it was read; the bundle is being rebuilt")
+    return data
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

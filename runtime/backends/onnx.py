@@ -2,6 +2,8 @@
 checked bytes, created at once), its threads and input names."""
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,6 +23,10 @@ def make_session(model: str | Path | bytes, threads: int) -> Any:
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     source = bytes(model) if isinstance(model, (bytes, bytearray, memoryview)) else str(model)
+    if isinstance(source, bytes):
+        # a model loaded from its checked bytes must hold its weights: external data would be read
+        # from the working folder, outside every hash; an empty folder makes such a model fail to load
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", _empty_folder())
     session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
     # The Python wrapper keeps the model's bytes only to re-create the session on a provider
     # change, which a CPU session never has; holding them costs the model's size (40 MB for the
@@ -28,6 +34,18 @@ def make_session(model: str | Path | bytes, threads: int) -> Any:
     if getattr(session, "_model_bytes", None) is not None:
         session._model_bytes = None
     return session
+
+
+@functools.cache
+def _empty_folder() -> str:
+    """A private empty folder for this process (removed at exit): where ONNX Runtime looks for the
+    external data of a model loaded from bytes, so that none is ever found."""
+    import atexit
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="magicselector-no-external-data-")
+    atexit.register(os.rmdir, folder)
+    return folder
 
 
 def release_run_options() -> Any:
@@ -69,7 +87,11 @@ class OnnxModel:
             session = make_session(source, self.threads)
         except ImportError:
             raise
-        except Exception:  # onnxruntime's own errors (InvalidProtobuf, Fail, ...): its text names internals
+        except Exception as e:  # onnxruntime's own errors (InvalidProtobuf, Fail, ...): its text names internals
+            if "external data" in str(e).lower():
+                raise BundleError(f"{self.name}: the model keeps weights in external data files, which a bundle "
+                                  "does not allow (they would be read from outside the bundle, unhashed); save the "
+                                  "ONNX model with its weights inside it") from None
             raise BundleError(f"{self.name}: not a loadable ONNX model (truncated, damaged or not ONNX); "
                               "rebuild the bundle") from None
         self._input_names = frozenset(i.name for i in session.get_inputs())

@@ -259,6 +259,7 @@ class LexicalIndex:
         if data is None and not path.is_file():
             raise BundleError(f"lexical index file not found: {path}")
         try:
+            _check_members(io.BytesIO(data) if data is not None else path, path)
             with np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False) as z:
                 meta = json.loads(bytes(z["meta"]).decode("utf-8"))
                 if meta.get("format") != FORMAT:
@@ -386,6 +387,27 @@ class LexicalIndex:
             hit, s = hit[keep], s[keep]
         order = np.lexsort((hit, -s))[:count]
         return [self._ids[i] for i in hit[order]], s[order]
+
+
+def _check_members(source: Any, path: Path) -> None:
+    """Refuse a lexical file that would inflate or allocate beyond its own size, before any array is
+    read: ``save`` stores every member uncompressed, so a compressed member (a zip bomb: 1.5 MB
+    inflating to 1.5 GB) is refused, and each member's ``.npy`` header must declare no more bytes
+    of array than the member holds (a header shape of 10^12 would otherwise be allocated)."""
+    with zipfile.ZipFile(source) as archive:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise BundleError(f"{path}: member {info.filename!r:.80} is compressed; a lexical index is stored "
+                                  "uncompressed (LexicalIndex.save), so its size bounds what loading it takes")
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read_header(member)
+                need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if dtype.hasobject or need > info.file_size:
+                    raise BundleError(f"{path}: member {info.filename!r:.80} declares {need:,} bytes of array in "
+                                      f"{info.file_size:,}; the file is damaged or crafted")
 
 
 def bundle_lexical(bundle: Bundle, ids: Sequence[str], verify: bool = True) -> "LexicalIndex | None":
