@@ -89,10 +89,8 @@ def pinned_file(path: str | Path, sha256: str, error: type[Exception], what: str
     by name (llama.cpp) reads that same file even if ``path`` is replaced meanwhile. Only where
     neither exists is ``path`` itself yielded. The descriptor closes on exit (a mapping made from
     it stays valid)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise error(f"{path}: cannot open the {what} ({e.strerror or e})") from None
+    with open_regular(path, error, what, missing=f"cannot open the {what} (no such file)") as checked:  # no FIFO
+        fd = os.dup(checked.fileno())
     try:
         with os.fdopen(os.dup(fd), "rb") as f:
             digest = sha256_stream(f)
