@@ -174,6 +174,10 @@ def cmd_bundle_verify(args: argparse.Namespace) -> int:
 
         signature = verify_bundle_signature(args.dir, args.public_key)
     checks = verify_bundle(args.dir)
+    if args.native:  # the native build's own check of every golden stage
+        from magicselector.bundle_check import verify_native
+
+        checks["native"] = verify_native(args.dir, args.native)
     print(json.dumps({"ok": True, **checks, **({"signature": signature} if signature else {})}, indent=2))
     return 0
 
@@ -380,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "as Claude Code do (also for one file); server names are sanitized as hosts do")
     sp.add_argument("--format", choices=["mcp", "openai", "openai-responses", "anthropic"],
                     help="print only the chosen tools' definitions, as this API takes them")
+    sp.add_argument("--native", metavar="BIN", help="also run a native build's check of every golden stage "
+                    "(`BIN verify DIR`, BIN: the magicselector-native executable of `magicselector native build`)")
     add_selector_options(sp)
     sp.set_defaults(func=cmd_select)
 

@@ -1,4 +1,4 @@
-"""``bundle verify``: hashes, loading every artifact, and the golden vectors re-run."""
+"""``bundle verify``: hashes, loading every artifact, the golden vectors and the golden pipeline probes re-run (``golden.py``)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import numpy as np
 
 from .bundle import Bundle
 from .errors import BundleError
+from .golden import SCHEMA_TOKENS_FILE, check_pipeline, schema_token_table
 from .ranks import spearman
 from .selector import Selector
-from .stages.cut import paper_cut
 
 if TYPE_CHECKING:
     from .stages.embed import TextEmbedder
@@ -48,12 +48,10 @@ def _verify(path: str | Path) -> dict[str, Any]:
         cos = [float(np.dot(g, np.asarray(c["vector"], dtype=np.float32))) for g, c in zip(got, golden["embeddings"])]
         if min(cos) < 1.0 - float(golden.get("embedding_tolerance", 0.02)):
             raise BundleError(f"golden embeddings differ: worst cosine {min(cos):.4f}")
-        for case in golden["adaptive_k"]:
-            c = paper_cut(np.asarray(case["scores"]), np.asarray(case["embeddings"]), case["k_min"], case["k_max"])
-            if c.k != case["k"]:
-                raise BundleError(f"golden adaptive K differs: {c.k} != {case['k']} for scores {case['scores']}")
-        checks.update(golden_tokenizer=len(golden["tokenizer"]), golden_embeddings_min_cosine=round(min(cos), 5),
-                      golden_adaptive_k=len(golden["adaptive_k"]))
+        checks.update(golden_tokenizer=len(golden["tokenizer"]), golden_embeddings_min_cosine=round(min(cos), 5))
+        if golden.get("pipeline"):
+            checks.update(check_pipeline(selector, golden["pipeline"]))
+        checks.update(_check_schema_tokens(bundle, selector))
         if golden.get("reranker"):
             checks.update(_check_golden_reranker(selector, golden))
         if golden.get("decomposer"):
@@ -64,6 +62,45 @@ def _verify(path: str | Path) -> dict[str, Any]:
     sel = selector.select("turn on bluetooth")
     checks["smoke_selection"] = sel.ids[:3]
     return checks
+
+
+def _check_schema_tokens(bundle: Bundle, selector: Selector) -> dict[str, Any]:
+    """schema_tokens.json (where the bundle has one) must hold the catalog's definition sizes."""
+    section = bundle.section("schema_tokens")
+    if not section:
+        return {}
+    try:
+        table = json.loads(bundle.read(section["file"]).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BundleError(f"{bundle.file(section['file'])}: not a readable schema token table ({e})") from None
+    if table != schema_token_table(selector.catalog):
+        raise BundleError(f"{bundle.file(section['file'])}: the definition sizes differ from the catalog's "
+                          f"(a {SCHEMA_TOKENS_FILE} of another catalog, or another token counter)")
+    return {"schema_tokens": len(table["tools"])}
+
+
+def verify_native(path: str | Path, binary: str | Path, timeout: float = 600.0) -> dict[str, Any]:
+    """``magicselector-native verify BUNDLE``: the native build's own check of every golden stage;
+    its JSON report, or a BundleError with what it said where it found a mismatch."""
+    import subprocess
+
+    exe = Path(binary)
+    if not exe.is_file():
+        raise BundleError(f"--native: {exe} is not a file (build it with `magicselector native build`)")
+    try:
+        run = subprocess.run([str(exe), "verify", str(path)], capture_output=True, text=True, timeout=timeout)
+    except OSError as e:
+        raise BundleError(f"--native: {exe} cannot run ({e.strerror})") from None
+    except subprocess.TimeoutExpired:
+        raise BundleError(f"--native: {exe} verify took over {timeout:.0f} s") from None
+    try:
+        report = json.loads(run.stdout)
+    except json.JSONDecodeError:
+        report = None
+    if run.returncode != 0 or not isinstance(report, dict):
+        said = (run.stdout.strip() or run.stderr.strip())[-2000:]
+        raise BundleError(f"native verify failed (exit {run.returncode}): {said}")
+    return report
 
 
 def _check_golden_reranker(selector: Selector, golden: dict[str, Any]) -> dict[str, Any]:

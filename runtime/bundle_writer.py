@@ -17,12 +17,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .bundle import MANIFEST, Bundle, write_manifest
-from .catalog import Catalog, tool_text
+from .catalog import Catalog, load_catalog, tool_text
 from .errors import BundleError, InputError
 from .files import crash_point, staged_dir
+from .formats import FORMATS
+from .golden import SCHEMA_TOKENS_FILE, schema_token_table, shipped_pipeline_probes
 from .signing import key_fingerprint, load_private_key, sign_manifest_bytes, write_signature
 from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
-from .stages.cut import paper_cut
 from .stages.embed import TextEmbedder, TextTokenizer
 from .stages.head import HEAD_FILE, HeadModel
 from .stages.index import ToolIndex
@@ -92,23 +93,16 @@ def choose_index_dtype(recall: dict[str, float], floor: float = 0.99) -> str:
 
 
 def golden_vectors(embedder: TextEmbedder, tokenizer: TextTokenizer) -> dict[str, Any]:
-    """Probe inputs with expected outputs, for ports of the runtime to other languages."""
+    """Probe inputs with expected outputs, for ports of the runtime to other languages (the
+    ``pipeline`` block of every stage on probe turns is added by ``golden.pipeline_probes``)."""
     texts = ["turn on bluetooth and play some jazz", "set_alarm: Create a new alarm", "hi"]
     enc = tokenizer.encode(texts)
     emb = embedder.embed(texts)
-    rng = np.random.default_rng(0)
-    cut_cases = []
-    for scores in ([0.9, 0.85, 0.4, 0.35, 0.3], [0.5, 0.5, 0.5], [0.8], [0.9, 0.2], list(np.linspace(0.9, 0.1, 9))):
-        e = rng.normal(size=(len(scores), 4))
-        c = paper_cut(np.array(scores), e, 1, 20)
-        cut_cases.append({"scores": [float(s) for s in scores], "embeddings": e.round(6).tolist(),
-                          "k_min": 1, "k_max": 20, "k": c.k, "k_score": c.k_score, "k_sim": c.k_sim})
     return {
         "tokenizer": [{"text": t, "input_ids": enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist()}
                       for i, t in enumerate(texts)],
         "embeddings": [{"text": t, "vector": emb[i].round(6).tolist()} for i, t in enumerate(texts)],
         "embedding_tolerance": 0.02,
-        "adaptive_k": cut_cases,
     }
 
 
@@ -195,6 +189,10 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         if decomposer:
             dec_section = _add_decomposer(root, decomposer, golden)
         head_section = _add_head(root, Path(head)) if head is not None else None
+        written = load_catalog(root / "catalog.jsonl")  # the tools as a Selector reads them (key order included)
+        golden["pipeline"] = shipped_pipeline_probes(written, embedder, index, lexical,
+                                                     root / HEAD_FILE if head_section else None)
+        (root / SCHEMA_TOKENS_FILE).write_text(json.dumps(schema_token_table(written)) + "\n")
         (root / "golden.json").write_text(json.dumps(golden) + "\n")
         manifest = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -206,6 +204,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
                         "tool_text": "name (de-snake-cased): description (parameters: names)"},
             "lexical": {"file": "lexical.npz", **lexical.describe()},
             "golden": {"file": "golden.json"},
+            "schema_tokens": {"file": SCHEMA_TOKENS_FILE, "formats": list(FORMATS)},
             "reranker": rr_section,
             "decomposer": dec_section,
             "head": head_section,
@@ -312,7 +311,9 @@ def write_state(root: Path, files: dict[str, str], catalog: Catalog, index: Any,
     if lexical is None:
         lexical = LexicalIndex.from_catalog(catalog)
     lexical.save(root / files["lexical"])
-    return {"catalog": {"tools": len(catalog), "source": catalog.source},
+    written = load_catalog(root / files["catalog"])  # the tools as a Selector reads them (key order included)
+    (root / files["schema_tokens"]).write_text(json.dumps(schema_token_table(written)) + "\n")
+    return {"schema_tokens": {"formats": list(FORMATS)}, "catalog": {"tools": len(catalog), "source": catalog.source},
             "index": {"dtype": index.dtype, "ndim": int(index.ndim)},
             "lexical": lexical.describe()}
 
@@ -332,10 +333,11 @@ def rewrite_bundle(source: Bundle, out: str | Path, *,
     key = load_private_key(signing_key) if signing_key is not None else None
     release = resolve_release(out, release)
     names = {}
-    for name in ("catalog", "index", "lexical"):
+    for name in ("catalog", "index", "lexical", "schema_tokens"):
         section = source.manifest.get(name)
         names[name] = section["file"] if isinstance(section, dict) and isinstance(section.get("file"), str) \
-            else {"catalog": "catalog.jsonl", "index": "index.usearch", "lexical": "lexical.npz"}[name]
+            else {"catalog": "catalog.jsonl", "index": "index.usearch", "lexical": "lexical.npz",
+                  "schema_tokens": SCHEMA_TOKENS_FILE}[name]
     with staged_dir(out) as root:
         for rel in source.manifest["files"]:
             if rel not in names.values():

@@ -28,7 +28,7 @@ def test_default_bundle_manifest(bundle_dir):
 def test_verify_runs_golden_vectors(bundle_dir):
     checks = verify_bundle(bundle_dir)
     assert checks["golden_embeddings_min_cosine"] > 0.999
-    assert checks["golden_adaptive_k"] >= 3
+    assert checks["golden_pipeline_turns"] >= 30
 
 
 @pytest.fixture()

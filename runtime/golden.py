@@ -1,0 +1,330 @@
+"""The golden file's ``pipeline`` probes: every stage of the shipped selection on a few dozen turns, written at bundle build and re-checked by ``bundle verify``.
+
+A port (the native core, an app's own code) checks itself stage by stage against what the Python
+runtime computed from the same bundle: per probe turn the input (utterance, history, budget), the
+decomposer's sub-tasks, the retrieval texts, their token ids and vectors, each retrieval list's
+dense search and lexical (BM25) hits, the lists fused with BM25, the peak-rank fusion, the cut (with
+each list's cut), the learned head's features and probabilities, the budget's choice and the final
+selection. Each stage is computed here by calling the stage functions on the previous stage's plain
+output, and the result must equal ``Selector.select``'s (else the bundle is not written).
+
+Numbers: float32 stages (vectors, search, lexical and fused scores) are written as the shortest
+decimal that reads back as the same float32, so a port that parses them as float32 feeds exactly
+the values the Python runtime used; the head's features and probabilities are float64. Tolerances
+(``TOLERANCES``): ids, order and K exact; scores within 1e-5; vectors recomputed by an embedder
+within a cosine of 1 - 0.005 of the written ones (the later stages are re-run from the written
+vectors, so a port's own embedder does not blur them).
+
+``schema_tokens.json`` (``schema_token_table``) is the per-tool definition size in each API format,
+written beside the catalog: a port spends ``max_schema_tokens`` budgets from it instead of rendering
+four formats and estimating tokens itself.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from .errors import BundleError
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .selector import Selector
+
+PIPELINE_FORMAT = "magicselector-golden-pipeline/1"
+SCHEMA_TOKENS_FORMAT = "magicselector-schema-tokens/1"
+SCHEMA_TOKENS_FILE = "schema_tokens.json"
+TOLERANCES = {"score_abs": 1e-5, "probability_abs": 1e-6, "feature_abs": 1e-5, "vector_cosine_min": 0.995}
+
+
+def _u(role: str, content: str) -> dict[str, str]:
+    return {"role": role, "content": content}
+
+
+# Probe turns: single requests, multi-intent turns the rules decomposer splits, follow-ups that need
+# the history (a question the assistant asked, a pronoun), and budgets in every API format.
+PIPELINE_TURNS: list[dict[str, Any]] = [
+    {"query": "wake me up at 6:30 tomorrow"},
+    {"query": "set a timer for ten minutes"},
+    {"query": "what's the weather like in Berlin this weekend"},
+    {"query": "turn on bluetooth and play some jazz"},
+    {"query": "text Sam that I'm running late and then navigate to the office"},
+    {"query": "send an email to my boss about the budget, add it to my calendar and remind me tomorrow"},
+    {"query": "turn the wifi off"},
+    {"query": "take a selfie and share it with Mia"},
+    {"query": "order a large pepperoni pizza"},
+    {"query": "how many steps did I walk today"},
+    {"query": "translate good morning into Spanish"},
+    {"query": "book a hotel in Rome for next Friday and get me a ride to the airport"},
+    {"query": "pay Alex 20 dollars for dinner"},
+    {"query": "cancel my 3 pm meeting"},
+    {"query": "call the dentist"},
+    {"query": "hi"},
+    {"query": "Play the latest episode of Hardcore History at 1.5x speed"},
+    {"query": "Öffne die Kamera 📷 und mach ein Foto"},
+    {"query": "Yes, at 7 please", "history": [
+        _u("user", "I need to get up early tomorrow"),
+        _u("assistant", "Should I set an alarm? What time?")]},
+    {"query": "Pause it", "history": [
+        _u("user", "Can you start Born a Crime?"), _u("assistant", "Playing Born a Crime.")]},
+    {"query": "and send it to Jordan too", "history": [
+        _u("user", "take a screenshot"), _u("assistant", "Screenshot saved."),
+        _u("user", "share it with Priya"), _u("assistant", "Shared with Priya.")]},
+    {"query": "make it 8 instead", "history": [
+        _u("user", "set an alarm for 7"), _u("assistant", "Alarm set for 7:00."),
+        _u("user", "thanks"), _u("assistant", "Anything else?")]},
+    {"query": "the one from last summer", "history": [
+        _u("user", "show me my photos"), _u("assistant", "Which album would you like to see?")]},
+    {"query": "how long will it take?", "history": [
+        _u("user", "navigate to the airport"), _u("assistant", "Starting navigation to the airport.")]},
+    {"query": "turn on bluetooth and play some jazz", "max_tools": 1},
+    {"query": "send an email to my boss about the budget and add it to my calendar", "max_tools": 2},
+    {"query": "take a selfie and share it with Mia", "max_schema_tokens": 300, "format": "mcp"},
+    {"query": "book a table for two tonight and order a ride there", "max_schema_tokens": 400,
+     "format": "openai"},
+    {"query": "what's on my calendar tomorrow and what's the weather", "max_schema_tokens": 250,
+     "format": "openai-responses"},
+    {"query": "play my workout playlist and start a run", "max_tools": 3, "max_schema_tokens": 500,
+     "format": "anthropic"},
+    {"query": "yes, remind me at 5", "max_tools": 2, "format": "anthropic", "history": [
+        _u("user", "I have to pick up the kids"), _u("assistant", "Do you want a reminder? When?")]},
+    {"query": "set the brightness to 40 percent, enable dark mode and mute the phone", "max_schema_tokens": 120,
+     "format": "mcp"},
+]
+
+
+def _f32(values: Any) -> list[float]:
+    """float32 values as the shortest decimals that read back as the same float32."""
+    return [float(str(x)) for x in np.asarray(values, dtype=np.float32).reshape(-1)]
+
+
+def _f64(values: Any) -> list[float]:
+    return [float(x) for x in np.asarray(values, dtype=np.float64).reshape(-1)]
+
+
+def schema_token_table(catalog: Catalog) -> dict[str, Any]:
+    """Each tool's definition size (``tokens.schema_tokens``) in every API format, in catalog order."""
+    from .formats import FORMATS, tool_definition
+    from .tokens import schema_tokens
+
+    return {"format": SCHEMA_TOKENS_FORMAT, "formats": list(FORMATS), "counter": "magicselector.tokens.schema_tokens",
+            "tools": {t.id: [schema_tokens(tool_definition(t, f)) for f in FORMATS] for t in catalog}}
+
+
+def catalog_digest(catalog: Catalog) -> str:
+    """The sha256 of the catalog's tool ids in order: the probes hold only for the catalog they were run on."""
+    return hashlib.sha256("\n".join(catalog.ids).encode("utf-8")).hexdigest()
+
+
+def pipeline_probes(selector: Selector, turns: Sequence[dict[str, Any]] = PIPELINE_TURNS) -> dict[str, Any]:
+    """The ``pipeline`` block of golden.json for ``selector`` (its config must be the shipped one's
+    shape: rules decomposer, no rerank). Raises BundleError where a stage-by-stage run disagrees
+    with ``Selector.select``."""
+    if selector.config.rerank:
+        raise BundleError("golden pipeline probes: the shipped path has no rerank; probe a Selector without it")
+    cases = []
+    for turn in turns:
+        case = _probe(selector, turn)
+        _agrees_with_select(selector, turn, case)
+        cases.append(case)
+    return {"format": PIPELINE_FORMAT, "config": _config(selector), "catalog_ids_sha256": catalog_digest(selector.catalog),
+            "tolerances": dict(TOLERANCES), "turns": cases}
+
+
+def _config(selector: Selector) -> dict[str, Any]:
+    cfg, cut = selector.config, selector.config.cut
+    return {"history": cfg.history, "history_turns": cfg.history_turns, "candidates": cfg.candidates,
+            "decompose": cfg.decompose, "lexical": cfg.lexical, "lexical_weight": cfg.lexical_weight,
+            "lexical_candidates": cfg.lexical_candidates, "head": cfg.head and selector.head is not None,
+            "cut": {"rule": cut.rule, "k_min": cut.k_min, "k_max": cut.k_max, "range_margin": cut.range_margin,
+                    "range_depth": cut.range_depth, "list_range_margin": cut.list_range_margin,
+                    "anchor_k_max": cut.anchor_k_max, "min_probability": cut.min_probability},
+            "limits": {"max_query_chars": cfg.limits.max_query_chars, "max_history_turns": cfg.limits.max_history_turns,
+                       "max_history_chars": cfg.limits.max_history_chars, "max_subtasks": cfg.limits.max_subtasks}}
+
+
+def _probe(selector: Selector, turn: dict[str, Any]) -> dict[str, Any]:
+    """One probe turn, stage by stage: the decomposer and the models, then ``replay`` of the rest."""
+    from .dialogue import bounded_history, retrieval_text, validate_query
+
+    cfg = selector.config
+    query = validate_query(turn["query"], cfg.limits.max_query_chars)
+    history = bounded_history(turn.get("history", []), cfg.limits.max_history_turns, cfg.limits.max_history_chars)
+    subtasks = (list(selector.decomposer.decompose(query, history).tasks) or [query])[: cfg.limits.max_subtasks]
+    texts = list(dict.fromkeys([query, *subtasks]))
+    history_list = None
+    if cfg.decompose != "none" and cfg.history != "none" and history:
+        folded = retrieval_text(query, history, cfg.history, cfg.history_turns)
+        if folded not in texts:
+            texts.append(folded)
+            history_list = len(texts) - 1
+    tokenizer = selector.embedder.tokenizer  # type: ignore[attr-defined]
+    enc = tokenizer.encode(texts)
+    token_ids = [enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist() for i in range(len(texts))]
+    vectors = np.asarray(selector.embedder.embed(texts), dtype=np.float32)
+    inputs = {"query": turn["query"], "history": list(turn.get("history", [])),
+              "max_tools": turn.get("max_tools"), "max_schema_tokens": turn.get("max_schema_tokens"),
+              "format": turn.get("format", "mcp")}
+    fed = [_f32(v) for v in vectors]
+    return {"input": inputs, "subtasks": subtasks, "texts": texts, "history_list": history_list,
+            "token_ids": token_ids, "vectors": fed,
+            **replay(selector, texts, np.asarray(fed, dtype=np.float32), history_list, inputs)}
+
+
+def replay(selector: Selector, texts: Sequence[str], vectors: np.ndarray, history_list: int | None,
+           inputs: dict[str, Any]) -> dict[str, Any]:
+    """Every stage after the embedder on these retrieval texts and their vectors, as ``Selector.select``
+    runs them: dense search, BM25, their fusion, peak-rank fusion, the cut, the head, the budget."""
+    from .stages.budget import Budget, spend_budget
+    from .stages.cut import cut_turn
+    from .stages.fuse import peak_rank_fusion
+    from .stages.head import head_cut, head_features
+    from .stages.lexical import fuse_lexical
+
+    cfg, index, lexical = selector.config, selector.index, selector.lexical
+    search = index.search(vectors, cfg.candidates)
+    from .stages.fuse import RankedList
+
+    lists = [RankedList(ids, scores) for ids, scores in search]
+    lexical_hits = []
+    for text in texts:
+        bm25 = lexical.scores(text)
+        lex_ids, lex_scores = lexical.top(bm25, cfg.lexical_candidates)
+        lexical_hits.append({"ids": lex_ids, "scores": _f32(lex_scores)})
+    if cfg.lexical:
+        lists = fuse_lexical(lists, texts, vectors, index, lexical, weight=cfg.lexical_weight,
+                             lexical_candidates=cfg.lexical_candidates, candidates=cfg.candidates)
+    fused = peak_rank_fusion(lists)
+    pairs = [(lst.ids, lst.scores) for lst in lists]
+    per_list = [cfg.cut.apply_list(np.asarray(s), None, anchor=j == 0).k for j, (_, s) in enumerate(pairs)] \
+        if len(lists) > 1 else []
+    order, cut = cut_turn(cfg.cut, pairs, fused.ids, fused.scores, lambda ids: np.zeros((len(ids), index.ndim)))
+    cut_block = {"order": list(order), "k": cut.k, "pool": cut.pool, "per_list_k": per_list}
+    head_block = None
+    probability: dict[str, float] = {}
+    if selector.head is not None and cfg.head:
+        rows = head_features(pairs, history_list, fused.ids, fused.scores, selector.head.depth)
+        probs = selector.head.probabilities(rows)
+        order, k = head_cut(probs, order, cut, cfg.cut)
+        cut = type(cut)(k, cut.k_score, cut.k_sim, f"{cut.rule}+head", cut.pool)
+        probability = dict(zip(fused.ids, map(float, probs)))
+        head_block = {"features": [_f64(r) for r in rows], "probabilities": _f64(probs), "order": list(order), "k": k}
+    ids = [fused.ids[i] for i in order]
+    budget = Budget(inputs.get("max_tools"), inputs.get("max_schema_tokens"), inputs.get("format", "mcp"))
+    kept = spend_budget(budget, ids, cut.k, [lst.ids for lst in lists], lambda t: tool_tokens(selector, t, budget.format),
+                        bool(probability))
+    tokens = sum(tool_tokens(selector, ids[i], budget.format) for i in kept) \
+        if budget.max_schema_tokens is not None else None
+    final = [ids[i] for i in kept]
+    scores = np.asarray(fused.scores)[order]
+    return {
+        "search": [{"ids": list(i), "scores": _f32(s)} for i, s in search],
+        "lexical": lexical_hits,
+        "lists": [{"ids": list(lst.ids), "scores": _f32(lst.scores),
+                   "dense": _f32(lst.dense) if lst.dense is not None else None,
+                   "lexical": _f32(lst.lexical) if lst.lexical is not None else None} for lst in lists],
+        "fused": {"ids": list(fused.ids), "scores": _f32(fused.scores), "source": list(fused.source)},
+        "cut": cut_block,
+        "head": head_block,
+        "budget": {"kept": kept, "schema_tokens": tokens},
+        "selection": {"ids": final, "k": len(final), "scores": _f32([scores[i] for i in kept])},
+    }
+
+
+def tool_tokens(selector: Selector, tool_id: str, format: str) -> int:
+    """The definition size of one tool of the selector's catalog in ``format``."""
+    from .formats import tool_definition
+    from .tokens import schema_tokens
+
+    return schema_tokens(tool_definition(selector.catalog.get(tool_id), format))
+
+
+def _agrees_with_select(selector: Selector, turn: dict[str, Any], case: dict[str, Any]) -> None:
+    sel = selector.select(turn["query"], turn.get("history", []), max_tools=turn.get("max_tools"),
+                          max_schema_tokens=turn.get("max_schema_tokens"), format=turn.get("format", "mcp"))
+    if sel.ids != case["selection"]["ids"] or sel.k != case["selection"]["k"] or list(sel.subtasks) != case["subtasks"]:
+        raise BundleError(f"golden pipeline probe {turn['query']!r:.60}: the stages give {case['selection']['ids']} "
+                          f"but Selector.select gives {sel.ids}")
+
+
+def check_pipeline(selector: Selector, block: dict[str, Any]) -> dict[str, Any]:
+    """Re-run every probe turn's stages with ``selector`` (the later ones from the written vectors)
+    and compare within ``block['tolerances']``; raises BundleError naming the turn and stage."""
+    if block.get("format") != PIPELINE_FORMAT:
+        raise BundleError(f"golden pipeline: format {block.get('format')!r}, expected {PIPELINE_FORMAT!r}")
+    if block.get("catalog_ids_sha256") != catalog_digest(selector.catalog):
+        return {"golden_pipeline": "skipped: the catalog changed since the probes were written"}
+    tol = {**TOLERANCES, **block.get("tolerances", {})}
+    worst_cos = 1.0
+    for n, case in enumerate(block["turns"]):
+        where = f"golden pipeline turn {n} ({case['input']['query']!r:.40})"
+        from .dialogue import bounded_history
+
+        history = bounded_history(case["input"]["history"], selector.config.limits.max_history_turns,
+                                  selector.config.limits.max_history_chars)
+        subtasks = selector.decomposer.decompose(case["input"]["query"], history).tasks
+        _same(where, "subtasks", (list(subtasks) or [case["input"]["query"]])[: selector.config.limits.max_subtasks],
+              case["subtasks"])
+        _same(where, "texts", selector.retrieval_texts(case["input"]["query"], case["input"]["history"]), case["texts"])
+        enc = selector.embedder.tokenizer.encode(case["texts"])  # type: ignore[attr-defined]
+        _same(where, "token_ids", [enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist()
+                                   for i in range(len(case["texts"]))], case["token_ids"])
+        fed = np.asarray(case["vectors"], dtype=np.float32)
+        got = np.asarray(selector.embedder.embed(case["texts"]), dtype=np.float32)
+        worst_cos = min(worst_cos, float(np.min(np.sum(got * fed, axis=1))))
+        if worst_cos < tol["vector_cosine_min"]:
+            raise BundleError(f"{where}: vectors differ (cosine {worst_cos:.5f} < {tol['vector_cosine_min']})")
+        compare_replay(where, replay(selector, case["texts"], fed, case["history_list"], case["input"]), case, tol)
+    return {"golden_pipeline_turns": len(block["turns"]), "golden_pipeline_min_cosine": round(worst_cos, 6)}
+
+
+def compare_replay(where: str, got: dict[str, Any], want: dict[str, Any], tol: dict[str, float]) -> None:
+    """A replayed turn against the written one: ids, order and K exact, numbers within ``tol``."""
+    s = tol["score_abs"]
+    for j, (g, w) in enumerate(zip(got["search"], want["search"])):
+        _ranked(where, f"search[{j}]", g, w, s)
+    for j, (g, w) in enumerate(zip(got["lexical"], want["lexical"])):
+        _ranked(where, f"lexical[{j}]", g, w, s)
+    for j, (g, w) in enumerate(zip(got["lists"], want["lists"])):
+        _ranked(where, f"lists[{j}]", g, w, s)
+    _ranked(where, "fused", got["fused"], want["fused"], s)
+    _same(where, "fused.source", got["fused"]["source"], want["fused"]["source"])
+    _same(where, "cut", got["cut"], want["cut"])
+    if (got["head"] is None) != (want["head"] is None):
+        raise BundleError(f"{where}: head: ran {'not ' if got['head'] is None else ''}but the probe says otherwise")
+    if got["head"] is not None:
+        _close(where, "head.features", got["head"]["features"], want["head"]["features"], tol["feature_abs"])
+        _close(where, "head.probabilities", got["head"]["probabilities"], want["head"]["probabilities"],
+               tol["probability_abs"])
+        _same(where, "head.order", got["head"]["order"], want["head"]["order"])
+        _same(where, "head.k", got["head"]["k"], want["head"]["k"])
+    _same(where, "budget", got["budget"], want["budget"])
+    _same(where, "selection.ids", got["selection"]["ids"], want["selection"]["ids"])
+
+
+def _ranked(where: str, stage: str, got: dict[str, Any], want: dict[str, Any], tol: float) -> None:
+    _same(where, f"{stage}.ids", list(got["ids"]), list(want["ids"]))
+    _close(where, f"{stage}.scores", got["scores"], want["scores"], tol)
+
+
+def _same(where: str, stage: str, got: Any, want: Any) -> None:
+    if got != want:
+        raise BundleError(f"{where}: {stage} differs: got {str(got)[:200]}, expected {str(want)[:200]}")
+
+
+def _close(where: str, stage: str, got: Any, want: Any, tol: float) -> None:
+    g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if g.shape != w.shape or (g.size and float(np.max(np.abs(g - w))) > tol):
+        raise BundleError(f"{where}: {stage} differ beyond {tol}")
+
+
+def shipped_pipeline_probes(catalog: Catalog, embedder: Any, index: Any, lexical: Any, head_file: Any = None
+                            ) -> dict[str, Any]:
+    """``pipeline_probes`` of a bundle being built: the shipped ``SelectorConfig()`` over its parts
+    (``head_file``: the bundle's head.json, None where it has none)."""
+    from .selector import Selector
+    from .stages.head import HeadModel
+
+    head = HeadModel.from_bytes(head_file.read_bytes(), str(head_file)) if head_file is not None else None
+    return pipeline_probes(Selector(catalog, embedder, index, lexical=lexical, head=head))
