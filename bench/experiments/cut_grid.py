@@ -11,8 +11,8 @@ the head off) and the bundle's head. ``report`` prints, per part, NDCG@10, C@5 a
 order against the head's order, and the shipped cut without and with the head. ``grid`` re-applies
 every combination of the ``--vary`` values of ``CutConfig`` fields (``none`` for None) and prints the
 cuts whose C@K stays within ``--tolerance`` of the shipped cut's on every part, fewest tools first.
-The cut's margins, its k_max, the anchor's cap and the head's floor in docs/bench/budget.md were chosen
-so.
+The cut's margins, its k_max, the anchor's cap and the head's floor (docs/bench/budget.md) were
+chosen so (docs/bench/LOG.md).
 """
 from __future__ import annotations
 

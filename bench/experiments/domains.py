@@ -6,7 +6,7 @@
 A generated query lists its domains (``domains`` in queries.jsonl); a multi-domain turn counts in
 each. ``--titles``: the generator's podcast show and audiobook names in the utterance and history
 read as SUBSTITUTE (a diagnosis of how much the names cost, never for training). Parts without
-domains count under ``all`` only. docs/bench/budget.md's "What test_ood misses" was measured so.
+domains count under ``all`` only. docs/bench/LOG.md's "What test_ood misses, by domain" was measured so.
 """
 from __future__ import annotations
 
