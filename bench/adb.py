@@ -832,27 +832,14 @@ def _save_partial(partial: Path, results: list, meta: list, s: _Session, **state
     _write_json(partial, merged)
 
 
-def _options(options: DeviceLatencyOptions | None, legacy: dict[str, Any]) -> DeviceLatencyOptions:
-    """``options``, or (the old spelling, one more release) the keyword arguments as options."""
-    if not legacy:
-        return options if options is not None else DeviceLatencyOptions()
-    import warnings
-    from dataclasses import replace
-
-    warnings.warn("run_latency_on_device(bundle, key=value, ...) is deprecated and will be removed in the next "
-                  "release; pass run_latency_on_device(bundle, DeviceLatencyOptions(key=value, ...))",
-                  DeprecationWarning, stacklevel=3)
-    return replace(options if options is not None else DeviceLatencyOptions(), **legacy)
-
-
-def run_latency_on_device(bundle_dir: str | os.PathLike, options: DeviceLatencyOptions | None = None,
-                          **legacy: Any) -> dict[str, Any]:
+def run_latency_on_device(bundle_dir: str | os.PathLike, options: DeviceLatencyOptions | None = None
+                          ) -> dict[str, Any]:
     """Measure latency on an Android device: ``options.runs`` fresh runner processes, merged.
 
     Each run is one ``python -m magicselector.bench.latency_runner`` process on the device with
     ``--runs passes_per_run --warmup warmup --threads threads``, so every run measures a cold start
     and ``passes_per_run`` timed passes over the runner's workload (see ``DeviceLatencyOptions``
-    for every setting; the keyword arguments of the old signature still work, deprecated).
+    for every setting).
 
     Peak memory: the runner's own VmHWM; ``mem_probe='proc'`` also samples ``/proc/PID/status``
     VmHWM from the shell every ``mem_poll_s``, ``'dumpsys'`` samples ``dumpsys meminfo PID`` (used
@@ -865,7 +852,7 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, options: DeviceLatencyO
     (the default) a later call with the same device, bundle and runner settings into the same
     ``out_dir`` keeps those runs and starts at the first one missing.
     """
-    opts = _options(options, legacy)
+    opts = options if options is not None else DeviceLatencyOptions()
     opts.check()
     say = _say(opts)
     out = Path(opts.out_dir)

@@ -24,7 +24,7 @@ import numpy as np
 from magicselector.bundle import Bundle
 from magicselector.default_bundle import ensure_default_bundle
 from magicselector.catalog import Catalog, schema_tokens, tool_text
-from magicselector.config import REMOVED_VARIANTS, SelectorConfig, flat_config
+from magicselector.config import SelectorConfig
 from magicselector.dialogue import retrieval_text, validate_history, validate_query
 from magicselector.errors import InputError
 from magicselector.files import cache_home
@@ -290,23 +290,15 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     return report
 
 
-# the parameters of the removed cut rules (stages/cut.py REMOVED_CUT_RULES) at the defaults the
-# report's ``config.cut`` always showed; their keys go next release, like REMOVED_VARIANTS'
-REMOVED_CUT_KEYS = {"margin": 1.0, "z_margin": 2.0, "mass": 0.9, "temperature": 1.0}
-
-
 def report_config(config: EvalConfig, ran: SelectorConfig, asked: SelectorConfig) -> dict[str, Any]:
-    """The report's ``config``: one flat object, as the JSON has always had it: the Selector's
-    settings as they ran (``ran``, its groups under their flat names, ``config.flat_config``; the
-    decomposer model and prompt as asked, None for the bundle's), the removed settings at their one
-    value (their keys go next release; the removed cut parameters too, ``REMOVED_CUT_KEYS``), and
-    the evaluation's own."""
+    """The report's ``config``: the Selector's settings as they ran (``SelectorConfig`` as JSON, its
+    groups ``cut``, ``limits`` and ``llm`` nested; the decomposer's model and prompt as asked, None
+    for the bundle's), then the evaluation's own."""
     own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "selector"}
-    return {**flat_config(ran), **REMOVED_VARIANTS, "decomposer_model": asked.llm.model,
-            "decomposer_prompt": asked.llm.prompt if asked.llm.model is not None
-            or asked.llm.prompt != _SHIPPED.llm.prompt else None,
-            **own, "retriever": config.retrieval, "decompose": config.decomposition,
-            "cut": {**asdict(ran.cut), **REMOVED_CUT_KEYS}}
+    settings = asdict(ran)
+    settings["llm"].update(model=asked.llm.model, prompt=asked.llm.prompt if asked.llm.model is not None
+                           or asked.llm.prompt != _SHIPPED.llm.prompt else None)
+    return {**settings, **own, "retriever": config.retrieval, "decompose": config.decomposition}
 
 
 PER_QUERY_RANKED = 50  # the ranked list a per-query row carries, at most

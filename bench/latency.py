@@ -433,7 +433,6 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     started = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     device = machine_description()
 
-    from magicselector.config import REMOVED_VARIANTS
     from magicselector.selector import Selector
 
     # With a decomposer, the LLM (if any) loads in the first select: part of the cold start.
@@ -473,8 +472,6 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
             "decomposer": selector.decomposer.name, "verify": verify, "turns": len(workload),
             "workload": {"name": workload_name, "sha256": workload_sha256},
             "rerank": bool(selector.config.rerank and selector.reranker is not None),
-            # the removed settings' keys stay one release, at their one value (config.REMOVED_VARIANTS)
-            "rerank_scope": REMOVED_VARIANTS["rerank_scope"], "rerank_min_margin": REMOVED_VARIANTS["rerank_min_margin"],
             "rerank_skip_margin": selector.config.rerank_skip_margin,
             "reranked_share": _share(samples.reranked),
             "texts_per_turn": _share(samples.texts_per_turn),

@@ -33,7 +33,6 @@ Results schema ``magicselector-serve-bench/1``::
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -553,9 +552,6 @@ def add_arguments(sp: Any) -> None:
     sp.add_argument("--threads", type=int, metavar="N", help="the server's inference threads (default: the shipped 1)")
     sp.add_argument("--variants", nargs="*", default=["shipped", "rerank"], choices=sorted(BASE_VARIANTS),
                     help="server configurations: shipped (no flags), rerank (--rerank); default both")
-    # deprecated no-ops for one release: batching across callers left the server (docs/bench/serve.md)
-    sp.add_argument("--rerank-batch-ms", type=float, metavar="MS", help=argparse.SUPPRESS)
-    sp.add_argument("--rerank-batch-inexact", action="store_true", help=argparse.SUPPRESS)
     sp.add_argument("--rerank-skip-margin", type=float, metavar="S",
                     help="pass --rerank-skip-margin S to the reranking variants (default: the shipped skip; "
                          "negative: every turn reranks)")
@@ -585,10 +581,6 @@ def cmd_bench_serve(args: Any) -> int:
     except ImportError:
         raise InputError("`magicselector bench serve` needs the mcp package: "
                          "pip install 'magicselector[serve]'") from None
-    if getattr(args, "rerank_batch_ms", None) is not None or getattr(args, "rerank_batch_inexact", False):
-        print("warning: bench serve --rerank-batch-ms / --rerank-batch-inexact are deprecated and do nothing: "
-              "batching the reranker across callers left serve (it lost; docs/bench/serve.md); they will be "
-              "removed in the next release", file=sys.stderr)
     if getattr(args, "memory", False):
         return _cmd_memory(args)
     config = ServeBenchConfig(callers=tuple(args.callers), requests=args.requests, warmup=args.warmup,

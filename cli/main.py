@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import magicselector as _runtime
-from magicselector.cli_options import (add_history_file_option, add_removed_spelling, add_selector_options,
+from magicselector.cli_options import (add_history_file_option, add_selector_options,
                                        history_mode_with_history, selector_config)
 from magicselector.errors import InputError, MagicSelectorError
 from magicselector.targets import TARGET_CHOICES
@@ -351,15 +351,6 @@ def _add_bundle_rewrite_parser(bp) -> None:
     sp.set_defaults(func=cmd_bundle_rewrite)
 
 
-# commands that were deprecated for a release and are gone: parsed only to be refused, naming the new one
-REMOVED_COMMANDS = {"export": "`magicselector export bundle` was removed; use `magicselector bundle build --embedder "
-                              "... --catalog ... --out DIR` (its --format is --model-format there)"}
-
-
-def cmd_removed_export(args: argparse.Namespace) -> int:
-    raise InputError(REMOVED_COMMANDS["export"])
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="magicselector", description="On-device tool selection for phone assistants.")
     p.add_argument("--version", action="version", version=f"%(prog)s {_runtime.__version__}")
@@ -373,7 +364,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("select", help="select tools for one utterance")
     sp.add_argument("utterance")
     add_history_file_option(sp)
-    add_removed_spelling(sp, "--history", "--history-file FILE")
     sp.add_argument("--json", action="store_true", help="print the selection as JSON, with its tools' definitions "
                                                         "('schemas') in --format's shape (default MCP)")
     sp.add_argument("--catalog", nargs="+", metavar="[SERVER=]FILE",
@@ -384,8 +374,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "as Claude Code do (also for one file); server names are sanitized as hosts do")
     sp.add_argument("--format", choices=["mcp", "openai", "openai-responses", "anthropic"],
                     help="print only the chosen tools' definitions, as this API takes them")
-    sp.add_argument("--native", metavar="BIN", help="also run a native build's check of every golden stage "
-                    "(`BIN verify DIR`, BIN: the magicselector-native executable of `magicselector native build`)")
     add_selector_options(sp)
     sp.set_defaults(func=cmd_select)
 
@@ -396,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dir")
     sp.add_argument("--public-key", metavar="PUB", help="also require a valid signature (manifest.sig) by this "
                     "Ed25519 public key: PEM file, or the 32 raw bytes as base64 or hex")
+    sp.add_argument("--native", metavar="BIN", help="also run a native build's check of every golden stage "
+                    "(`BIN verify DIR`, BIN: the magicselector-native executable of `magicselector native build`)")
     sp.set_defaults(func=cmd_bundle_verify)
     sp = bp.add_parser("sign", help="sign a bundle's manifest with an Ed25519 private key (writes manifest.sig)")
     sp.add_argument("dir")
@@ -411,13 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dataset")
     sp.add_argument("--at", type=int, default=None, metavar="N",
                     help=f"the metric cutoff: NDCG@N, Recall@N, Completeness@N (default {METRICS_AT})")
-    add_selector_options(sp, removed_eval_spellings=True)
+    add_selector_options(sp)
     sp.add_argument("--reranker", metavar="DIR",
                     help="a reranker folder (model.onnx, tokenizer.json, reranker.json) instead of the bundle's")
     sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default=None,
                     help="dense (the Selector without its BM25 channel), hybrid (the Selector with its BM25 channel "
                          "fused into every list) or bm25 (the runtime's BM25 alone); default: the shipped one")
-    sp.add_argument("--lexical-fusion", default=None, help=argparse.SUPPRESS)  # removed: zmix is left
     sp.add_argument("--lexical-weight", type=float, help="hybrid: the BM25 list's share in the fusion, 0..1")
     sp.add_argument("--lexical-candidates", type=int, help="hybrid: BM25 hits per list that enter the fusion")
     sp.add_argument("--json", metavar="OUT", help="write the report as JSON")
@@ -437,11 +426,6 @@ def build_parser() -> argparse.ArgumentParser:
         register_bench = None
     if register_bench is not None:
         register_bench(sub)
-    # `magicselector export bundle ...`, the old spelling of `bundle build --embedder ...`, was removed:
-    # hidden (no help line, left out of the command list) and refused naming the new spelling
-    sp = sub.add_parser("export", add_help=False, prog="magicselector export")
-    sp.add_argument("rest", nargs=argparse.REMAINDER)
-    sp.set_defaults(func=cmd_removed_export)
     try:  # `magicselector train ...` (needs the train extra only when a command runs)
         from magicselector.train.cli import register as register_train
     except ImportError:
@@ -467,7 +451,6 @@ def build_parser() -> argparse.ArgumentParser:
     from magicselector.cli.serve import register as register_serve  # the mcp package loads only when it runs
 
     register_serve(sub)
-    sub.metavar = "{" + ",".join(name for name in sub.choices if name not in REMOVED_COMMANDS) + "}"
     return p
 
 

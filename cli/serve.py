@@ -38,9 +38,6 @@ def register(sub: Any) -> None:
                     help="what of a call's history retrieval sees (default: the Selector's)")
     sp.add_argument("--threads", type=int, help="inference threads (default: the Selector's)")
     add_rerank_options(sp)
-    # deprecated no-ops for one release: merging callers' reranker runs lost to parallel runs (docs/bench/serve.md)
-    sp.add_argument("--rerank-batch-ms", type=float, default=None, metavar="MS", help=argparse.SUPPRESS)
-    sp.add_argument("--rerank-batch-inexact", action="store_true", help=argparse.SUPPRESS)
     add_transport_options(sp)
     sp.set_defaults(func=cmd_serve)
 
@@ -179,10 +176,6 @@ def fix_malloc_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
 def load_selector(args: argparse.Namespace) -> Any:
     from magicselector.selector import Selector
 
-    if getattr(args, "rerank_batch_ms", None) is not None or getattr(args, "rerank_batch_inexact", False):
-        print("magicselector serve: warning: --rerank-batch-ms / --rerank-batch-inexact are deprecated and do "
-              "nothing: concurrent calls rerank in parallel, which beat merging them (docs/bench/serve.md); they "
-              "will be removed in the next release", file=sys.stderr)
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol and nothing else
         selector = Selector.from_bundle(args.bundle, config=selector_config(args), progress=False)
         if args.catalog:

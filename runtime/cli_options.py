@@ -1,5 +1,5 @@
 """The command-line vocabulary every ``magicselector`` subcommand shares: one spelling per
-SelectorConfig setting, the removed spellings refused by name, and parsed args -> SelectorConfig.
+SelectorConfig setting, and parsed args -> SelectorConfig.
 
 It lives at the floor (standard library and ``magicselector.config`` only) so that the CLI, bench
 and train layers can all spell their options the same way without importing upward.
@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 from .config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
 from .errors import InputError
-from .stages.cut import CUT_RULES, REMOVED_CUT_RULES, CutConfig
+from .stages.cut import CUT_RULES, CutConfig
 from .decompose import PROMPT_STYLES
 
 SHIPPED = SelectorConfig()
@@ -32,34 +32,11 @@ _CUT_PARAMETERS = (
     ("--min-probability", "min_probability", float,
      "drop a kept tool the bundle's learned head gives a lower relevance probability (the surest stays)"),
 )
-# the parameters of the cut rules that were removed (stages/cut.py REMOVED_CUT_RULES): hidden, refused by name
-_REMOVED_CUT_PARAMETERS = (("--margin", "margin"), ("--z-margin", "z_margin"), ("--mass", "mass"),
-                           ("--temperature", "temperature"))
 
 
 def warn(message: str) -> None:
     """A note on stderr (stdout stays the command's output, e.g. JSON)."""
     print(f"magicselector: {message}", file=sys.stderr, flush=True)
-
-
-class RemovedSpelling(argparse.Action):
-    """A spelling that was deprecated for a release and is gone: hidden from ``--help``, and giving
-    it exits 2 with a message naming ``new``, the spelling to use (argparse alone would read
-    ``--history`` as an abbreviation of ``--history-mode``, or say only "unrecognized arguments")."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any) -> None:
-        self.new = new
-        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS,
-                         help=argparse.SUPPRESS)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
-        parser.error(f"{option_string} was removed; use {self.new}")
-
-
-def add_removed_spelling(p: argparse.ArgumentParser, flag: str, new: str) -> None:
-    """Refuse ``flag`` (with or without a value), naming ``new`` (see ``RemovedSpelling``)."""
-    p.add_argument(flag, action=RemovedSpelling, new=new)
 
 
 def add_bundle_option(p: argparse.ArgumentParser) -> None:
@@ -89,9 +66,7 @@ def add_history_file_option(p: argparse.ArgumentParser) -> None:
 
 def add_cut_options(p: argparse.ArgumentParser) -> None:
     """``--cut RULE``, ``--k N`` (the fixed cut's k) and each rule's parameters."""
-    # the removed rules parse, so that CutConfig refuses them by name rather than argparse as unknown
-    p.add_argument("--cut", choices=sorted((*CUT_RULES, *REMOVED_CUT_RULES)), default=None,
-                   metavar="{" + ",".join(sorted(CUT_RULES)) + "}",
+    p.add_argument("--cut", choices=sorted(CUT_RULES), default=None,
                    help=f"the Top-K rule (default {SHIPPED.cut.rule!r}, the shipped one; 'paper' is the paper's "
                         "Algorithm 2 as written, 'fixed' keeps --k tools)")
     p.add_argument("--k", type=int, default=None, metavar="N",
@@ -99,8 +74,6 @@ def add_cut_options(p: argparse.ArgumentParser) -> None:
     for flag, field, type_, text in _CUT_PARAMETERS:
         p.add_argument(flag, type=type_, default=None, dest=f"cut_{field}",
                        help=f"{text} (default {getattr(SHIPPED.cut, field)})")
-    for flag, field in _REMOVED_CUT_PARAMETERS:  # refused by cut_config, naming the flag
-        p.add_argument(flag, type=float, default=None, dest=f"cut_{field}", help=argparse.SUPPRESS)
 
 
 def add_decompose_options(p: argparse.ArgumentParser, *, mode_only: bool = False) -> None:
@@ -136,17 +109,6 @@ def add_rerank_options(p: argparse.ArgumentParser) -> None:
                    help="skip the cross-encoder on turns where the fused list's top tool leads the runner-up by S "
                         "or more (default: " + ("never" if SHIPPED.rerank_skip_margin is None
                                                 else str(SHIPPED.rerank_skip_margin)) + "; negative: never skip)")
-    # removed before 0.1.0 (their other values lost on the development sets): the shipped value is
-    # taken with a note, any other is refused (selector_config); the flags go next release
-    p.add_argument("--rerank-min-margin", type=float, default=None, metavar="M", dest="rerank_min_margin",
-                   help=argparse.SUPPRESS)
-    p.add_argument("--rerank-scope", default=None, dest="rerank_scope", help=argparse.SUPPRESS)
-
-
-def add_fusion_options(p: argparse.ArgumentParser) -> None:
-    """The removed fusion and cut-scope flags (see add_rerank_options)."""
-    p.add_argument("--fusion", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--cut-scope", default=None, dest="cut_scope", help=argparse.SUPPRESS)
 
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
@@ -163,23 +125,15 @@ def add_head_option(p: argparse.ArgumentParser) -> None:
                         "bundle has one)")
 
 
-def add_selector_options(p: argparse.ArgumentParser, *, removed_eval_spellings: bool = False) -> None:
-    """Every SelectorConfig option: bundle, history mode, cut, head, budget, threads, rerank, fusion, decomposition.
-
-    ``removed_eval_spellings`` refuses eval's old ``--history MODE``, ``--cut-rule RULE`` and
-    ``--adaptive`` by name (deprecated for a release, gone since)."""
+def add_selector_options(p: argparse.ArgumentParser) -> None:
+    """Every SelectorConfig option: bundle, history mode, cut, head, budget, threads, rerank, decomposition."""
     add_bundle_option(p)
     add_history_mode_option(p)
     add_cut_options(p)
-    if removed_eval_spellings:
-        add_removed_spelling(p, "--history", "--history-mode MODE")
-        add_removed_spelling(p, "--cut-rule", "--cut RULE")
-        add_removed_spelling(p, "--adaptive", "--cut RULE to pick a rule (the default, the shipped cut, is adaptive)")
     add_head_option(p)
     add_budget_options(p)
     add_threads_option(p)
     add_rerank_options(p)
-    add_fusion_options(p)
     add_decompose_options(p)
 
 
@@ -188,11 +142,6 @@ def cut_config(args: argparse.Namespace, base: CutConfig = SHIPPED.cut) -> CutCo
 
     ``--k N`` without ``--cut`` means ``--cut fixed``; a fixed k above k_max raises k_max to it
     (the per-sub-task union is capped at k_max), unless ``--k-max`` was given."""
-    for flag, field in _REMOVED_CUT_PARAMETERS:
-        value = getattr(args, f"cut_{field}", None)
-        if value is not None:
-            raise InputError(f"{flag} {value:g} was removed with the cut rules that lost to rmargin on the "
-                             "development sets (docs/bench/reranker.md); leave " + flag + " out")
     k = getattr(args, "k", None)
     rule = getattr(args, "cut", None) or ("fixed" if k is not None else base.rule)
     changes: dict[str, Any] = {"rule": rule}
@@ -234,30 +183,8 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
         changes["rerank"] = False
     if getattr(args, "no_head", None):
         changes["head"] = False
-    removed_flags(args)
     changes.update(overrides)
     return replace(base, **changes)
-
-
-def removed_flags(args: argparse.Namespace) -> None:
-    """``--fusion``, ``--cut-scope``, ``--rerank-scope``, ``--rerank-min-margin``, ``--lexical-fusion``:
-    removed settings (``config.REMOVED_VARIANTS``). The shipped value is taken with a note; any other
-    is an InputError naming the flag."""
-    from .config import REMOVED_VARIANTS
-
-    for name, shipped in REMOVED_VARIANTS.items():
-        value = getattr(args, name, None)
-        if value is None:
-            continue
-        flag = "--" + name.replace("_", "-")
-        if name == "rerank_min_margin":
-            if value >= 0:
-                raise InputError(f"{flag} {value} was removed: the rerank gate lost on the development sets "
-                                 f"(docs/bench/defaults.md); leave {flag} out")
-        elif value != shipped:
-            raise InputError(f"{flag} {value} was removed: only {shipped} is left, the others lost on the "
-                             "development sets (docs/bench/defaults.md)")
-        warn(f"note: {flag} is deprecated (it has one value left, the shipped one) and goes in the next release")
 
 
 def history_mode_with_history(args: argparse.Namespace, base: SelectorConfig = SHIPPED, why: str = "") -> str:

@@ -2,12 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import numbers
-import sys
-import warnings
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
 
 from .errors import InputError
 from .stages.cut import CutConfig
@@ -22,11 +18,6 @@ HISTORY_MODES = ("none", "user", "questions", "all")
 DEFAULT_CUT = CutConfig(rule="rmargin", k_max=10, range_margin=0.7, range_depth=15, list_range_margin=0.8,
                         anchor_k_max=5, min_probability=0.012)
 DECOMPOSE_MODES = ("none", "rules", "llm", "auto")
-# Settings whose other values lost on the development sets (docs/bench/defaults.md), so they are not
-# fields of the config: for one release the keyword still takes the shipped value, with a
-# DeprecationWarning (so old code runs unchanged), and any other value is an InputError naming it.
-REMOVED_VARIANTS = {"fusion": "peak", "rerank_scope": "turn", "rerank_min_margin": None, "cut_scope": "subtask",
-                    "lexical_fusion": "zmix"}
 
 
 @dataclass(frozen=True)
@@ -82,71 +73,9 @@ class LLMDecomposerConfig:
             raise InputError(f"LLMDecomposerConfig.ctx must be >= 256, got {self.ctx!r}")
 
 
-# The flat spellings of 0.1.0's development, now in a group: old keyword -> (group field, its field).
-# ``SelectorConfig(old=...)``, ``with_config(old=...)`` and ``config.old`` keep working with a
-# DeprecationWarning naming the new spelling; they go in the next release.
-MOVED_SETTINGS = {
-    "max_query_chars": ("limits", "max_query_chars"), "max_history_turns": ("limits", "max_history_turns"),
-    "max_history_chars": ("limits", "max_history_chars"), "max_subtasks": ("limits", "max_subtasks"),
-    "decomposer_model": ("llm", "model"), "decomposer_prompt": ("llm", "prompt"),
-    "decompose_deadline_ms": ("llm", "deadline_ms"), "llm_threads": ("llm", "threads"), "llm_ctx": ("llm", "ctx"),
-}
 _GROUPS: dict[str, type] = {"limits": InputLimits, "llm": LLMDecomposerConfig}
 
 
-def _warn_moved(message: str) -> None:
-    """A DeprecationWarning pointing at the caller's line, past this module, ``dataclasses.replace``
-    and ``Selector.with_config`` (Python shows a DeprecationWarning where it is attributed to __main__)."""
-    frame, level = sys._getframe(0), 1
-    while frame.f_back is not None and (frame.f_code.co_filename in (__file__, dataclasses.__file__)
-                                        or frame.f_code.co_name == "with_config"):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, DeprecationWarning, stacklevel=level)
-
-
-def _moved_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with each old flat keyword folded into its group (the group given, else its default)."""
-    moved = [name for name in kwargs if name in MOVED_SETTINGS]
-    for old in moved:
-        group, name = MOVED_SETTINGS[old]
-        _warn_moved(f"SelectorConfig keyword {old}= is deprecated and will be removed in the next release; "
-                    f"use {group}={_GROUPS[group].__name__}({name}=...) (SelectorConfig.{group}.{name})")
-        current = kwargs[group] if group in kwargs else _GROUPS[group]()
-        kwargs[group] = replace(current, **{name: kwargs.pop(old)})
-    return kwargs
-
-
-def _removed_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` without the removed settings' keywords (``REMOVED_VARIANTS``): the shipped value
-    is taken with a DeprecationWarning, any other is an InputError naming it."""
-    for name in [name for name in kwargs if name in REMOVED_VARIANTS]:
-        value, shipped = kwargs.pop(name), REMOVED_VARIANTS[name]
-        if value != shipped:
-            raise InputError(f"SelectorConfig.{name}={value!r} was removed: only {shipped!r} is left, "
-                             "the others lost on the development sets (docs/bench/defaults.md)")
-        _warn_moved(f"SelectorConfig keyword {name}= is deprecated and will be removed in the next release; "
-                    f"it has one value left, {shipped!r}, which is what runs: leave it out")
-    return kwargs
-
-
-def _takes_moved_keywords(cls: type[Any]) -> type[Any]:
-    """Wrap the dataclass ``__init__`` so the old flat keywords still build the config, and the
-    removed settings' keywords still take their one value (both deprecated). Neither are InitVars:
-    a defaulted InitVar leaves a class attribute, which ``dataclasses.replace`` would read back
-    (passing it to every copy) and which would hide ``__getattr__``'s deprecated reading."""
-    generated: Callable[..., None] = cls.__init__
-
-    @functools.wraps(generated)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if kwargs.keys() & REMOVED_VARIANTS.keys():
-            kwargs = _removed_keywords(kwargs)
-        generated(self, *args, **(_moved_keywords(kwargs) if kwargs.keys() & MOVED_SETTINGS.keys() else kwargs))
-
-    setattr(cls, "__init__", __init__)
-    return cls
-
-
-@_takes_moved_keywords
 @dataclass(frozen=True)
 class SelectorConfig:
     """How a Selector turns a dialogue turn into a tool list; ``SelectorConfig()`` is the shipped product.
@@ -185,9 +114,6 @@ class SelectorConfig:
     max_tools, max_schema_tokens: the caller's budget (``stages/budget.py``): the cut never keeps
       more tools, or more tokens of tool definitions (counted in the format select is asked for);
       None: only the cut decides.
-    The flat spellings of the grouped settings (``max_history_chars``, ``llm_ctx``, ...:
-    ``MOVED_SETTINGS``) still work as keywords and attributes, and the removed settings' keywords
-    (``fusion``, ...: ``REMOVED_VARIANTS``) take and read back their one value, deprecated, for one release.
     """
 
     history: str = "questions"
@@ -239,29 +165,3 @@ class SelectorConfig:
         from .stages.budget import Budget
 
         Budget(self.max_tools, self.max_schema_tokens)  # InputError naming the field
-
-    if not TYPE_CHECKING:  # the deprecated reading; hidden from mypy so the runtime's own code cannot use it
-        def __getattr__(self, name: str) -> Any:
-            if name in REMOVED_VARIANTS:
-                _warn_moved(f"SelectorConfig.{name} is deprecated and will be removed in the next release; "
-                            f"it has one value left, {REMOVED_VARIANTS[name]!r}")
-                return REMOVED_VARIANTS[name]
-            if name not in MOVED_SETTINGS:
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            group, field_name = MOVED_SETTINGS[name]
-            _warn_moved(f"SelectorConfig.{name} is deprecated and will be removed in the next release; "
-                        f"use SelectorConfig.{group}.{field_name}")
-            return getattr(object.__getattribute__(self, group), field_name)
-
-
-def flat_config(config: SelectorConfig) -> dict[str, Any]:
-    """``config`` as one flat object under the flat names (``MOVED_SETTINGS``), in field order: the
-    shape ``eval --json`` has always reported (a JSON contract)."""
-    back = {(group, name): old for old, (group, name) in MOVED_SETTINGS.items()}
-    out: dict[str, Any] = {}
-    for key, value in dataclasses.asdict(config).items():
-        if key in _GROUPS:
-            out.update({back[(key, name)]: v for name, v in value.items()})
-        else:
-            out[key] = value
-    return out

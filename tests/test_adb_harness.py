@@ -366,14 +366,6 @@ def test_android_demo_runs_the_dialogue_on_the_fake_device(fake, bundle_dir, cap
     assert "no Android device found" in capsys.readouterr().err
 
 
-def test_the_old_keyword_spelling_still_runs_with_a_deprecation_warning(fake, bundle_dir, tmp_path):
-    fake.add("R58M30ABCDE")
-    with pytest.warns(DeprecationWarning, match="DeviceLatencyOptions"):
-        res = run_latency_on_device(bundle_dir, runs=1, warmup=0, threads=2, out_dir=tmp_path / "old",
-                                    python_cmd=PY, progress=None)
-    assert res["complete"] and res["config"]["adb"]["resume_key"]["threads"] == 2
-
-
 def test_the_runner_flags_are_spelled_once_for_the_phone_and_the_local_run():
     """``runner_argv`` (which the phone's command and ``bench latency``'s local run both use) gives
     a command line the runner's own parser reads back as the settings it was given."""

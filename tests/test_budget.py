@@ -94,24 +94,3 @@ def test_search_tools_takes_the_budget(selector):
         selector.select(TURNS[0], max_tools=3).ids
     with pytest.raises(InputError, match="max_schema_tokens"):
         search(selector, {"query": TURNS[0], "max_schema_tokens": "many"})
-
-
-@pytest.mark.parametrize("field,value", [("fusion", "rrf"), ("rerank_scope", "list"), ("rerank_min_margin", 0.5),
-                                         ("cut_scope", "fused"), ("lexical_fusion", "rrf")])
-def test_removed_variants_are_refused_by_name_and_the_shipped_value_still_runs(field, value):
-    import warnings
-
-    from magicselector import SelectorConfig
-    from magicselector.config import REMOVED_VARIANTS
-
-    with pytest.raises(InputError, match=f"SelectorConfig.{field}=.*removed"):
-        SelectorConfig(**{field: value})
-    with pytest.warns(DeprecationWarning, match=f"keyword {field}= is deprecated.*next release") as caught:
-        assert SelectorConfig(**{field: REMOVED_VARIANTS[field]}) == SelectorConfig()  # old code runs unchanged
-    assert [w.filename for w in caught] == [__file__]  # the warning points at the caller's line
-    with pytest.warns(DeprecationWarning, match=f"SelectorConfig.{field} is deprecated"):
-        assert getattr(SelectorConfig(), field) == REMOVED_VARIANTS[field]  # and old code reading it back
-    with warnings.catch_warnings():  # copies made by dataclasses.replace do not warn
-        warnings.simplefilter("error")
-        assert __import__("dataclasses").replace(SelectorConfig(), history="user").history == "user"
-    assert field not in {f.name for f in __import__("dataclasses").fields(SelectorConfig)}

@@ -34,16 +34,6 @@ def test_select_json(bundle_dir, tmp_path, capsys):
     assert ("using --history-mode user" in captured.err) == (mode == "none")
 
 
-def test_select_old_history_spelling_is_refused_naming_history_file(bundle_dir, tmp_path):
-    """``select --history FILE`` was deprecated for a release and is gone: exit 2, naming the new spelling."""
-    history = tmp_path / "h.json"
-    history.write_text(json.dumps([{"role": "user", "content": "what's the weather in Paris?"}]))
-    old = run_cli("select", "and tomorrow?", "--bundle", str(bundle_dir), "--history", str(history), "--json")
-    assert old.returncode == 2 and old.stdout == ""
-    assert "magicselector select: error: --history was removed; use --history-file FILE" in old.stderr
-    assert "Traceback" not in old.stderr
-
-
 def test_demo_runs_the_scripted_dialogue(bundle_dir, capsys):
     assert main(["demo", "--bundle", str(bundle_dir)]) == 0
     out = capsys.readouterr().out
@@ -79,25 +69,13 @@ def test_eval_without_flags_measures_the_shipped_product(bundle_dir, tiny_benchm
     assert main(["eval", str(tiny_benchmark), "--bundle", str(bundle_dir), "--json", str(out), "--quiet"]) == 0
     config = json.loads(out.read_text())["config"]
     shipped = SelectorConfig()
-    from magicselector.bench.evaluate import REMOVED_CUT_KEYS
-
-    # the removed cut rules' parameters keep their keys, at the defaults they always showed, one release
-    assert config["cut"] == {**asdict(shipped.cut), **REMOVED_CUT_KEYS}
+    # the settings as SelectorConfig nests them, the decomposer's model and prompt None (the bundle's)
+    assert config["cut"] == asdict(shipped.cut) and config["limits"] == asdict(shipped.limits)
+    assert config["llm"] == {**asdict(shipped.llm), "model": None, "prompt": None}
     assert config["adaptive"] is True and config["k"] == 10
-    assert (config["history"], config["rerank"], config["decompose"], config["fusion"], config["cut_scope"]) == (
-        shipped.history, shipped.rerank, shipped.decompose, "peak", "subtask")  # the removed settings' one value
+    assert (config["history"], config["rerank"], config["decompose"]) == (shipped.history, shipped.rerank,
+                                                                        shipped.decompose)
     assert capsys.readouterr().err == ""
-
-
-@pytest.mark.parametrize("flags, new", [(["--adaptive"], "--cut RULE"), (["--cut-rule", "paper"], "--cut RULE"),
-                                       (["--history", "user"], "--history-mode MODE")])
-def test_eval_old_spellings_are_refused_naming_the_new_one(flags, new, tiny_benchmark, tmp_path, capsys):
-    """--adaptive, --cut-rule and --history MODE were deprecated for a release and are gone."""
-    out = tmp_path / "r.json"
-    with pytest.raises(SystemExit) as exit_:
-        main(["eval", str(tiny_benchmark), *flags, "--json", str(out), "--quiet"])
-    assert exit_.value.code == 2 and not out.exists()
-    assert f"magicselector eval: error: {flags[0]} was removed; use {new}" in capsys.readouterr().err
 
 
 def test_eval_k_is_the_fixed_cuts_k_and_at_the_metric_cutoff(bundle_dir, tiny_benchmark, tmp_path, capsys):

@@ -1,6 +1,5 @@
-"""One command-line vocabulary: new spellings parse into the SelectorConfig they name, the spellings
-deprecated for a release and gone since are refused naming the new one, and `eval` without flags is
-the shipped product."""
+"""One command-line vocabulary: each spelling parses into the SelectorConfig it names, no option is
+hidden, and `eval` without flags is the shipped product."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -53,26 +52,6 @@ def test_new_spellings(capsys):
     assert "deprecated" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags", [("--fusion", "peak"), ("--cut-scope", "subtask"), ("--rerank-scope", "turn"),
-                                   ("--rerank-min-margin", "-1"), ("--lexical-fusion", "zmix")])
-def test_removed_flags_take_the_shipped_value_with_a_note(flags, capsys):
-    command = ("eval", "DIR") if flags[0] == "--lexical-fusion" else ("select", "hi")
-    build = eval_config if command[0] == "eval" else selector_config
-    config = build(parse(*command, *flags))
-    assert (config.selector if command[0] == "eval" else config) == SelectorConfig()
-    notes = [line for line in capsys.readouterr().err.splitlines() if "deprecated" in line]
-    assert len(notes) == 1 and flags[0] in notes[0]
-
-
-@pytest.mark.parametrize("flags", [("--fusion", "rrf"), ("--cut-scope", "fused"), ("--rerank-scope", "list"),
-                                   ("--rerank-min-margin", "0.5"), ("--lexical-fusion", "rrf")])
-def test_removed_flags_refuse_the_lost_values_by_name(flags):
-    command = ("eval", "DIR") if flags[0] == "--lexical-fusion" else ("select", "hi")
-    build = eval_config if command[0] == "eval" else selector_config
-    with pytest.raises(InputError, match=f"{flags[0]} {flags[1]} was removed"):
-        build(parse(*command, *flags))
-
-
 def test_rerank_skip_margin_flag():
     assert selector_config(parse("select", "hi", "--rerank-skip-margin", "0.7")).rerank_skip_margin == 0.7
     assert selector_config(parse("select", "hi", "--rerank-skip-margin", "-1")).rerank_skip_margin is None  # never
@@ -82,34 +61,6 @@ def test_rerank_skip_margin_flag():
 def test_k_with_an_adaptive_rule_says_it_is_not_read(capsys):
     assert selector_config(parse("demo", "--cut", "paper", "--k", "4")).cut.rule == "paper"
     assert "does not read it" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("argv, new", [
-    (["select", "hi", "--history", "h.json"], "--history-file FILE"),
-    (["select", "hi", "--history"], "--history-file FILE"),
-    (["eval", "DIR", "--history", "user"], "--history-mode MODE"),
-    (["eval", "DIR", "--cut-rule", "paper"], "--cut RULE"),
-    (["eval", "DIR", "--adaptive"], "--cut RULE"),
-    (["eval", "--adaptive", "DIR"], "--cut RULE"),
-    (["train", "reranker", "--data", "D", "--out", "O", "--history", "all"], "--history-mode MODE"),
-    (["train", "embedder", "--data", "D", "--out", "O", "--history=none"], "--history-mode MODE"),
-])
-def test_removed_spellings_are_refused_naming_the_new_one(argv, new, capsys):
-    """Deprecated for a release before 0.1.0 and gone since: exit 2 with one line naming the spelling
-    to use (not argparse's reading of --history as --history-mode, nor "unrecognized arguments")."""
-    with pytest.raises(SystemExit) as exit_:
-        parse(*argv)
-    assert exit_.value.code == 2
-    old = next(a for a in argv if a.split("=")[0] in ("--history", "--cut-rule", "--adaptive")).split("=")[0]
-    command = " ".join(argv[:2] if argv[0] == "train" else argv[:1])
-    assert f"magicselector {command}: error: {old} was removed; use {new}" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("command", ["select", "eval", "train reranker", "train embedder"])
-def test_removed_spellings_are_hidden_from_help(command):
-    text = _help(*command.split())
-    assert "--history-mode" in text or "--history-file" in text
-    assert not __import__("re").search(r"--history\b(?!-)|--cut-rule|--adaptive", text)
 
 
 def test_eval_k_is_the_fixed_cuts_k_and_at_the_metric_cutoff(capsys):
@@ -144,19 +95,6 @@ def test_bundle_build_runs_the_export_code(monkeypatch, capsys):
                 preset=None, quant="q4_0", verify=True).items() <= calls[0].items()
 
 
-def test_export_bundle_is_refused_naming_bundle_build(capsys):
-    """``export bundle`` was ``bundle build --embedder ...``'s deprecated spelling for a release: gone,
-    left out of the command list, and refused (exit 2) naming the new spelling."""
-    from magicselector.cli import main
-
-    assert main(["export", "bundle", "--embedder", "m.onnx", "--catalog", "c", "--out", "o", "--format", "pte"]) == 2
-    err = capsys.readouterr().err
-    assert "`magicselector export bundle` was removed; use `magicselector bundle build --embedder" in err
-    assert "--model-format" in err and "Traceback" not in err
-    assert main(["export"]) == 2
-    assert "export" not in build_parser().format_help()
-
-
 def test_a_custom_bundle_names_what_it_lacks():
     args = parse("bundle", "build", "--embedder", "m.onnx")
     with pytest.raises(InputError, match="--catalog, --out"):
@@ -171,22 +109,6 @@ def test_cut_rules_are_names():
 
     for rule in CUT_RULES:
         assert CutConfig(rule=rule).rule == rule
-
-
-@pytest.mark.parametrize("flag", ["--margin", "--z-margin", "--mass", "--temperature"])
-def test_removed_cut_parameter_flags_are_refused_by_name(flag):
-    with pytest.raises(InputError, match=f"{flag} 0.5 was removed"):
-        selector_config(parse("select", "hi", flag, "0.5"))
-    assert not __import__("re").search(rf"(?<![\w-]){flag}\b", _help("select"))  # hidden from --help
-
-
-@pytest.mark.parametrize("rule", ["margin", "zmargin", "mass"])
-def test_removed_cut_rules_are_refused_by_name(rule):
-    for argv in (["select", "hi", "--cut", rule], ["eval", "DIR", "--cut", rule]):
-        build = eval_config if argv[0] == "eval" else selector_config
-        with pytest.raises(InputError, match=f"cut rule {rule!r} was removed"):
-            build(parse(*argv))
-    assert "{fixed,paper,rmargin}" in _help("select")
 
 
 def test_decomposer_flags_fill_the_llm_group(capsys):
@@ -220,22 +142,27 @@ def _every_help(parser, prog=()):
                 yield from _every_help(sub, (*prog, name))
 
 
-REMOVED_IN_HELP = (r"magicselector export\b|--history\b(?!-)|--cut-rule|--adaptive|--fusion|--cut-scope|"
-                   r"--rerank-scope|--rerank-min-margin|--lexical-fusion|--rerank-batch|--z-margin|zmargin")
+def test_every_option_of_every_command_is_in_its_help():
+    """No hidden flag: what a command parses, its --help shows (the train and bench subcommands' included)."""
+    import argparse
 
-
-def test_no_help_text_names_a_removed_or_deprecated_spelling():
-    """Every command's --help, the train and bench subcommands' included, spells only what works:
-    no removed command (``magicselector export``), no removed or deprecated flag (hidden, still parsed)."""
-    import re
-
-    from magicselector.cli.main import REMOVED_COMMANDS
-
-    # a removed command's stub (``export``) only refuses, and is left out of the command list
-    helps = {cmd: text for cmd, text in _every_help(build_parser()) if cmd[:1] not in [(c,) for c in REMOVED_COMMANDS]}
+    helps = dict(_every_help(build_parser()))
     assert ("train", "decomposer") in helps and ("bench", "serve") in helps and ("eval",) in helps
-    named = {" ".join(cmd): sorted(set(re.findall(REMOVED_IN_HELP, text))) for cmd, text in helps.items()}
-    assert {cmd: found for cmd, found in named.items() if found} == {}
+    hidden = [(" ".join(cmd), action.option_strings) for cmd, parser in _every_parser(build_parser())
+              for action in parser._actions if action.help == argparse.SUPPRESS and action.option_strings
+              and action.dest != "help"]
+    assert hidden == []
+
+
+def _every_parser(parser, prog=()):
+    """(command words, parser) of ``parser`` and of every subcommand under it, depth first."""
+    import argparse
+
+    yield prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _every_parser(sub, (*prog, name))
 
 
 def test_the_readmes_options_paragraph_names_every_shared_option():

@@ -84,7 +84,7 @@ def test_bounds_and_fixed():
 
 
 # -- rmargin (the shipped rule), the bounds of every rule, and the per-list cut ----------------------
-from magicselector.stages.cut import CUT_RULES, REMOVED_CUT_RULES, cut_per_list, rmargin_cut  # noqa: E402
+from magicselector.stages.cut import cut_per_list, rmargin_cut  # noqa: E402
 
 ADAPTIVE = ("paper", "rmargin")
 
@@ -131,18 +131,6 @@ def test_bounds_of_rmargin():
 def test_fields_are_validated(bad):
     with pytest.raises(InputError):
         CutConfig(rule="rmargin", **bad)
-
-
-@pytest.mark.parametrize("rule", sorted(REMOVED_CUT_RULES))
-def test_the_removed_rules_and_their_parameters_are_refused_by_name(rule):
-    with pytest.raises(InputError, match=f"cut rule {rule!r} was removed"):
-        CutConfig(rule=rule)
-    for param in REMOVED_CUT_RULES[rule]:
-        with pytest.raises(InputError, match=f"CutConfig.{param}=0.5 .*{rule!r} rule.* was removed"):
-            CutConfig(rule="rmargin", **{param: 0.5})
-        with pytest.raises(InputError, match=f"CutConfig.{param}="):
-            __import__("dataclasses").replace(CutConfig(), **{param: 0.5})
-    assert rule not in CUT_RULES
 
 
 _scores = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=0, max_size=40)

@@ -190,8 +190,6 @@ def test_lexical_index_is_built_on_the_fly_and_for_another_catalog(selector):
 def test_config_validates_lexical_settings():
     from magicselector.config import SelectorConfig
 
-    with pytest.raises(InputError, match="lexical_fusion.*removed"):
-        SelectorConfig(lexical_fusion="rrf")
     with pytest.raises(InputError, match="lexical_weight"):
         SelectorConfig(lexical_weight=1.5)
     with pytest.raises(InputError, match="lexical_candidates"):

@@ -28,19 +28,6 @@ def test_extra_buffers_follow_the_cpu_unless_the_variable_says(clean_env):
             assert B.default_extra_buffers() is expected
 
 
-def test_the_old_variable_still_works_for_one_release_and_warns(clean_env):
-    clean_env.setenv("MAGICSELECTOR_LLAMA_EXTRA_BUFTS", "0")
-    with pytest.warns(DeprecationWarning, match=B.EXTRA_BUFFERS_ENV):
-        assert B.default_extra_buffers() is False
-    clean_env.setenv("MAGICSELECTOR_LLAMA_EXTRA_BUFTS", "1")
-    with pytest.warns(DeprecationWarning):
-        assert B.default_extra_buffers() is True
-    clean_env.setenv(B.EXTRA_BUFFERS_ENV, "0")  # the current name wins, silently
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert B.default_extra_buffers() is False
-
-
 def test_without_llama_cpp_the_llm_modes_name_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # what an install without the llm extra sees
     for kind in ("llm", "auto"):

@@ -183,16 +183,3 @@ def test_rerank_skip_runs_no_cross_encoder_where_retrieval_is_sure(selector):
     for bad in (-0.1, "wide"):
         with pytest.raises(InputError, match="rerank_skip_margin"):
             SelectorConfig(rerank_skip_margin=bad)
-
-
-def test_the_removed_rerank_settings_take_only_the_shipped_value():
-    from magicselector.config import SelectorConfig
-
-    with pytest.warns(DeprecationWarning) as caught:
-        assert SelectorConfig(rerank_min_margin=None, rerank_scope="turn") == SelectorConfig()  # old code runs
-    assert sorted(str(w.message).split("=")[0] for w in caught) == ["SelectorConfig keyword rerank_min_margin",
-                                                                     "SelectorConfig keyword rerank_scope"]
-    with pytest.raises(InputError, match="rerank_min_margin.*removed"):
-        SelectorConfig(rerank_min_margin=0.5)
-    with pytest.raises(InputError, match="rerank_scope.*removed"):
-        SelectorConfig(rerank_scope="list")

@@ -156,30 +156,6 @@ def test_concurrent_reranked_calls_over_stdio_match_sequential_ones(bundle_dir):
     assert [t["name"] for t in sequential[0].structured_content["tools"]][0] == "set_alarm"
 
 
-def test_the_rerank_batching_flags_are_deprecated_no_ops(bundle_dir, capsys):
-    from magicselector.cli.main import build_parser
-    from magicselector.cli.serve import load_selector
-
-    args = build_parser().parse_args(["serve", "--bundle", str(bundle_dir), "--rerank", "--rerank-batch-ms", "5",
-                                      "--rerank-batch-inexact"])
-    served = load_selector(args)
-    assert "--rerank-batch-ms / --rerank-batch-inexact are deprecated" in capsys.readouterr().err
-    plain = load_selector(build_parser().parse_args(["serve", "--bundle", str(bundle_dir), "--rerank"]))
-    assert type(served.reranker) is type(plain.reranker) and served.config == plain.config
-    assert [t.id for t in served.select("set an alarm for 7").tools] == [t.id for t in plain.select("set an alarm for 7").tools]
-
-
-
-def test_bench_serve_takes_the_rerank_batching_flags_with_a_warning(capsys):
-    """``bench serve --rerank-batch-ms / --rerank-batch-inexact``: parsed for one release, warned
-    about before anything runs, and no part of the run (here a bad --callers stops it)."""
-    from magicselector.cli import main
-
-    assert main(["bench", "serve", "--rerank-batch-ms", "5", "--rerank-batch-inexact", "--callers", "0"]) == 2
-    err = capsys.readouterr().err
-    assert "bench serve --rerank-batch-ms / --rerank-batch-inexact are deprecated and do nothing" in err
-    assert "callers must be integers >= 1" in err and "Traceback" not in err
-
 @pytest.mark.slow
 def test_bench_serve_reports_every_caller_count(bundle_dir, tmp_path):
     from magicselector.bench.serve_bench import SCHEMA, ServeBenchConfig, bench_serve, format_markdown, write_report

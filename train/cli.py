@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from magicselector.cli_options import add_history_mode_option, add_removed_spelling
+from magicselector.cli_options import add_history_mode_option
 from magicselector.errors import InputError
 
 
@@ -114,7 +114,6 @@ def _add_sampling_flags(sp) -> None:
                     help="first sample at most N queries from each --data folder (seeded; keeps a mix balanced)")
     sp.add_argument("--threads", type=int, help="torch threads")
     add_history_mode_option(sp, default_help="'user' (the training default)")
-    add_removed_spelling(sp, "--history", "--history-mode MODE")
 
 
 def _add_reranker_parser(tsub) -> None:

@@ -17,7 +17,6 @@ import importlib.util
 import os
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -27,7 +26,6 @@ import numpy as np
 from ..errors import ModelError
 
 EXTRA_BUFFERS_ENV = "MAGICSELECTOR_LLAMA_EXTRA_BUFFERS"
-_DEPRECATED_EXTRA_BUFFERS_ENV = "MAGICSELECTOR_LLAMA_EXTRA_BUFTS"
 
 # Llama() takes its model params from the module-level llama_model_default_params(); choosing the
 # extra buffer types means swapping that function for the call, so every load holds this lock.
@@ -73,11 +71,6 @@ def default_extra_buffers() -> bool:
     the CPU lists AMX, on elsewhere, unless ``MAGICSELECTOR_LLAMA_EXTRA_BUFFERS`` says otherwise."""
     env = os.environ.get(EXTRA_BUFFERS_ENV)
     if env is not None:
-        return _flag(env)
-    env = os.environ.get(_DEPRECATED_EXTRA_BUFFERS_ENV)
-    if env is not None:
-        warnings.warn(f"{_DEPRECATED_EXTRA_BUFFERS_ENV} is deprecated and will be removed in the next release; "
-                      f"set {EXTRA_BUFFERS_ENV} instead", DeprecationWarning, stacklevel=2)
         return _flag(env)
     return not _amx_listed()
 

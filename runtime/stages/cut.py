@@ -20,15 +20,13 @@ The ranked list need not be sorted by score (a fused list is ordered by peak ran
 the rules keep a prefix rather than counting the tools over a threshold. Constant scores keep
 k_max under rmargin (nothing separates the tools).
 
-The rules that lost to rmargin (margin, zmargin, mass; ``REMOVED_CUT_RULES``) are experiments in
-bench/cut_rules.py: ``cut_per_list`` and ``cut_turn`` take any ``CutRule``, so the bench re-applies
+The rules that lost to rmargin (margin, zmargin, mass) are experiments in bench/cut_rules.py: ``cut_per_list`` and ``cut_turn`` take any ``CutRule``, so the bench re-applies
 them exactly as ``Selector.select`` applies a ``CutConfig``.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -49,35 +47,6 @@ class Cut:
     pool: int | None = None
 
 
-# Rules that lost to rmargin on the development sets (docs/bench/reranker.md, "The cut") and left
-# the runtime before 0.1.0, with their parameters: bench/cut_rules.py keeps them as experiments;
-# here either the rule or a parameter is an InputError naming it.
-REMOVED_CUT_RULES = {"margin": ("margin",), "zmargin": ("z_margin",), "mass": ("mass", "temperature")}
-_REMOVED_PARAMETERS = {param: rule for rule, params in REMOVED_CUT_RULES.items() for param in params}
-
-
-def _removed(what: str) -> InputError:
-    return InputError(f"{what} was removed: that cut rule lost to 'rmargin' on the development sets "
-                      f"(docs/bench/reranker.md); the rules left are {list(CUT_RULES)} "
-                      "(bench/cut_rules.py keeps the others as experiments)")
-
-
-def _refuses_removed_parameters(cls: type[Any]) -> type[Any]:
-    """Wrap the dataclass ``__init__`` so a removed rule's parameter is an InputError naming it,
-    not a TypeError about an unexpected keyword."""
-    generated: Callable[..., None] = cls.__init__
-
-    @functools.wraps(generated)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        for name in kwargs.keys() & _REMOVED_PARAMETERS.keys():
-            raise _removed(f"CutConfig.{name}={kwargs[name]!r} (a parameter of the {_REMOVED_PARAMETERS[name]!r} rule)")
-        generated(self, *args, **kwargs)
-
-    setattr(cls, "__init__", __init__)
-    return cls
-
-
-@_refuses_removed_parameters
 @dataclass(frozen=True)
 class CutConfig:
     """Which cut to apply and its bounds (see the module docstring for each rule).
@@ -107,8 +76,6 @@ class CutConfig:
     min_probability: float = 0.0             # the learned head's floor on a kept tool's probability
 
     def __post_init__(self) -> None:
-        if self.rule in REMOVED_CUT_RULES:
-            raise _removed(f"cut rule {self.rule!r}")
         if self.rule not in CUT_RULES:
             raise InputError(f"unknown cut rule {self.rule!r}; choose one of {sorted(CUT_RULES)}")
         if not (0 <= self.k_min <= self.k_max):
