@@ -99,20 +99,26 @@ def test_every_malformed_line_gets_an_error_over_stdio_and_the_server_keeps_serv
     assert b"Traceback" not in server.proc.stderr.read()
 
 
-def test_a_line_over_the_message_limit_is_refused_and_the_next_one_served(selector):
+def test_a_line_over_the_message_limit_is_refused_with_its_id_and_the_next_one_served(selector):
     import io
 
     from magicselector.cli.serve import serve_stdio
 
-    big = _call(1, {"query": "x" * 4096})
-    lines = [json.dumps(INIT), json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), big,
-             json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})]
+    big = _call(1, {"query": "x" * 4096})  # the id first, as the mcp client writes it
+    # the id last, as the TypeScript SDK writes it, with an "id" nested in params that is not the message's
+    big_ts = json.dumps({"method": "tools/call", "params": {"name": "search_tools",
+                                                            "arguments": {"query": "y" * 9000, "id": 99}},
+                         "jsonrpc": "2.0", "id": "req-3"})
+    no_id = json.dumps({"method": "tools/call", "params": {"arguments": {"query": "z" * 9000, "id": 98}}})
+    lines = [json.dumps(INIT), json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), big, big_ts,
+             no_id, json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})]
     wire_in, wire_out = io.BytesIO(("\n".join(lines) + "\n").encode()), io.BytesIO()
     anyio.run(serve_stdio, selector, 1024, wire_in, wire_out)
     answers = [json.loads(line) for line in wire_out.getvalue().splitlines()]
-    assert [a["id"] for a in answers] == [0, None, 2]
-    assert answers[1]["error"]["code"] == -32600 and "1024 bytes" in answers[1]["error"]["message"]
-    assert answers[2]["result"]["tools"][0]["name"] == "search_tools"
+    assert [a["id"] for a in answers] == [0, 1, "req-3", None, 2]  # the client waiting on its id hears back
+    for answer in answers[1:4]:
+        assert answer["error"]["code"] == -32600 and "1024 bytes" in answer["error"]["message"]
+    assert answers[4]["result"]["tools"][0]["name"] == "search_tools"
 
 
 class HTTPServer:
