@@ -1,0 +1,210 @@
+// dialogue.cpp: input limits, history bounding and the history fold, as runtime/dialogue.py does them.
+#include "dialogue.h"
+
+#include <algorithm>
+
+#include "error.h"
+#include "unicode.h"
+
+namespace ms {
+namespace {
+
+using unicode::py_isspace;
+
+// " ".join(text.split())
+std::u32string collapse(const std::u32string &text) {
+    std::u32string out;
+    out.reserve(text.size());
+    size_t i = 0, n = text.size();
+    while (i < n) {
+        while (i < n && py_isspace(text[i])) ++i;
+        if (i == n) break;
+        if (!out.empty()) out.push_back(U' ');
+        while (i < n && !py_isspace(text[i])) out.push_back(text[i++]);
+    }
+    return out;
+}
+
+// text.strip() (Python whitespace)
+std::u32string strip_space(const std::u32string &text) {
+    size_t a = 0, b = text.size();
+    while (a < b && py_isspace(text[a])) ++a;
+    while (b > a && py_isspace(text[b - 1])) --b;
+    return text.substr(a, b - a);
+}
+
+// The last `keep` code points of `text` (all of it when it is shorter).
+std::u32string last_chars(const std::u32string &text, long keep) {
+    if (keep < 0) keep = 0;
+    if (static_cast<long>(text.size()) <= keep) return text;
+    return text.substr(text.size() - static_cast<size_t>(keep));
+}
+
+// the tail of a list as Python's items[-n:] gives it (n == 0 is the whole list)
+template <typename T>
+std::vector<T> python_tail(const std::vector<T> &items, int n) {
+    long size = static_cast<long>(items.size());
+    long start = n > 0 ? std::max(0L, size - n) : n == 0 ? 0 : std::min(size, static_cast<long>(-static_cast<long>(n)));
+    return std::vector<T>(items.begin() + start, items.end());
+}
+
+struct Exchange {
+    std::string role;
+    std::u32string content;
+};
+
+// _exchanges: user and assistant turns, an assistant's consecutive messages merged (no tool names here)
+std::vector<Exchange> exchanges(const std::vector<Turn> &history) {
+    std::vector<Exchange> out;
+    for (const Turn &t : history) {
+        if (t.role == "system" || t.role == "tool") continue;
+        std::u32string text = unicode::decode_utf8(t.content, "history content");
+        if (!out.empty() && t.role == "assistant" && out.back().role == "assistant") {
+            std::u32string &prev = out.back().content;
+            if (!prev.empty() && !text.empty()) prev.push_back(U' ');
+            prev += text;
+        } else {
+            out.push_back({t.role, std::move(text)});
+        }
+    }
+    return out;
+}
+
+// _questions: each question sentence (from the last sentence end up to its "?"), stripped, joined by " "
+std::u32string questions(const std::u32string &text) {
+    std::u32string out;
+    size_t start = 0;
+    bool any = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        char32_t c = text[i];
+        if (c != U'.' && c != U'!' && c != U'?' && c != U'\n') continue;
+        if (c == U'?') {
+            std::u32string q = strip_space(text.substr(start, i - start) + U"?");
+            if (any) out.push_back(U' ');
+            out += q;
+            any = true;
+        }
+        start = i + 1;
+    }
+    return out;
+}
+
+void check_mode(const std::string &mode) {
+    if (mode != "none" && mode != "user" && mode != "questions" && mode != "all")
+        fail(MS_ERR_ARGUMENT, "history mode: unknown mode '" + mode + "'; choose one of none, user, questions, all");
+}
+
+}  // namespace
+
+std::string validate_query(const std::string &utf8, const InputLimits &limits) {
+    std::u32string text = collapse(unicode::decode_utf8(utf8, "query"));
+    if (text.empty()) fail(MS_ERR_INPUT, "query: the utterance is empty (or only whitespace); nothing to select tools for");
+    if (static_cast<long>(text.size()) > limits.max_query_chars)
+        fail(MS_ERR_INPUT, "query: the utterance is " + std::to_string(text.size()) + " characters long; the limit is " +
+                               std::to_string(limits.max_query_chars) +
+                               " (max_query_chars). Pass the user's request, not a document");
+    return unicode::encode_utf8(text);
+}
+
+std::vector<Turn> bounded_history(const std::vector<Turn> &history, const InputLimits &limits) {
+    static const char *const kRoles[] = {"user", "assistant", "system", "tool"};
+    const size_t total = history.size();
+    const size_t first = total > static_cast<size_t>(limits.max_history_turns) ? total - limits.max_history_turns : 0;
+    // _Clip: newest message first, each value two, each key its length, each string its characters
+    // (a role at least its last 64); older messages the budget does not reach are not read
+    long left = 4L * limits.max_history_chars;
+    struct Read {
+        size_t index;
+        std::u32string role, content;
+    };
+    std::vector<Read> read;
+    for (size_t j = total; j-- > first;) {
+        if (!read.empty() && left <= 0) break;
+        const std::string where = "history[" + std::to_string(j) + "]";
+        std::u32string role = unicode::decode_utf8(history[j].role, where + ".role");
+        std::u32string content = unicode::decode_utf8(history[j].content, where + ".content");
+        left -= 2;                        // the message object
+        left -= 4;                        // "role"
+        left -= 2;                        // its value
+        role = last_chars(role, std::max(left, 64L));
+        left -= static_cast<long>(role.size());
+        left -= 7;                        // "content"
+        left -= 2;                        // its value
+        content = last_chars(content, std::max(left, 0L));
+        left -= static_cast<long>(content.size());
+        read.push_back({j, std::move(role), std::move(content)});
+    }
+    std::reverse(read.begin(), read.end());
+    std::vector<Turn> turns;
+    turns.reserve(read.size());
+    for (const Read &r : read) {
+        std::string role = unicode::encode_utf8(r.role);
+        if (role == "developer") role = "system";
+        if (role == "function") role = "tool";
+        if (std::find(std::begin(kRoles), std::end(kRoles), role) == std::end(kRoles))
+            fail(MS_ERR_INPUT, "history[" + std::to_string(r.index) + "].role: unknown role '" + role +
+                                   "'; roles are user, assistant, system, tool, developer, function");
+        turns.push_back({role, unicode::encode_utf8(collapse(r.content))});
+    }
+    turns = python_tail(turns, limits.max_history_turns);
+    // then the most recent max_history_chars characters of text
+    std::vector<Turn> kept;
+    long budget = limits.max_history_chars;
+    for (size_t j = turns.size(); j-- > 0;) {
+        if (budget <= 0) break;
+        std::u32string content = last_chars(unicode::decode_utf8(turns[j].content, "history content"), budget);
+        budget -= static_cast<long>(content.size());
+        kept.push_back({turns[j].role, unicode::encode_utf8(content)});
+    }
+    std::reverse(kept.begin(), kept.end());
+    return kept;
+}
+
+std::vector<Turn> recent_turns(const std::vector<Turn> &history, const std::string &mode, int turns) {
+    check_mode(mode);
+    std::vector<Turn> keep;
+    if (mode == "none") return keep;
+    std::vector<Exchange> merged = exchanges(history);
+    for (const Exchange &e : merged) {
+        if (mode == "all" || e.role == "user") {
+            keep.push_back({e.role, unicode::encode_utf8(e.content)});
+        } else if (mode == "questions") {
+            std::u32string asked = questions(e.content);
+            if (!asked.empty()) keep.push_back({"assistant", unicode::encode_utf8(asked)});
+        }
+    }
+    return python_tail(keep, turns);
+}
+
+std::string retrieval_text(const std::string &query, const std::vector<Turn> &history, const std::string &mode, int turns) {
+    check_mode(mode);
+    if (mode == "none" || history.empty()) return query;
+    std::vector<Turn> recent = recent_turns(history, mode, turns);
+    std::string out = query;
+    for (size_t j = recent.size(); j-- > 0;) {
+        if (recent[j].content.empty()) continue;
+        out += " | ";
+        out += recent[j].content;
+    }
+    return out;
+}
+
+std::vector<std::string> selection_texts(const std::string &query, const std::vector<Turn> &history,
+                                         const std::vector<std::string> &subtasks, bool decompose,
+                                         const std::string &mode, int turns, int max_subtasks, int *folded_index) {
+    std::vector<std::string> texts{query};
+    size_t n = std::min(subtasks.size(), static_cast<size_t>(std::max(max_subtasks, 0)));
+    for (size_t i = 0; i < n; ++i)
+        if (std::find(texts.begin(), texts.end(), subtasks[i]) == texts.end()) texts.push_back(subtasks[i]);
+    if (folded_index) *folded_index = -1;
+    if (decompose && mode != "none" && !history.empty()) {
+        std::string folded = retrieval_text(query, history, mode, turns);
+        if (std::find(texts.begin(), texts.end(), folded) == texts.end()) {
+            texts.push_back(folded);
+            if (folded_index) *folded_index = static_cast<int>(texts.size()) - 1;
+        }
+    }
+    return texts;
+}
+
+}  // namespace ms
