@@ -831,3 +831,6 @@ def register(subparsers: Any) -> None:
     _add_worst_case_parser(bsub)
     _add_quality_parser(bsub)
     _add_selections_parser(bsub)
+    from .agent import add_parser as add_agent_parser  # stdlib-only at import, like this module
+
+    add_agent_parser(bsub)

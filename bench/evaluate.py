@@ -127,7 +127,8 @@ class BM25Ranker:
 
 
 def _progress(total: int, desc: str, enabled: bool):
-    if enabled:
+    """A progress bar on stderr, only where stderr is a terminal: a bar's frames do not belong in a log file."""
+    if enabled and sys.stderr.isatty():
         try:
             from tqdm import tqdm
 
@@ -164,7 +165,10 @@ def _summarise(rows: list[dict[str, Any]], k: int, adaptive: bool, token_cost: C
 def _sampled_queries(bench: Benchmark, config: EvalConfig) -> list[Query]:
     """The benchmark's queries, or a seeded sample of ``config.limit`` (so limited runs are comparable)."""
     queries = bench.queries
-    if config.limit is not None and config.limit < len(queries):
+    if config.limit is not None and (isinstance(config.limit, bool) or not isinstance(config.limit, int)
+                                     or config.limit < 0):
+        raise InputError(f"limit must be a whole number >= 0 (0: every query), got {config.limit!r:.40}")
+    if config.limit and config.limit < len(queries):  # 0 or None: every query, as the bench's --limit 0
         rng = np.random.default_rng(config.seed)
         queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
     return queries
@@ -236,8 +240,10 @@ def _counterfactual_report(rows: list[dict[str, Any]], by_cat: dict[str, list], 
 
 
 def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(), bundle: str | Path | None = None,
-             progress: bool = True, base: Selector | None = None) -> dict[str, Any]:
-    """Evaluate the pipeline on a benchmark folder; returns the report (see module docstring)."""
+             progress: bool = True, base: Selector | None = None, public_key: Any = None,
+             min_release: int | None = None) -> dict[str, Any]:
+    """Evaluate the pipeline on a benchmark folder; returns the report (see module docstring).
+    ``public_key`` and ``min_release``: as ``Selector.from_bundle`` takes them, for ``bundle``."""
     bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark, skip_bad_rows=True)
     queries = _sampled_queries(bench, config)
     candidates = max(config.k, config.cut.k_max if config.adaptive else config.k, 30)
@@ -245,9 +251,12 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     asked = config.selector
     if base is None:
         base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=progress),
-                                    config=SelectorConfig(threads=asked.threads))
+                                    config=SelectorConfig(threads=asked.threads), public_key=public_key,
+                                    min_release=min_release)
     sel_config = _run_config(config, base, candidates)
     queries, bad = screen_queries(queries, sel_config, config.on_bad_query)  # before any indexing
+    if not queries and not bad:
+        raise InputError(f"{bench.path}: holds no queries to evaluate")
     if not queries:
         raise InputError(f"{bench.path}: every query was refused ({len(bad)}), e.g. {bad[0]['id']}: {bad[0]['reason']}")
     if config.reranker is not None and asked.rerank:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import magicselector as _runtime
-from magicselector.cli_options import (add_history_file_option, add_selector_options,
-                                       history_mode_with_history, selector_config)
+from magicselector.cli_options import (add_bundle_trust_options, add_history_file_option, add_selector_options,
+                                       bundle_trust, history_mode_with_history, selector_config)
 from magicselector.errors import InputError, MagicSelectorError
 from magicselector.targets import TARGET_CHOICES
 
@@ -23,7 +23,8 @@ METRICS_AT = 10  # eval's default metric cutoff (NDCG@10, Recall@10, Completenes
 def _selector(args: argparse.Namespace, **config: Any):
     from magicselector.selector import Selector
 
-    return Selector.from_bundle(args.bundle, config=selector_config(args, **config), progress=True)
+    return Selector.from_bundle(args.bundle, config=selector_config(args, **config), progress=True,
+                                **bundle_trust(args))
 
 
 def _print_selection(sel, indent: str = "  ") -> None:
@@ -203,26 +204,28 @@ def cmd_bundle_rewrite(args: argparse.Namespace) -> int:
     from magicselector.catalog import load_catalog
     from magicselector.config import SelectorConfig
     from magicselector.errors import UnknownToolError
+    from magicselector.files import writer_lock
     from magicselector.selector import Selector
 
     if not (args.add_tools or args.remove_tools):
         raise InputError("bundle rewrite: nothing to change; give --add-tools FILE and/or --remove-tools ID ...")
     key = _signing_key(args.signing_key)
-    selector = Selector.from_bundle(args.src, config=SelectorConfig(threads=1))
-    removed = []
-    for tool_id in args.remove_tools or []:
-        try:
-            selector.remove_tool(tool_id)
-        except UnknownToolError:
-            raise InputError(f"--remove-tools: {tool_id!r} is not a tool of {args.src}") from None
-        removed.append(tool_id)
-    added = []
-    for spec in args.add_tools or []:
-        for tool in load_catalog(spec):
-            selector.add_tool(tool)
-            added.append(tool.id)
     out = Path(args.out) if args.out else Path(args.src)
-    manifest = selector.save(out, signing_key=key, release=args.release)
+    with writer_lock(out):  # rewrites of one bundle take turns, each starting from the one before it
+        selector = Selector.from_bundle(args.src, config=SelectorConfig(threads=1))
+        removed = []
+        for tool_id in args.remove_tools or []:
+            try:
+                selector.remove_tool(tool_id)
+            except UnknownToolError:
+                raise InputError(f"--remove-tools: {tool_id!r} is not a tool of {args.src}") from None
+            removed.append(tool_id)
+        added = []
+        for spec in args.add_tools or []:
+            for tool in load_catalog(spec):
+                selector.add_tool(tool)
+                added.append(tool.id)
+        manifest = selector.save(out, signing_key=key, release=args.release)
     print(json.dumps({"out": str(out), "tools": manifest["catalog"]["tools"], "added": added, "removed": removed,
                       "release": manifest["release"], "signed": key is not None}, indent=2))
     return 0
@@ -275,7 +278,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 pass
         except OSError as e:
             raise InputError(f"--json: cannot write {args.json}: {e.strerror or e}") from None
-    report = evaluate(args.dataset, config, bundle=args.bundle, progress=not args.quiet)
+    report = evaluate(args.dataset, config, bundle=args.bundle, progress=not args.quiet, **bundle_trust(args))
     print(format_report(report))
     if args.json:
         try:
@@ -375,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--format", choices=["mcp", "openai", "openai-responses", "anthropic"],
                     help="print only the chosen tools' definitions, as this API takes them")
     add_selector_options(sp)
+    add_bundle_trust_options(sp)
     sp.set_defaults(func=cmd_select)
 
     bp = sub.add_parser("bundle", help="build or verify bundles").add_subparsers(dest="bundle_command", required=True)
@@ -410,8 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--lexical-weight", type=float, help="hybrid: the BM25 list's share in the fusion, 0..1")
     sp.add_argument("--lexical-candidates", type=int, help="hybrid: BM25 hits per list that enter the fusion")
     sp.add_argument("--json", metavar="OUT", help="write the report as JSON")
-    sp.add_argument("--limit", type=int, help="evaluate a seeded sample of this many queries")
-    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--limit", type=int, help="evaluate a seeded sample of this many queries (0: all)")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar (there is none unless stderr is a terminal)")
+    add_bundle_trust_options(sp)
     sp.add_argument("--on-bad-query", choices=["skip", "truncate"], default="skip",
                     help="a query the Selector refuses (over-long, empty, invalid Unicode, malformed history) is "
                          "skipped (default), or an over-long one is cut to the utterance limit; counted and "

@@ -44,6 +44,20 @@ def add_bundle_option(p: argparse.ArgumentParser) -> None:
                    help="bundle folder (default: the embedded default bundle, built on first use)")
 
 
+def add_bundle_trust_options(p: argparse.ArgumentParser) -> None:
+    """``--public-key`` and ``--min-release``: what ``Selector.from_bundle`` takes to trust a bundle."""
+    p.add_argument("--public-key", metavar="PUB", default=None,
+                   help="require the bundle to be signed by this Ed25519 public key (PEM file, or the 32 raw bytes as "
+                        "base64 or hex); every file is then checked against the signed manifest")
+    p.add_argument("--min-release", type=int, metavar="N", default=None,
+                   help="refuse a bundle whose signed release is lower than N (an older bundle put back)")
+
+
+def bundle_trust(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``public_key`` and ``min_release`` keywords of ``Selector.from_bundle`` from the parsed flags."""
+    return {"public_key": getattr(args, "public_key", None), "min_release": getattr(args, "min_release", None)}
+
+
 def add_threads_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, metavar="N",
                    help=f"inference threads of the embedder and reranker (default {SHIPPED.threads})")

