@@ -16,7 +16,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from magicselector.cli_options import HISTORY_MODES, add_rerank_options, selector_config
+from magicselector.cli_options import (HISTORY_MODES, add_bundle_trust_options, add_rerank_options, bundle_trust,
+                                       selector_config)
 
 SERVER_NAME = "magicselector"
 TOOL_NAME = "search_tools"
@@ -48,6 +49,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--history-mode", choices=HISTORY_MODES,
                     help="what of a call's history retrieval sees (default: the Selector's)")
     sp.add_argument("--threads", type=int, help="inference threads (default: the Selector's)")
+    add_bundle_trust_options(sp)
     add_rerank_options(sp)
     add_transport_options(sp)
     sp.set_defaults(func=cmd_serve)
@@ -205,7 +207,8 @@ def load_selector(args: argparse.Namespace) -> Any:
     from magicselector.selector import Selector
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol and nothing else
-        selector = Selector.from_bundle(args.bundle, config=selector_config(args), progress=False)
+        selector = Selector.from_bundle(args.bundle, config=selector_config(args), progress=False,
+                                        **bundle_trust(args))
         if args.catalog:
             from magicselector.catalog import load_catalogs
 

@@ -19,7 +19,7 @@ import numpy as np
 from .bundle import MANIFEST, Bundle, write_manifest
 from .catalog import Catalog, load_catalog, tool_text
 from .errors import BundleError, InputError
-from .files import crash_point, staged_dir
+from .files import crash_point, previous_dir, staged_dir
 from .formats import FORMATS
 from .golden import SCHEMA_TOKENS_FILE, schema_token_table, shipped_pipeline_probes
 from .signing import key_fingerprint, load_private_key, sign_manifest_bytes, write_signature
@@ -161,8 +161,8 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
     """
     out = Path(out)
     key = load_private_key(signing_key) if signing_key is not None else None
-    release = resolve_release(out, release)
-    with staged_dir(out) as root:
+    with staged_dir(out) as root:  # holds the writers' lock: the release is resolved under it, so it is unique
+        release = resolve_release(out, release)
         (root / "embedder").mkdir()
         emb_rel = "embedder/model" + (".pte" if str(embedder_onnx).endswith(".pte") else ".onnx")
         shutil.copy2(embedder_onnx, root / emb_rel)
@@ -282,15 +282,57 @@ def _add_decomposer(root: Path, decomposer: dict[str, Any], golden: dict[str, An
     return {"file": rel, **decomposer.get("meta", {})}
 
 
-def _copy_checked(source: Bundle, rel: str, root: Path) -> None:
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+# id(source Bundle) -> (a weak reference to it, {folder: the manifest bytes last written there from it}):
+# a Selector that saves to its own folder twice is not another writer
+_OWN_WRITES: dict[int, tuple[Any, dict[str, bytes]]] = {}
+
+
+def _own_writes(source: Bundle) -> dict[str, bytes]:
+    import weakref
+
+    ref, writes = _OWN_WRITES.get(id(source), (None, {}))
+    if ref is None or ref() is not source:
+        writes = {}
+        _OWN_WRITES[id(source)] = (weakref.ref(source, lambda _, key=id(source): _OWN_WRITES.pop(key, None)), writes)
+    return writes
+
+
+def _check_source_is_current(source: Bundle, out: Path) -> None:
+    """Refuse to write over a bundle that another writer rewrote after ``source`` was read from it
+    (another process, or another Selector): the tools it added or removed would be lost without a
+    word (last writer wins)."""
+    if not (_same_folder(source.path, out) or source.path == previous_dir(out)):
+        return
+    try:
+        current = Bundle._read_manifest(out)
+    except BundleError:
+        return  # nothing readable there to lose
+    if current != source.manifest_bytes and current != _own_writes(source).get(str(out.resolve())):
+        raise BundleError(f"{out}: rewritten by another writer since this Selector loaded it (release "
+                          f"{source.release}); load the bundle again and redo the change, or save elsewhere")
+
+
+def _copy_checked(source: Bundle, rel: str, root: Path, out: Path | None = None) -> None:
     """Copy one listed file of ``source`` into ``root``; the copy is what is hashed, so it is
-    exactly the file the source manifest vouches for, or a BundleError."""
+    exactly the file the source manifest vouches for, or a BundleError. A source that was opened
+    where a killed swap had left it (``previous_dir(out)``), and that the sweep has since put back
+    at ``out``, is read there."""
     dest = root / rel
     dest.parent.mkdir(parents=True, exist_ok=True)
     entry = source.manifest["files"][rel]
+    path = source.file(rel)
+    if out is not None and source.path == previous_dir(out) and not source.path.exists():
+        path = out / rel
     h = hashlib.sha256()
     try:
-        with open(source.file(rel), "rb") as src, open(dest, "wb") as dst:
+        with open(path, "rb") as src, open(dest, "wb") as dst:
             while block := src.read(1 << 20):
                 h.update(block)
                 dst.write(block)
@@ -331,17 +373,18 @@ def rewrite_bundle(source: Bundle, out: str | Path, *,
     source folder itself): the bundle that was there stays until the new one is complete."""
     out = Path(out)
     key = load_private_key(signing_key) if signing_key is not None else None
-    release = resolve_release(out, release)
     names = {}
     for name in ("catalog", "index", "lexical", "schema_tokens"):
         section = source.manifest.get(name)
         names[name] = section["file"] if isinstance(section, dict) and isinstance(section.get("file"), str) \
             else {"catalog": "catalog.jsonl", "index": "index.usearch", "lexical": "lexical.npz",
                   "schema_tokens": SCHEMA_TOKENS_FILE}[name]
-    with staged_dir(out) as root:
+    with staged_dir(out) as root:  # holds the writers' lock: the check and the release are made under it
+        _check_source_is_current(source, out)
+        release = resolve_release(out, release)
         for rel in source.manifest["files"]:
             if rel not in names.values():
-                _copy_checked(source, rel, root)
+                _copy_checked(source, rel, root, out)
         crash_point("models-copied")
         changed = snapshot(lambda catalog, index, lexical: write_state(root, names, catalog, index, lexical))
         manifest = {k: v for k, v in source.manifest.items() if k not in ("files", "format", "format_version")}
@@ -354,8 +397,10 @@ def rewrite_bundle(source: Bundle, out: str | Path, *,
         manifest["release"] = release
         manifest["rewritten_from"] = {"release": source.release, "created": source.manifest.get("created")}
         manifest = write_manifest(root, manifest)
+        written = (root / MANIFEST).read_bytes()
         crash_point("manifest-written")
         if key is not None:
             sign_staged(root, key)
             crash_point("signed")
-        return manifest
+    _own_writes(source)[str(out.resolve())] = written
+    return manifest

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, cast
 
 STAGING = "staging"  # a folder being built: .NAME.staging-PID-TOKEN, next to NAME
 PREVIOUS = "previous"  # the folder being replaced, between the two renames where no exchange exists
+LINK = "link"  # a symbolic link being made to replace NAME, a link to a release folder: .NAME.link-PID-TOKEN
 CRASH_ENV = "MAGICSELECTOR_CRASH_AT"  # tests: the writer exits (os._exit) at this step, as a kill would
 NO_EXCHANGE_ENV = "MAGICSELECTOR_NO_RENAME_EXCHANGE"  # tests and odd file systems: swap with two renames
 _LEGACY_STAGING = re.compile(r"[a-z0-9_]{8}|old")  # what older builds left: mkdtemp's 8 characters, .old
@@ -161,6 +162,58 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+class _WriterLock:
+    """One folder's writers' lock in this process: a re-entrant thread lock, and the ``flock`` that
+    its outermost holder takes for the process."""
+
+    def __init__(self) -> None:
+        self.thread_lock = threading.RLock()
+        self.depth = 0
+        self.fd = -1
+
+
+_WRITER_LOCKS: dict[str, _WriterLock] = {}
+_WRITER_LOCKS_GUARD = threading.Lock()
+
+
+@contextmanager
+def writer_lock(target: str | Path) -> Iterator[None]:
+    """Hold the writers' lock of ``target``'s parent folder: an exclusive ``flock`` on the folder
+    itself (no lock file is left behind), so that writers of a bundle, in any process, take turns
+    (and writers of its siblings wait too); re-entrant within a process, exclusive between its
+    threads. Where ``fcntl`` is missing (Windows) only this process's threads take turns."""
+    parent = Path(target).absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    key = str(parent.resolve())
+    with _WRITER_LOCKS_GUARD:
+        lock = _WRITER_LOCKS.setdefault(key, _WriterLock())
+    with lock.thread_lock:
+        if lock.depth == 0:
+            lock.fd = _flock_folder(parent)
+        lock.depth += 1
+        try:
+            yield
+        finally:
+            lock.depth -= 1
+            if lock.depth == 0 and lock.fd >= 0:
+                os.close(lock.fd)  # closing the descriptor releases the flock
+                lock.fd = -1
+
+
+def _flock_folder(folder: Path) -> int:
+    try:
+        import fcntl
+    except ImportError:
+        return -1
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def sweep(target: str | Path) -> list[Path]:
     """Clean up after builds of ``target`` that were killed: restore the previous folder where a
     kill came between the two renames of a swap, and remove staging folders whose builder is gone
@@ -179,9 +232,17 @@ def sweep(target: str | Path) -> list[Path]:
     prefix = f".{target.name}."
     for entry in parent.iterdir():
         name = entry.name
-        if not name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
+        if not name.startswith(prefix):
             continue
         rest = name[len(prefix):]
+        if entry.is_symlink() and rest.startswith(f"{LINK}-"):  # a link swap that a kill interrupted
+            pid = rest[len(LINK) + 1:].partition("-")[0]
+            if not (pid.isdigit() and _pid_alive(int(pid))):
+                entry.unlink()
+                removed.append(entry)
+            continue
+        if entry.is_symlink() or not entry.is_dir():
+            continue
         if rest.startswith(f"{STAGING}-"):
             pid = rest[len(STAGING) + 1:].partition("-")[0]
             if pid.isdigit() and _pid_alive(int(pid)):
@@ -281,21 +342,63 @@ def swap_into_place(staging: Path, target: Path) -> None:
 def staged_dir(target: str | Path, finish: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Build a folder next to ``target`` and swap it into place (``swap_into_place``) only if the
     build succeeds, after ``finish`` ran on it (a check, a signature): the folder at ``target`` is
-    always a complete one, the old or the new. Staging folders that killed builds left behind are
-    swept first (``sweep``); a failed build removes its own."""
+    always a complete one, the old or the new. The whole build holds ``writer_lock(target)``, so
+    concurrent writers take turns. Staging folders that killed builds left behind are swept first
+    (``sweep``); a failed build removes its own. Where ``target`` is a symbolic link to a folder
+    (``current -> releases/v1``), the new folder is built beside the link's folder and becomes a
+    release folder of its own (``releases/release-N``, N the manifest's release), and the link is
+    swapped to it in one rename; the old release folder stays, as a rollback target."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    sweep(target)
-    tmp = target.with_name(f".{target.name}.{STAGING}-{os.getpid()}-{secrets.token_hex(4)}")
-    tmp.mkdir()
+    with writer_lock(target):
+        sweep(target)
+        linked = target.is_symlink()
+        home = target.resolve().parent if linked else target.parent
+        if linked and not target.resolve().is_dir():
+            raise FileNotFoundError(errno.ENOENT, "a symbolic link to no folder", str(target))
+        tmp = home / f".{target.name}.{STAGING}-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+        try:
+            yield tmp
+            if finish is not None:
+                finish(tmp)
+            if linked:
+                _swap_link(tmp, target)
+            else:
+                swap_into_place(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def _swap_link(staging: Path, link: Path) -> None:
+    """Move the finished folder to a release folder of its own beside the one ``link`` points at,
+    then point ``link`` at it with one rename of a new link over it (a reader sees the old target
+    or the new one); the link stays relative if it was."""
+    _fsync_tree(staging)
+    crash_point("before-swap")
+    release = _manifest_release(staging)
+    home = staging.parent
+    name = f"release-{release}" if release is not None else f"release-{secrets.token_hex(4)}"
+    final = home / name
+    while os.path.lexists(final):
+        final = home / f"{name}-{secrets.token_hex(2)}"
+    os.rename(staging, final)
+    _fsync_dir(home)
+    old = os.readlink(link)
+    pointer = str(final) if os.path.isabs(old) else os.path.relpath(final, link.parent)
+    tmp_link = link.with_name(f".{link.name}.{LINK}-{os.getpid()}-{secrets.token_hex(4)}")
+    os.symlink(pointer, tmp_link)
+    crash_point("link-made")
+    os.replace(tmp_link, link)
+    _fsync_dir(link.parent)
+
+
+def _manifest_release(folder: Path) -> int | None:
     try:
-        yield tmp
-        if finish is not None:
-            finish(tmp)
-        swap_into_place(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        value = json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("release")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def trim_heap() -> None:
