@@ -644,16 +644,18 @@ def _cell(value: Any, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
+_COLUMNS = (("accuracy", ".3f"), ("parse_rate", ".3f"), ("tagged_rate", ".3f"), ("gold_handed", ".3f"),
+            ("args", ".3f"), ("tools", ".1f"), ("schema_tokens", ".0f"), ("prompt_tokens", ".0f"),
+            ("selection_ms", ".1f"), ("prefill_ms", ".0f"), ("decode_ms", ".0f"), ("turn_ms", ".0f"),
+            ("turn_ms_p50", ".0f"))
+
+
 def _part_table(part: Mapping[str, Any]) -> list[str]:
     lines = ["| configuration | accuracy | parse rate | tagged | gold handed | args (bfcl) | tools | schema tokens | "
              "prompt tokens | selection ms | prefill ms | decode ms | turn ms | turn p50 |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c, s in part["configs"].items():
-        cells = [_cell(s[k], f) for k, f in (("accuracy", ".3f"), ("parse_rate", ".3f"), ("tagged_rate", ".3f"),
-                                             ("gold_handed", ".3f"), ("args", ".3f"), ("tools", ".1f"),
-                                             ("schema_tokens", ".0f"), ("prompt_tokens", ".0f"), ("selection_ms", ".1f"),
-                                             ("prefill_ms", ".0f"), ("decode_ms", ".0f"), ("turn_ms", ".0f"),
-                                             ("turn_ms_p50", ".0f"))]
+        cells = [_cell(s[k], f) for k, f in _COLUMNS]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     for s in part["not_fitting"]:
         lines.append(f"| {s['config']} | does not fit: {s['prompt_tokens']} prompt tokens > {s['context']} | "
@@ -666,8 +668,10 @@ def format_markdown(report: Mapping[str, Any], heading: str = "##") -> str:
     from .latency import isa_summary
 
     m, cfg = report["model"], report["config"]
+    load = [h.get("loadavg") for h in report.get("hosts", [report["host"]])]
     lines = [f"{heading} {m['label']} ({m['tool_style']} tool format), {cfg['threads']} thread(s)", "",
-             f"Host: {isa_summary(report['host'])}, load avg {report['host'].get('loadavg')}; llama-cpp-python "
+             f"Host: {isa_summary(report['host'])}, load avg {', '.join(map(str, load))} (at each run's end); "
+             "llama-cpp-python "
              f"{report['llama_cpp']}; greedy, seed 0, at most {cfg['max_new_tokens']} new tokens; "
              f"{report['seconds']:.0f} s in all.", ""]
     for name, part in report["parts"].items():
@@ -704,6 +708,24 @@ def plot_accuracy_tokens(reports: Sequence[Mapping[str, Any]], path: str | Path)
     return _save(plt, fig, path)
 
 
+def merge_reports(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Reports of separate runs (``--json``), one per model: each model's parts together, its means
+    over them recomputed, ``seconds`` summed, ``hosts`` listing each run's host."""
+    merged: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        if r.get("schema") != SCHEMA:
+            raise InputError(f"merge: not a {SCHEMA} report (schema {r.get('schema')!r})")
+        m = merged.setdefault(r["model"]["label"], {**r, "parts": {}, "rows": [], "seconds": 0.0, "hosts": []})
+        m["parts"].update(r["parts"])
+        m["rows"] += r["rows"]
+        m["seconds"] += r["seconds"]
+        m["hosts"].append(r["host"])
+    for m in merged.values():
+        m["mean"] = mean_over_parts(m["parts"])
+        m["better_than_shipped"] = better_than_shipped(m["mean"])
+    return list(merged.values())
+
+
 # -- the command ----------------------------------------------------------------------------------
 def development_parts(work: str | Path, shared_data: str | Path | None = None) -> list[tuple[Path, int]]:
     """The development parts ``--development`` measures: the generated mobile test split and the
@@ -719,6 +741,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from magicselector.errors import MagicSelectorError
 
     parts = [(Path(f), 1) for f in args.folders] + [(Path(f), 2) for f in args.multi or ()]
+    if args.merge:
+        try:
+            reports = merge_reports([json.loads(Path(f).read_text(encoding="utf-8")) for f in args.merge])
+        except (OSError, ValueError, KeyError, MagicSelectorError) as e:
+            print(f"magicselector: error: merge: {e}", file=sys.stderr)
+            return 2
+        return _write_reports(reports, args)
     try:
         config = AgentConfig(configs=tuple(args.configs), limit=args.limit or None, seed=args.seed,
                              threads=args.threads, max_new_tokens=args.max_new_tokens,
@@ -726,23 +755,28 @@ def cmd_agent(args: argparse.Namespace) -> int:
         if args.development:
             parts += development_parts(args.development, args.shared_data)
         if not parts:
-            raise InputError("folders: give benchmark folders, --multi folders or --development WORK")
+            raise InputError("folders: give benchmark folders, --multi folders, --development WORK or --merge")
         report = run_agent(parts, args.model, config, bundle=args.bundle,
                            progress=lambda m: print(m, file=sys.stderr, flush=True))
     except MagicSelectorError as e:
         print(f"magicselector: error: {e}", file=sys.stderr)
         return 2
-    text = format_markdown(report)
+    return _write_reports([report], args)
+
+
+def _write_reports(reports: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> int:
+    text = "\n".join(format_markdown(r) for r in reports)
     print(text)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+        body = reports[0] if len(reports) == 1 else {"schema": SCHEMA, "models": list(reports)}
+        Path(args.json).write_text(json.dumps(body, indent=1, default=str) + "\n", encoding="utf-8")
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         try:
-            plot_accuracy_tokens([report], out.with_suffix(".png"))
+            plot_accuracy_tokens(reports, out.with_suffix(".png"))
         except ImportError as e:  # matplotlib comes with the bench extra
             print(f"no plot ({e})", file=sys.stderr)
     return 0
@@ -772,6 +806,8 @@ def add_parser(bsub: Any) -> None:
     sp.add_argument("--bfcl-answers", metavar="DIR", help="bfcl-eval's data/possible_answer folder (default: the "
                                                           "installed bfcl-eval package's, if any)")
     add_bundle_option(sp)
+    sp.add_argument("--merge", nargs="+", metavar="JSON", help="instead of measuring: merge the --json reports of "
+                                                               "separate runs (per model: parts, means over them)")
     sp.add_argument("--json", metavar="OUT", help="write the report with its per-turn rows as JSON")
     sp.add_argument("--out", metavar="REPORT.md", help="write the markdown report, its plot beside it (.png)")
     sp.set_defaults(func=cmd_agent)

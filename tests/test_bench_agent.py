@@ -40,7 +40,8 @@ def test_the_first_call_parses_in_each_trained_format_and_untagged():
 
 def test_scoring_a_right_call_a_wrong_name_an_unparsable_call_and_a_gold_not_handed_over():
     handed = [ALARM, TIMER]
-    right = score_call('<tool_call>{"name": "set_alarm", "arguments": {"time": "7"}}</tool_call>', handed, ["set_alarm"])
+    right = score_call('<tool_call>{"name": "set_alarm", "arguments": {"time": "7"}}</tool_call>', handed,
+                       ["set_alarm"])
     assert right["parsed"] and right["tagged"] and right["correct"] and right["called"] == "set_alarm"
     wrong = score_call('<tool_call>{"name": "start_timer", "arguments": {}}</tool_call>', handed, ["set_alarm"])
     assert wrong["parsed"] and not wrong["correct"] and wrong["called"] == "start_timer" and wrong["gold_handed"]
@@ -152,3 +153,21 @@ def test_the_command_end_to_end_on_three_turns_with_the_shipped_gguf(tmp_path, m
     assert part_summary["turns"] == 3 and part_summary["accuracy"] == pytest.approx(
         sum(by[("gold", q)]["correct"] for q in ("q1", "q2", "q3")) / 3)
     assert "| gold |" in capsys.readouterr().out
+
+
+def test_merging_runs_keeps_each_models_parts_and_recomputes_the_means():
+    from magicselector.bench.agent import SCHEMA, merge_reports
+
+    def report(label, part, acc):
+        configs = {c: {"accuracy": acc, "parse_rate": 1.0, "tools": 3.0, "prompt_tokens": 100.0, "turn_ms": 10.0}
+                   for c in ("shipped", "fixed-5")}
+        return {"schema": SCHEMA, "model": {"label": label}, "host": {"loadavg": [1.0]}, "seconds": 5.0,
+                "parts": {part: {"configs": configs}}, "rows": [{"part": part}]}
+
+    merged = merge_reports([report("qwen", "a", 0.2), report("qwen", "b", 0.4), report("smol", "a", 0.0)])
+    assert [m["model"]["label"] for m in merged] == ["qwen", "smol"]
+    qwen = merged[0]
+    assert list(qwen["parts"]) == ["a", "b"] and len(qwen["rows"]) == 2 and qwen["seconds"] == 10.0
+    assert qwen["mean"]["shipped"]["accuracy"] == pytest.approx(0.3) and len(qwen["hosts"]) == 2
+    with pytest.raises(InputError, match="schema"):
+        merge_reports([{"schema": "other"}])
