@@ -709,14 +709,20 @@ def plot_accuracy_tokens(reports: Sequence[Mapping[str, Any]], path: str | Path)
 
 
 def merge_reports(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Reports of separate runs (``--json``), one per model: each model's parts together, its means
-    over them recomputed, ``seconds`` summed, ``hosts`` listing each run's host."""
+    """Reports of separate runs (``--json``), one per model: each model's parts together (a part in
+    several runs gets each run's configurations: run them on the same sample), its means over them
+    recomputed, ``seconds`` summed, ``hosts`` listing each run's host."""
     merged: dict[str, dict[str, Any]] = {}
     for r in reports:
         if r.get("schema") != SCHEMA:
             raise InputError(f"merge: not a {SCHEMA} report (schema {r.get('schema')!r})")
         m = merged.setdefault(r["model"]["label"], {**r, "parts": {}, "rows": [], "seconds": 0.0, "hosts": []})
-        m["parts"].update(r["parts"])
+        for name, part in r["parts"].items():  # a part measured in several runs (other configurations, same turns)
+            if name in m["parts"]:
+                have = m["parts"][name]
+                part = {**have, "configs": {**have["configs"], **part["configs"]},
+                        "not_fitting": have.get("not_fitting", []) + part.get("not_fitting", [])}
+            m["parts"][name] = part
         m["rows"] += r["rows"]
         m["seconds"] += r["seconds"]
         m["hosts"].append(r["host"])

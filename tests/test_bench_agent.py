@@ -164,10 +164,14 @@ def test_merging_runs_keeps_each_models_parts_and_recomputes_the_means():
         return {"schema": SCHEMA, "model": {"label": label}, "host": {"loadavg": [1.0]}, "seconds": 5.0,
                 "parts": {part: {"configs": configs}}, "rows": [{"part": part}]}
 
-    merged = merge_reports([report("qwen", "a", 0.2), report("qwen", "b", 0.4), report("smol", "a", 0.0)])
+    other = report("qwen", "a", 0.5)
+    other["parts"]["a"]["configs"] = {"gold": dict(other["parts"]["a"]["configs"]["shipped"])}
+    merged = merge_reports([report("qwen", "a", 0.2), report("qwen", "b", 0.4), report("smol", "a", 0.0), other])
     assert [m["model"]["label"] for m in merged] == ["qwen", "smol"]
     qwen = merged[0]
-    assert list(qwen["parts"]) == ["a", "b"] and len(qwen["rows"]) == 2 and qwen["seconds"] == 10.0
-    assert qwen["mean"]["shipped"]["accuracy"] == pytest.approx(0.3) and len(qwen["hosts"]) == 2
+    assert list(qwen["parts"]) == ["a", "b"] and len(qwen["rows"]) == 3 and qwen["seconds"] == 15.0
+    assert list(qwen["parts"]["a"]["configs"]) == ["shipped", "fixed-5", "gold"]  # a part's runs side by side
+    assert qwen["mean"]["shipped"]["accuracy"] == pytest.approx(0.3) and len(qwen["hosts"]) == 3
+    assert "gold" not in qwen["mean"]  # measured on one part only
     with pytest.raises(InputError, match="schema"):
         merge_reports([{"schema": "other"}])
