@@ -1,0 +1,152 @@
+// verify.cpp: every stage of golden.json's pipeline probes re-run natively and compared, with the tolerances the probes state.
+#include "verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "error.h"
+
+namespace ms {
+namespace {
+
+struct Report {
+    std::map<std::string, std::pair<int, int>> stages;  // name -> (checked, mismatches)
+    std::string first;
+    double max_score_diff = 0, max_probability_diff = 0, max_feature_diff = 0;
+
+    void check(const std::string &stage, bool same, const std::string &where) {
+        auto &s = stages[stage];
+        ++s.first;
+        if (!same) {
+            ++s.second;
+            if (first.empty()) first = where + ": " + stage + " differs";
+        }
+    }
+};
+
+std::vector<std::string> ids_of(const Selector &s, const std::vector<int> &rows) {
+    std::vector<std::string> out;
+    for (int r : rows) out.push_back(s.ids()[std::size_t(r)]);
+    return out;
+}
+
+bool close(const json &want, const std::vector<double> &got, double tol, double &worst) {
+    if (!want.is_array() || want.size() != got.size()) return false;
+    bool ok = true;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double d = std::fabs(want[i].get<double>() - got[i]);
+        worst = std::max(worst, d);
+        ok = ok && d <= tol;
+    }
+    return ok;
+}
+
+std::vector<double> widen(const std::vector<float> &v) { return std::vector<double>(v.begin(), v.end()); }
+
+void ranked(Report &r, const Selector &s, const std::string &stage, const json &want, const std::vector<int> &rows,
+            const std::vector<float> &scores, double tol, const std::string &where) {
+    r.check(stage + ".ids", want.value("ids", json()) == json(ids_of(s, rows)), where);
+    r.check(stage + ".scores", close(want.value("scores", json()), widen(scores), tol, r.max_score_diff), where);
+}
+
+}  // namespace
+
+json verify_golden(Selector &s) {
+    const Bundle &b = s.bundle();
+    const std::string golden_file = b.section_file("golden");
+    if (golden_file.empty()) fail(MS_ERR_BUNDLE, b.dir() + ": the bundle has no golden.json");
+    const json golden = parse_json(b.read(golden_file, s.options().verify), MS_ERR_BUNDLE, golden_file);
+    if (!golden.is_object() || !golden.contains("pipeline") || !golden["pipeline"].is_object()) {
+        fail(MS_ERR_BUNDLE, golden_file + ": no pipeline probes (a bundle older than default-v9); rebuild it");
+    }
+    const json &block = golden["pipeline"];
+    if (block.value("format", json()) != "magicselector-golden-pipeline/1") fail(MS_ERR_BUNDLE, golden_file + ": pipeline format is not magicselector-golden-pipeline/1");
+    const json tol = block.value("tolerances", json::object());
+    const double score_tol = tol.value("score_abs", 1e-5), prob_tol = tol.value("probability_abs", 1e-6),
+                 feature_tol = tol.value("feature_abs", 1e-5), cos_min = tol.value("vector_cosine_min", 0.995);
+    Report r;
+    json config = s.options().to_golden_config();
+    config["head"] = s.options().head && s.has_head();
+    const bool same_config = block.value("config", json()) == config;
+    r.check("config", same_config, "pipeline.config (the probes ran another SelectorConfig than this core's)");
+    double min_cos = 1.0;
+    const json &turns = block.value("turns", json::array());
+    for (std::size_t n = 0; n < turns.size(); ++n) {
+        const json &c = turns[n];
+        const std::string where = "turn " + std::to_string(n);
+        const json &in = c["input"];
+        json req = {{"query", in["query"]}, {"history", in.value("history", json::array())}, {"max_tools", in["max_tools"]},
+                    {"max_schema_tokens", in["max_schema_tokens"]}, {"format", in.value("format", json("mcp"))}};
+        const Request request = Request::from_json(req.dump(), Budget{});
+        const Texts tx = s.texts(request);
+        r.check("subtasks", c["subtasks"] == json(tx.subtasks), where);
+        r.check("texts", c["texts"] == json(tx.texts) && c["history_list"] == (tx.history_list >= 0 ? json(tx.history_list) : json(nullptr)), where);
+        const std::vector<std::string> texts = c["texts"].get<std::vector<std::string>>();  // the written ones feed the rest
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+            r.check("token_ids", c["token_ids"][i] == json(s.token_ids(texts[i])), where + " text " + std::to_string(i));
+        }
+        std::vector<std::vector<float>> vectors;
+        for (const json &v : c["vectors"]) vectors.push_back(v.get<std::vector<float>>());
+        if (s.has_embedder()) {
+            const auto got = s.embed(texts);
+            for (std::size_t i = 0; i < got.size(); ++i) {
+                double dot = 0;
+                for (std::size_t d = 0; d < got[i].size(); ++d) dot += double(got[i][d]) * double(vectors[i][d]);
+                min_cos = std::min(min_cos, dot);
+                r.check("vectors", dot >= cos_min, where + " text " + std::to_string(i));
+            }
+        }
+        const int history_list = c["history_list"].is_null() ? -1 : c["history_list"].get<int>();
+        const Trace tr = s.replay(texts, vectors, history_list, request.budget);
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+            const std::string at = where + " list " + std::to_string(i);
+            ranked(r, s, "search", c["search"][i], tr.search[i].rows, tr.search[i].scores, score_tol, at);
+            ranked(r, s, "lexical", c["lexical"][i], tr.lexical[i].rows, tr.lexical[i].scores, score_tol, at);
+            ranked(r, s, "lists", c["lists"][i], tr.lists[i].rows, tr.lists[i].scores, score_tol, at);
+            if (tr.lists[i].has_parts) {
+                r.check("lists.dense", close(c["lists"][i]["dense"], widen(tr.lists[i].dense), score_tol, r.max_score_diff), at);
+                r.check("lists.lexical", close(c["lists"][i]["lexical"], widen(tr.lists[i].lexical), score_tol, r.max_score_diff), at);
+            }
+        }
+        ranked(r, s, "fused", c["fused"], tr.fused.rows, tr.fused.scores, score_tol, where);
+        r.check("fused.source", c["fused"]["source"] == json(tr.fused.source), where);
+        const json cut = {{"order", tr.cut_order}, {"k", tr.head_ran ? c["cut"]["k"] : json(tr.cut.k)},
+                          {"pool", tr.cut.pool >= 0 ? json(tr.cut.pool) : json(nullptr)}, {"per_list_k", tr.per_list_k}};
+        r.check("cut", c["cut"]["order"] == cut["order"] && c["cut"]["pool"] == cut["pool"] && c["cut"]["per_list_k"] == cut["per_list_k"], where);
+        r.check("head.ran", c["head"].is_null() != tr.head_ran, where);
+        if (tr.head_ran && c["head"].is_object()) {
+            std::vector<double> flat;
+            json want_flat = json::array();
+            for (std::size_t j = 0; j < tr.features.size(); ++j) {
+                flat.insert(flat.end(), tr.features[j].begin(), tr.features[j].end());
+                if (j < c["head"]["features"].size()) {
+                    for (const json &x : c["head"]["features"][j]) want_flat.push_back(x);
+                }
+            }
+            r.check("head.features", close(want_flat, flat, feature_tol, r.max_feature_diff), where);
+            r.check("head.probabilities", close(c["head"]["probabilities"], tr.probabilities, prob_tol, r.max_probability_diff), where);
+            r.check("head.order", c["head"]["order"] == json(tr.head_order) && c["head"]["k"] == json(tr.head_k), where);
+        }
+        const json budget = {{"kept", tr.kept}, {"schema_tokens", tr.schema_tokens >= 0 ? json(tr.schema_tokens) : json(nullptr)}};
+        r.check("budget", c["budget"] == budget, where);
+        std::vector<int> final_rows;
+        for (int i = 0; i < tr.k; ++i) final_rows.push_back(tr.fused.rows[std::size_t(tr.ranked[std::size_t(i)])]);
+        r.check("selection", c["selection"]["ids"] == json(ids_of(s, final_rows)) && c["selection"]["k"] == json(tr.k), where);
+    }
+    json stages = json::object();
+    bool ok = true;
+    for (const auto &kv : r.stages) {
+        stages[kv.first] = {{"checked", kv.second.first}, {"mismatches", kv.second.second}};
+        ok = ok && kv.second.second == 0;
+    }
+    json report = {{"ok", ok}, {"bundle", b.dir()}, {"turns", turns.size()}, {"stages", stages},
+                   {"max_score_diff", r.max_score_diff}, {"max_probability_diff", r.max_probability_diff},
+                   {"max_feature_diff", r.max_feature_diff}};
+    report["embedder"] = s.has_embedder() ? json({{"min_cosine", min_cos}, {"cosine_min", cos_min}})
+                                          : json("skipped: opened without the GGUF embedder");
+    if (!r.first.empty()) report["first_mismatch"] = r.first;
+    return report;
+}
+
+}  // namespace ms
