@@ -488,7 +488,8 @@ def _ctx_size(needed: int, context: int) -> int:
 
 
 def _config_rows(part: str, name: str, prompts: Sequence[_Prompt], runner: Any, model: ChatModel, bench: Any,
-                 config: AgentConfig, answers: Mapping[str, Any]) -> tuple[list[dict[str, Any]], float | None]:
+                 config: AgentConfig, answers: Mapping[str, Any], say: Callable[[str], None] = lambda _m: None
+                 ) -> tuple[list[dict[str, Any]], float | None]:
     """One configuration's rows on one part, and its untimed warm-up turn's prefill ms (the one-off
     evaluation of what later turns share, e.g. the whole catalog for ``all``)."""
     fit = [len(p.tokens) + config.max_new_tokens <= model.context for p in prompts]
@@ -506,6 +507,8 @@ def _config_rows(part: str, name: str, prompts: Sequence[_Prompt], runner: Any, 
             continue
         gen = generate_call(runner, p.tokens, config.max_new_tokens)
         rows.append({**_turn_row(part, name, p, gen, bench, answers), "fits": True})
+        if len(rows) % 5 == 0:
+            say(f"[agent] {part} / {name}: {len(rows)}/{len(prompts)} turns, {sum(r['correct'] for r in rows)} right")
     return rows, warmup
 
 
@@ -531,9 +534,11 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config: AgentConfig,
-             answers: Mapping[str, Any], say: Callable[[str], None]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+             answers: Mapping[str, Any], say: Callable[[str], None],
+             on_config: Callable[[list[dict[str, Any]], dict[str, Any]], None] | None = None
+             ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every configuration on one part's sampled turns: (per-turn rows, {"turns", "tools", "configs":
-    {name: summary}, "not_fitting": [...]})."""
+    {name: summary}, "not_fitting": [...]}); ``on_config`` gets both so far after each configuration."""
     from dataclasses import replace
 
     from magicselector.config import SelectorConfig
@@ -560,18 +565,21 @@ def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config:
     needed = max(len(p.tokens) for ps in prompts.values() for p in ps if len(p.tokens) <= model.context)
     runner = model.runner(config.threads, _ctx_size(needed + config.max_new_tokens, model.context))
     rows, configs = [], {}
+    part = {"folder": str(folder), "turns": len(queries), "tools": len(bench.catalog), "configs": configs,
+            "not_fitting": skipped}
     try:
         for c, ps in prompts.items():
             t0 = time.perf_counter()
-            got, warmup = _config_rows(name, c, ps, runner, model, bench, config, answers)
+            got, warmup = _config_rows(name, c, ps, runner, model, bench, config, answers, say)
             rows += got
             configs[c] = {**summarise(got), "warmup_prefill_ms": warmup}
             say(f"[agent] {name} / {c}: accuracy {configs[c]['accuracy']:.3f}, {len(got)} turns in "
                 f"{time.perf_counter() - t0:.0f} s")
+            if on_config is not None:
+                on_config(rows, part)
     finally:
         runner.close()
-    return rows, {"folder": str(folder), "turns": len(queries), "tools": len(bench.catalog), "configs": configs,
-                  "not_fitting": skipped}
+    return rows, part
 
 
 # -- the run and its report -----------------------------------------------------------------------
@@ -602,9 +610,11 @@ def better_than_shipped(mean: Mapping[str, Mapping[str, float]]) -> list[str]:
 
 
 def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen", config: AgentConfig = AgentConfig(),
-              bundle: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+              bundle: str | Path | None = None, progress: Callable[[str], None] | None = None,
+              checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Measure every configuration on every (folder, min_gold) part with one model; the report dict
-    (schema ``magicselector-bench-agent/1``: host, model, config, parts, mean, better_than_shipped, rows)."""
+    (schema ``magicselector-bench-agent/1``: host, model, config, parts, mean, better_than_shipped, rows).
+    ``checkpoint`` gets the report so far (``partial`` true) after each configuration of each part."""
     from dataclasses import asdict
 
     from magicselector.config import SelectorConfig
@@ -624,20 +634,25 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
     model = load_chat_model(model_spec)
     base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=False),
                                 config=SelectorConfig(threads=config.threads))
+    def report(out: dict[str, Any], rows: list[dict[str, Any]], partial: bool) -> dict[str, Any]:
+        mean = mean_over_parts(out)
+        return {"schema": SCHEMA, "host": machine_description(), "llama_cpp": _llama_cpp_version(),
+                "model": {"label": model.label, "path": str(model.path), "size_bytes": model.path.stat().st_size,
+                          "tool_style": model.tool_style, "context": model.context},
+                "config": {**asdict(config), "bfcl_answers": str(folder) if folder else None},
+                "parts": out, "mean": mean, "better_than_shipped": better_than_shipped(mean),
+                "seconds": round(time.perf_counter() - t0, 1), "partial": partial, "rows": rows}
+
     rows, out = [], {}
     for folder_, min_gold in parts:
         name = part_name(folder_, min_gold)
+        on_config = None if checkpoint is None else (
+            lambda got, part, name=name: checkpoint(report({**out, name: part}, rows + got, True)))
         got, out[name] = run_part(name, folder_, model, base,
                                   AgentConfig(**{**asdict(config), "min_gold": max(min_gold, config.min_gold)}),
-                                  answers, say)
+                                  answers, say, on_config)
         rows += got
-    mean = mean_over_parts(out)
-    return {"schema": SCHEMA, "host": machine_description(), "llama_cpp": _llama_cpp_version(),
-            "model": {"label": model.label, "path": str(model.path), "size_bytes": model.path.stat().st_size,
-                      "tool_style": model.tool_style, "context": model.context},
-            "config": {**asdict(config), "bfcl_answers": str(folder) if folder else None},
-            "parts": out, "mean": mean, "better_than_shipped": better_than_shipped(mean),
-            "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+    return report(out, rows, False)
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -654,7 +669,7 @@ def _part_table(part: Mapping[str, Any]) -> list[str]:
     lines = ["| configuration | accuracy | parse rate | tagged | gold handed | args (bfcl) | tools | schema tokens | "
              "prompt tokens | selection ms | prefill ms | decode ms | turn ms | turn p50 |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for c, s in part["configs"].items():
+    for c, s in sorted(part["configs"].items(), key=lambda kv: CONFIGS.index(kv[0])):
         cells = [_cell(s[k], f) for k, f in _COLUMNS]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     for s in part["not_fitting"]:
@@ -763,20 +778,28 @@ def cmd_agent(args: argparse.Namespace) -> int:
         if not parts:
             raise InputError("folders: give benchmark folders, --multi folders, --development WORK or --merge")
         report = run_agent(parts, args.model, config, bundle=args.bundle,
-                           progress=lambda m: print(m, file=sys.stderr, flush=True))
+                           progress=lambda m: print(m, file=sys.stderr, flush=True),
+                           checkpoint=(lambda r: _write_json(r, args.json)) if args.json else None)
     except MagicSelectorError as e:
         print(f"magicselector: error: {e}", file=sys.stderr)
         return 2
     return _write_reports([report], args)
 
 
+def _write_json(body: Mapping[str, Any], path: str | Path) -> None:
+    """Write ``body`` to ``path`` whole or not at all (a checkpoint is rewritten after each configuration)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(body, indent=1, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
 def _write_reports(reports: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> int:
     text = "\n".join(format_markdown(r) for r in reports)
     print(text)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        body = reports[0] if len(reports) == 1 else {"schema": SCHEMA, "models": list(reports)}
-        Path(args.json).write_text(json.dumps(body, indent=1, default=str) + "\n", encoding="utf-8")
+        _write_json(reports[0] if len(reports) == 1 else {"schema": SCHEMA, "models": list(reports)}, args.json)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
