@@ -122,7 +122,8 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
             rr = export_reranker(reranker, Path(work) / "reranker", preset=preset, target=target,
                                  groups=rerank_probe_groups(catalog), min_spearman=floor, log=log)
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
-                                catalog=catalog, embedder_meta=emb["meta"], reranker=rr, log=log, target=target,
+                                catalog=catalog, embedder_meta=emb["meta"], embedder_gguf=emb["gguf"], reranker=rr,
+                                log=log, target=target,
                                 signing_key=signing_key, release=release)
     log("done")
     return manifest
@@ -150,22 +151,72 @@ def _prebuilt(model: Path, fmt: str, role: str) -> None:
                           f"pass the checkpoint folder so it is exported, or use --format {model.suffix[1:]}")
 
 
+def gguf_available() -> bool:
+    """Whether this install can write GGUF (llama-cpp-python, the llm extra, gives the converter's
+    version and runs the parity check)."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def export_embedder_gguf(checkpoint: str | Path, workdir: str | Path, against: str | Path, tokenizer: str | Path,
+                         probe_texts: Sequence[str], max_length: int = 128, quant: str | None = None,
+                         log: Callable[[str], None] = print) -> dict[str, Any]:
+    """A BERT embedder checkpoint -> GGUF by llama.cpp's converter, checked against ``against`` (the
+    bundle's own embedder file) on ``probe_texts``: ``{"file", "meta"}`` as ``build_bundle`` takes
+    it. A worst cosine under ``MIN_GGUF_COSINE`` stops the export."""
+    from .gguf import EMBEDDER_GGUF_QUANT, MIN_GGUF_COSINE, convert_embedder_checkpoint, embedder_gguf_parity
+
+    quant = quant or EMBEDDER_GGUF_QUANT
+    checkpoint, workdir = Path(checkpoint), Path(workdir)
+    log(f"converting {checkpoint.name} to GGUF ({quant}) with llama.cpp's converter")
+    rep = convert_embedder_checkpoint(checkpoint, workdir / f"embedder.{quant}.gguf", quant)
+    log(f"parity of the GGUF against {Path(against).name} on {len(probe_texts)} probes")
+    parity = embedder_gguf_parity(rep.output, against, tokenizer, list(probe_texts), max_length=max_length)
+    if parity["min_cosine"] < MIN_GGUF_COSINE:
+        raise ExportError(f"GGUF embedder parity too low: worst cosine {parity['min_cosine']:.4f} with "
+                          f"{Path(against).name} < {MIN_GGUF_COSINE}")
+    return {"file": rep.output,
+            "meta": {"quantization": quant, "pooling": "mean", "normalize": True, "size_bytes": rep.size_bytes,
+                     "from": {"checkpoint": checkpoint.name}, "converter": rep.extra["converter"],
+                     "parity": {"against": parity.pop("against"), **parity}}}
+
+
 def export_embedder_for(source: str | Path, workdir: str | Path, fmt: str = "onnx", preset: str | None = None,
                         probe_texts: Sequence[str] = (), max_length: int = 128,
-                        log: Callable[[str], None] = print) -> dict[str, Any]:
+                        log: Callable[[str], None] = print, gguf: bool | None = None) -> dict[str, Any]:
     """Checkpoint (or a ready .onnx/.pte with tokenizer.json beside it) -> the bundle's embedder:
-    ``{"onnx": model file, "tokenizer": tokenizer.json, "meta": manifest fields}``."""
+    ``{"onnx": model file, "tokenizer": tokenizer.json, "meta": manifest fields, "gguf": the same
+    checkpoint as GGUF (``export_embedder_gguf``) or None}``. ``gguf``: True writes it (a
+    checkpoint is needed), False does not, None writes it from a checkpoint where llama-cpp-python
+    is installed."""
     source, workdir = Path(source), Path(workdir)
     if source.is_file():
         _prebuilt(source, fmt, "embedder")
         tok = _tokenizer_next_to(source)
+        if gguf:
+            raise ExportError(f"{source}: a GGUF is written from the embedder's checkpoint folder, not from a "
+                              "prebuilt model file")
         probe = TextEmbedder(source, TextTokenizer(tok, max_length), dim=0).embed(["dimension probe"])
-        return {"onnx": str(source), "tokenizer": str(tok),
+        return {"onnx": str(source), "tokenizer": str(tok), "gguf": None,
                 "meta": {"dim": int(probe.shape[1]), "max_length": max_length, "format": fmt,
                          "quantization": {"type": "prebuilt"}, "parity": {"against": "none (prebuilt model)"},
                          "size_bytes": source.stat().st_size}}
     if not source.is_dir():
         raise ExportError(f"{source}: no such embedder checkpoint or model file")
+    emb = _export_embedder_model(source, workdir, fmt, preset, probe_texts, max_length, log)
+    if gguf is None:
+        gguf = gguf_available()
+        if not gguf:
+            log("llama-cpp-python is not installed: the bundle gets no GGUF embedder (the native core needs one; "
+                "pip install 'magicselector[llm]')")
+    emb["gguf"] = export_embedder_gguf(source, workdir, emb["onnx"], emb["tokenizer"], probe_texts, max_length,
+                                       log=log) if gguf else None
+    return emb
+
+
+def _export_embedder_model(source: Path, workdir: Path, fmt: str, preset: str | None, probe_texts: Sequence[str],
+                           max_length: int, log: Callable[[str], None]) -> dict[str, Any]:
     if fmt == "onnx":
         emb = export_embedder(source, workdir, preset=preset, probe_texts=probe_texts, log=log)
         emb["meta"].update(format="onnx", max_length=max_length)
@@ -297,9 +348,11 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                   min_reranker_spearman: float = MIN_RERANKER_SPEARMAN,
                   min_decomposer_first_token: float | None = None, verify: bool = True,
                   log: Callable[[str], None] = print, signing_key: Any = None,
-                  target: str | None = None, release: int | None = None) -> dict[str, Any]:
+                  target: str | None = None, release: int | None = None, gguf: bool | None = None) -> dict[str, Any]:
     """``magicselector bundle build --embedder ...``: export every model, check parity, write and verify the bundle.
     ONNX models are quantized for ``target`` (``host`` or None: this CPU) unless ``preset`` says otherwise.
+    The embedder checkpoint is also written as GGUF for the native core (``gguf``, as
+    ``export_embedder_for`` takes it).
 
     Every argument is checked before any export work; any failure (parity below its floor,
     unsupported architecture, missing tokenizer, unknown quantization) raises ExportError and
@@ -331,7 +384,8 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
     with tempfile.TemporaryDirectory(prefix="magicselector-export-") as work:
         work = Path(work)
         probes = PROBE_QUERIES + [tool_text(t) for t in list(cat)[:40]]
-        emb = export_embedder_for(embedder, work / "embedder", fmt=fmt, preset=preset, probe_texts=probes, log=log)
+        emb = export_embedder_for(embedder, work / "embedder", fmt=fmt, preset=preset, probe_texts=probes, log=log,
+                                  gguf=gguf)
         rr = None
         if reranker is not None:
             rr = export_reranker(reranker, work / "reranker", fmt=fmt, preset=preset, target=quant_target,
@@ -351,7 +405,8 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                 verify_bundle(root)
 
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"], catalog=cat,
-                                embedder_meta=emb["meta"], reranker=rr, decomposer=dec, log=log,
+                                embedder_meta=emb["meta"], embedder_gguf=emb["gguf"], reranker=rr, decomposer=dec,
+                                log=log,
                                 extra={"export": {"format": fmt, "preset": preset, "decomposer_quant":
                                                   quant if decomposer is not None else None,
                                                   "seconds": round(time.perf_counter() - t0, 1)}},

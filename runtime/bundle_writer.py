@@ -23,7 +23,7 @@ from .files import crash_point, previous_dir, staged_dir
 from .formats import FORMATS
 from .golden import SCHEMA_TOKENS_FILE, schema_token_table, shipped_pipeline_probes
 from .signing import key_fingerprint, load_private_key, sign_manifest_bytes, write_signature
-from .sections import EmbedderSection, RerankerSection, open_embedder, open_reranker
+from .sections import GGUF_EMBEDDER_FILE, EmbedderSection, RerankerSection, open_embedder, open_reranker
 from .stages.embed import TextEmbedder, TextTokenizer
 from .stages.head import HEAD_FILE, HeadModel
 from .stages.index import ToolIndex
@@ -144,7 +144,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
                  reranker: dict[str, Any] | None = None, decomposer: dict[str, Any] | None = None,
                  build_check: Callable[[Path], None] | None = None, target: str | None = None,
                  signing_key: Any = None, release: int | None = None,
-                 head: str | Path | None = None) -> dict[str, Any]:
+                 head: str | Path | None = None, embedder_gguf: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a bundle folder from an exported embedder and a catalog; returns the manifest.
 
     ``embedder_onnx`` may be an ``.onnx`` or an ExecuTorch ``.pte`` file. ``reranker``
@@ -156,6 +156,8 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
     when it runs a bundle on another. ``signing_key`` (an Ed25519 private key) signs the manifest
     after ``build_check``; a bad key fails before any work. ``release``: ``resolve_release``.
     ``head``: a learned-head file (``stages/head.py``) fitted on this embedder's rankings.
+    ``embedder_gguf`` (``{"file", "meta"}``): the same embedder as GGUF for llama.cpp (the native
+    core), copied to ``embedder/model.gguf`` and named by the embedder section's ``gguf``.
     The folder appears only when everything succeeded, signed when a key was given (built aside,
     then swapped into place; the bundle that was at ``out`` stays until then).
     """
@@ -170,6 +172,10 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         max_length = int(embedder_meta.get("max_length", 128))
         emb_section = {"file": emb_rel, "tokenizer": "embedder/tokenizer.json",
                        "pooling": "mean", "normalize": True, "max_length": max_length, **embedder_meta}
+        emb_section.pop("gguf", None)  # meta copied from another manifest names a GGUF this build may not write
+        if embedder_gguf is not None:
+            shutil.copy2(embedder_gguf["file"], root / GGUF_EMBEDDER_FILE)
+            emb_section["gguf"] = {"file": GGUF_EMBEDDER_FILE, **embedder_gguf.get("meta", {})}
         embedder = open_embedder(EmbedderSection.parse(emb_section, "embedder_meta"), root, threads=2)
         tokenizer = embedder.tokenizer
         log(f"embedding {len(catalog)} tools")

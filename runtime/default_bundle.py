@@ -1,6 +1,7 @@
 """The default bundle, built from what the package ships: the target's INT8 embedder
-(``models/embedder``), the target's INT8 reranker (``models/reranker``), the learned head fitted on
-that embedder's rankings (``models/head``) and the phone catalog. No exporter,
+(``models/embedder``) and the same embedder as GGUF for the native core, the target's INT8
+reranker (``models/reranker``), the learned head fitted on that embedder's rankings
+(``models/head``) and the phone catalog. No exporter,
 no torch: embedding the catalog, the index and the golden vectors are all runtime work.
 ``ensure_default_bundle`` builds it on first use."""
 from __future__ import annotations
@@ -29,9 +30,15 @@ def int8_file_name(reduce_range: bool) -> str:
     return "model-int8-reduce-range.onnx" if reduce_range else "model-int8.onnx"
 
 
+def gguf_file_name(quant: str) -> str:
+    """The shipped embedder's GGUF (llama.cpp, one file for every target) at a quantization."""
+    return f"model-{quant}.gguf"
+
+
 def shipped_embedder(target: str | None = None, folder: str | Path = SHIPPED_EMBEDDER_DIR) -> dict[str, Any]:
     """The shipped embedder for ``target`` (``host`` or None: this CPU's) as ``build_bundle`` takes it:
-    ``{"onnx": model file, "tokenizer": tokenizer.json, "meta": manifest fields}``."""
+    ``{"onnx": model file, "tokenizer": tokenizer.json, "meta": manifest fields, "gguf": the GGUF
+    as ``build_bundle`` takes it, or None where the folder records none}``."""
     target = resolve_target(target)
     folder = Path(folder)
     path = folder / EMBEDDER_META
@@ -65,7 +72,28 @@ def shipped_embedder(target: str | None = None, folder: str | Path = SHIPPED_EMB
     on_target = (info.get("parity_by_target") or {}).get(target)
     if on_target:
         meta["parity_on_target"] = on_target
-    return {"onnx": str(model), "tokenizer": str(tokenizer), "meta": meta}
+    return {"onnx": str(model), "tokenizer": str(tokenizer), "meta": meta, "gguf": _shipped_gguf(folder, info)}
+
+
+def _shipped_gguf(folder: Path, info: dict[str, Any]) -> dict[str, Any] | None:
+    """The folder's GGUF record as ``build_bundle`` takes it (``{"file", "meta"}``), its bytes
+    checked against the sha256 that ``embedder.json`` records."""
+    from .files import sha256_file
+
+    entry = info.get("gguf")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str) or "/" in entry["file"]:
+        raise BundleError(f"{folder / EMBEDDER_META}: 'gguf' must be an object naming a file of the folder")
+    path = folder / entry["file"]
+    if not path.is_file():
+        raise BundleError(f"{path}: listed in {folder / EMBEDDER_META} but missing from the installed package")
+    if sha256_file(path) != entry.get("sha256"):
+        raise BundleError(f"{path}: its sha256 is not the one {EMBEDDER_META} records; reinstall magicselector "
+                          "or regenerate it: python3 -m magicselector.export.shipped_embedder --gguf")
+    meta = {k: entry[k] for k in ("quantization", "pooling", "normalize", "size_bytes", "from", "converter", "parity")
+            if k in entry}
+    return {"file": str(path), "meta": meta}
 
 
 # what a per-target reranker folder's metadata says of the model as a whole, copied into the manifest
@@ -132,7 +160,8 @@ def build_default_bundle(out: str | Path, *, target: str | None = None, catalog:
         log(f"the shipped reranker is one file quantized for {rr['meta']['target'] or 'no recorded target'}, "
             f"not {target}")
     manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
-                            catalog=catalog or load_phone_catalog(), embedder_meta=emb["meta"], reranker=rr,
+                            catalog=catalog or load_phone_catalog(), embedder_meta=emb["meta"],
+                            embedder_gguf=emb["gguf"], reranker=rr,
                             target=target, log=log, signing_key=signing_key, release=release,
                             head=SHIPPED_HEAD if SHIPPED_HEAD.is_file() else None,
                             extra={"recipe": DEFAULT_BUNDLE_RECIPE, "target_description": TARGETS[target].description})

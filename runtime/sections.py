@@ -20,6 +20,7 @@ from .stages.rerank import PAIR_WINDOW_DEFAULTS, TRUNCATIONS, CrossEncoder, Pair
 from .targets import TARGETS, warn_if_other_target
 
 _MISSING = object()
+GGUF_EMBEDDER_FILE = "embedder/model.gguf"  # the embedder as GGUF (llama.cpp) in a bundle, for the native core
 
 
 def _section(raw: Any, name: str, where: str | Path) -> Mapping[str, Any]:
@@ -51,20 +52,25 @@ def _count(raw: Mapping[str, Any], section: str, name: str, where: str | Path, d
 
 @dataclass(frozen=True)
 class EmbedderSection:
-    """The manifest's ``embedder``: the encoder file, its tokenizer, the vector size and where the
-    tokenizer truncates. Paths are relative to the bundle folder."""
+    """The manifest's ``embedder``: the encoder file, its tokenizer, the vector size, where the
+    tokenizer truncates, and the same model as GGUF (``gguf.file``, which the native core runs;
+    None in a bundle without one). Paths are relative to the bundle folder."""
 
     file: str
     tokenizer: str
     dim: int
     max_length: int = 128
+    gguf: str | None = None
 
     @classmethod
     def parse(cls, raw: Any, where: str | Path = "manifest.json") -> "EmbedderSection":
         raw = _section(raw, "embedder", where)
+        gguf = raw.get("gguf")
+        if gguf is not None:
+            gguf = _text(_section(gguf, "embedder.gguf", where), "embedder.gguf", "file", where)
         return cls(file=_text(raw, "embedder", "file", where), tokenizer=_text(raw, "embedder", "tokenizer", where),
                    dim=_count(raw, "embedder", "dim", where),
-                   max_length=_count(raw, "embedder", "max_length", where, cls.max_length))
+                   max_length=_count(raw, "embedder", "max_length", where, cls.max_length), gguf=gguf)
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,8 @@ def load_artifacts(bundle: Bundle, threads: int = 1, verify: bool = True) -> Bun
     where = bundle.path / MANIFEST
     emb_section = EmbedderSection.parse(emb, where)
     read = {cat["file"], idx["file"], emb_section.file, emb_section.tokenizer}
+    if emb_section.gguf is not None:
+        bundle.file(emb_section.gguf)  # a listed file (checked with every other one below); the native core runs it
     catalog = read_catalog(bundle, cat["file"], verify)
     index = ToolIndex.from_bytes(bundle.read(idx["file"], verify), catalog.ids, name=str(bundle.file(idx["file"])))
     embedder = open_embedder(emb_section, bundle, threads=threads, verify=verify)
