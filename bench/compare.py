@@ -310,7 +310,6 @@ class _EmbedVariants:
     def __init__(self, selector: Any, include_pytorch: bool, include_bm25: bool) -> None:
         self.selector = selector
         self.candidates = selector.config.candidates
-        self.k_min, self.k_max = selector.config.cut.k_min, selector.config.cut.k_max
         self.ids = selector.catalog.ids
         self.index_matrix = selector.index.vectors(self.ids)  # what usearch holds (f16/i8, back as f32 unit vectors)
         self.notes: list[str] = []
@@ -342,15 +341,13 @@ class _EmbedVariants:
                           "sentence-transformers encode(normalize_embeddings=True)")
 
     def ours(self, text: str, rec: dict[str, float]):
-        from magicselector.stages.cut import paper_cut
-
         embedder, index = self.selector.embedder, self.selector.index
         t0 = time.perf_counter()
         q = embedder.embed([text])
         t1 = time.perf_counter()
         got_ids, scores = index.search(q, self.candidates)[0]
         t2 = time.perf_counter()
-        paper_cut(scores, index.vectors(got_ids), self.k_min, self.k_max)
+        self.selector.config.cut.apply(scores)  # the shipped cut on the one list
         t3 = time.perf_counter()
         rec["ours_embed"] = (t1 - t0) * 1e3
         rec["ours_search"] = (t2 - t1) * 1e3
@@ -366,15 +363,13 @@ class _EmbedVariants:
         import numpy as np
         import torch
 
-        from magicselector.stages.cut import paper_cut
-
         t0 = time.perf_counter()
         with torch.inference_mode():
             q = self.st_model.encode([text], normalize_embeddings=True, convert_to_numpy=True)[0].astype(np.float32)
         t1 = time.perf_counter()
         top, scores = _exact_topk(self.fp32_matrix, q, self.candidates)
         t2 = time.perf_counter()
-        paper_cut(scores, self.fp32_matrix[top], self.k_min, self.k_max)
+        self.selector.config.cut.apply(scores)
         t3 = time.perf_counter()
         rec["pytorch_fp32_embed"] = (t1 - t0) * 1e3
         rec["pytorch_fp32_search"] = (t2 - t1) * 1e3

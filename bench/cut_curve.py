@@ -1,7 +1,7 @@
 """Completeness against mean K for the top-K cuts: fixed k, the paper's rule, rmargin and the experiments (``cut_rules``).
 
 A cut only reads the ranked lists, so the lists are computed once per query
-(``collect_rankings``: ``Selector.select`` with a cut that keeps everything) and every cut
+(``collect_rankings``: ``Selector.rank``, the turn before its cut) and every cut
 configuration is then re-applied offline (``cut_curve``, ``sweep``), exactly as ``Selector.select``
 would apply it for either ``cut_scope``. The comparison that matters is at equal mean K: a rule
 beats fixed truncation only if its Completeness@K is above the fixed-k curve interpolated at
@@ -21,15 +21,18 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from magicselector.selector import Selector
-from magicselector.stages.cut import CutConfig, cut_per_list
+from magicselector.stages.cut import CutConfig, CutRule, cut_turn
 from magicselector.stages.head import HeadModel, head_cut, head_features
 
 from magicselector.data.datasets import Benchmark, load_benchmark
 
-from .cut_rules import ExperimentCut
+from .cut_rules import ExperimentCut, FixedCut, PaperCut
 
 CUT_SCOPES = ("subtask", "fused")
-AnyCut = CutConfig | ExperimentCut  # a runtime cut or one of the experiments that lost to it
+AnyCut = CutRule  # the shipped CutConfig or one of the experiments that lost to it (cut_rules)
+# rmargin as first tried: the range over the whole list, no per-list margin, anchor cap or head floor
+PLAIN_RMARGIN = CutConfig(k_max=20, range_margin=0.5, range_depth=0, list_range_margin=None, anchor_k_max=None,
+                          min_probability=0.0)
 
 
 @dataclass(frozen=True)
@@ -61,22 +64,21 @@ def _sample(queries: list, limit: int | None, seed: int) -> list:
 
 def collect_rankings(selector: Selector, benchmark: Benchmark | str | Path, limit: int | None = None,
                      seed: int = 0) -> list[Ranking]:
-    """Run ``selector.select`` once per query with a cut that keeps everything; store the rankings.
+    """Run ``selector.rank`` once per query (the turn before its cut); store the rankings.
 
     ``selector`` must be over the benchmark's catalog (``evaluate.selector_for_catalog``); its
-    config (decomposition, fusion, rerank, candidates) is kept, only the cut is replaced.
+    config (decomposition, fusion, rerank, candidates) is kept; the cut is re-applied later.
     """
     bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark)
-    keep_all = CutConfig(rule="fixed", fixed_k=selector.config.candidates)
-    sel = selector.with_config(cut=keep_all, head=False)  # the fused order; reapply(head=...) adds the head
     rows = []
     for q in _sample(bench.queries, limit, seed):
-        s = sel.select(q.query, q.history)
+        r = selector.rank(q.query, q.history)
         rows.append(Ranking(
-            query_id=q.id, category=q.category, gold=list(q.gold), ids=list(s.ranked_ids),
-            scores=np.asarray(s.ranked_scores, dtype=np.float64), vectors=sel.index.vectors(s.ranked_ids),
-            lists=[(text, list(ids), np.asarray(scores, dtype=np.float64)) for text, ids, scores in s.lists],
-            history_list=s.history_list))
+            query_id=q.id, category=q.category, gold=list(q.gold), ids=list(r.ids),
+            scores=np.asarray(r.scores.tolist(), dtype=np.float64), vectors=selector.index.vectors(r.ids),
+            lists=[(text, list(lst.ids), np.asarray([float(x) for x in lst.scores], dtype=np.float64))
+                   for text, lst in zip(r.texts, r.lists)],
+            history_list=r.history_list))
     return rows
 
 
@@ -87,11 +89,8 @@ def reapply(row: Ranking, config: AnyCut, cut_scope: str = "subtask", head: Head
     orders and cuts them (``stages/head.py``)."""
     if cut_scope not in CUT_SCOPES:
         raise ValueError(f"cut_scope must be one of {CUT_SCOPES}, got {cut_scope!r}")
-    if cut_scope == "subtask" and len(row.lists) > 1 and config.rule != "fixed":
-        order, cut = cut_per_list(config, [(ids, scores) for _, ids, scores in row.lists], row.ids, row.vectors_of)
-    else:
-        emb = row.vectors if config.rule != "fixed" else None
-        order, cut = list(range(len(row.ids))), config.apply(row.scores, emb, normalized=True)
+    order, cut = cut_turn(config, [(ids, scores) for _, ids, scores in row.lists], row.ids, row.scores,
+                          row.vectors_of, per_list=cut_scope == "subtask")
     k = cut.k
     if head is not None:
         probs = head.probabilities(head_features([(ids, scores) for _, ids, scores in row.lists], row.history_list,
@@ -152,12 +151,12 @@ def cut_curve(rows: Sequence[Ranking], rules: Mapping[str, AnyCut], cut_scope: s
 # cosines (about 0.2-0.9); rerank scores (z-scored mixes, logits) need wider margins/temperatures.
 Grid = tuple[AnyCut, str, Sequence[float]]
 DEFAULT_GRIDS: dict[str, Grid] = {
-    "paper": (CutConfig(rule="paper"), "k_min", [1]),  # the paper's rule as published: one point
+    "paper": (PaperCut(), "k_min", [1]),  # the paper's rule as published: one point
     "margin": (ExperimentCut(rule="margin"), "margin", [0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3]),
     "zmargin": (ExperimentCut(rule="zmargin"), "z_margin", [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5]),
-    "rmargin": (CutConfig(rule="rmargin"), "range_margin", [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8]),
-    # the shipped form: the range over the reranked head of 15 (see config.DEFAULT_CUT)
-    "rmargin15": (CutConfig(rule="rmargin", range_depth=15), "range_margin",
+    "rmargin": (PLAIN_RMARGIN, "range_margin", [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8]),
+    # the shipped form: the range over the reranked head of 15 (CutConfig)
+    "rmargin15": (replace(PLAIN_RMARGIN, range_depth=15), "range_margin",
                   [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9, 0.95, 1.0]),
     "mass": (ExperimentCut(rule="mass", temperature=0.03), "mass", [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]),
 }
@@ -196,7 +195,7 @@ def choose_on_dev(dev_sweep: Mapping[str, Any], grids: Mapping[str, Grid] | None
         if best is not None:
             label = name if len(values) == 1 else f"{name}({param}={best['value']:g})"
             chosen[label] = replace(base, **{param: best["value"]})
-    chosen["fixed(k=10)"] = CutConfig(rule="fixed", fixed_k=10)
+    chosen["fixed(k=10)"] = FixedCut(10)
     return chosen
 
 

@@ -29,11 +29,13 @@ from magicselector.dialogue import retrieval_text, validate_history, validate_qu
 from magicselector.errors import InputError
 from magicselector.files import cache_home
 from magicselector.selector import Selector, bounded_history
-from magicselector.stages.cut import CutConfig, apply_cut
+from magicselector.stages.cut import CutRule
 from magicselector.stages.index import ToolIndex
 
 from magicselector.data.datasets import Benchmark, Query, load_benchmark
 from magicselector.data.metrics import completeness_at_k, mean, ndcg_at_k, recall_at_k
+
+from .cut_rules import FixedCut
 
 RETRIEVERS = ("dense", "bm25", "hybrid")
 _SHIPPED = SelectorConfig()
@@ -79,9 +81,9 @@ class EvalConfig:
         return self.retriever or ("hybrid" if _SHIPPED.lexical else "dense")
 
     @property
-    def cut(self) -> CutConfig:
+    def cut(self) -> CutRule:
         """The cut the evaluation applies: the selector's, or a fixed top-k when not adaptive."""
-        return self.selector.cut if self.adaptive else CutConfig(rule="fixed", fixed_k=self.k)
+        return self.selector.cut if self.adaptive else FixedCut(self.k)
 
     def __post_init__(self) -> None:
         if not isinstance(self.selector, SelectorConfig):
@@ -192,8 +194,8 @@ def _bm25_ranking(selector: Selector, q: Query, run: SelectorConfig, candidates:
     """BM25 alone: the runtime's lexical index over the retrieval text, cut by the run's rule; (ranked ids, K)."""
     text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), run.history, run.history_turns)
     ids, scores = selector.lexical.search([text], candidates)[0]
-    emb = selector.index.vectors(ids) if run.cut.rule != "fixed" else None
-    return list(ids), apply_cut(run.cut, np.asarray(scores), emb).k
+    emb = selector.index.vectors(ids) if run.cut.uses_embeddings else None
+    return list(ids), run.cut.apply(np.asarray(scores), emb).k
 
 
 def _scored_row(q: Query, selector: Selector, raw_selector: Selector | None, run: SelectorConfig,
@@ -305,6 +307,7 @@ def report_config(config: EvalConfig, ran: SelectorConfig, asked: SelectorConfig
     for the bundle's), then the evaluation's own."""
     own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "selector"}
     settings = asdict(ran)
+    settings["cut"] = {"rule": ran.cut.rule, **settings["cut"]}
     settings["llm"].update(model=asked.llm.model, prompt=asked.llm.prompt if asked.llm.model is not None
                            or asked.llm.prompt != _SHIPPED.llm.prompt else None)
     return {**settings, **own, "retriever": config.retrieval, "decompose": config.decomposition}

@@ -47,7 +47,6 @@ from magicselector.dialogue import retrieval_text
 from magicselector.errors import InputError
 from magicselector.formats import tool_definitions
 from magicselector.selector import bounded_history
-from magicselector.stages.cut import apply_cut
 from magicselector.tokens import schema_tokens
 
 from magicselector.data.datasets import Benchmark, load_benchmark
@@ -209,7 +208,7 @@ class FP32Reference:
         for q, s in zip(queries, sims):
             top = np.argsort(-s, kind="stable")[:count]
             ranked = [ids[i] for i in top]
-            K = apply_cut(shipped.cut, s[top], tools[top]).k
+            K = shipped.cut.apply(s[top], tools[top] if shipped.cut.uses_embeddings else None).k
             rows.append((ranked, list(q.gold), K))
         return ranked_columns(rows, config.at, cost or token_cost(bench))
 
@@ -348,7 +347,7 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": machine_description(),
         "bundle": _bundle_description(base, bundle_path),
-        "shipped": asdict(shipped),
+        "shipped": {**asdict(shipped), "cut": {"rule": shipped.cut.rule, **asdict(shipped.cut)}},
         "config": asdict(config),
         "configurations": names,
         "reference_checkpoint": str(reference.checkpoint) if reference is not None else None,
@@ -382,7 +381,7 @@ def _bundle_description(base: Any, path: Path) -> dict[str, Any]:
 def _shipped_line(s: dict[str, Any]) -> str:
     cut = s["cut"]
     # the cut's own parameters by rule; a rule this report does not know is named without them
-    params = {"fixed": f"k {cut.get('fixed_k')}",
+    params = {"fixed": f"k {cut.get('k')}",
               "rmargin": f"range_margin {cut.get('range_margin')}, range_depth {cut.get('range_depth')}, "
                          f"per list of a decomposed turn {cut.get('list_range_margin')}, "
                          f"anchor at most {cut.get('anchor_k_max')}",

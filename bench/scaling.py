@@ -13,7 +13,7 @@ queries are fresh draws from the same mixture.
 ``uniform`` draws points uniformly on the sphere: at d = 384 every point is nearly orthogonal to
 every other, the worst case for any graph index, and unlike real embeddings.
 
-``cut_scaling``: time of ``magicselector.stages.cut.paper_cut`` (with embeddings, i.e. K_score and
+``cut_scaling``: time of ``magicselector.bench.cut_rules.paper_cut`` (with embeddings, i.e. K_score and
 K_sim) for n = 10 .. 100k candidates, the median of repeats (each repeat averaged over enough calls
 to be well above the timer's resolution), and a least-squares fit of time against n: slope (us per
 candidate), intercept (us), R^2 in linear space, and the slope of log(time) against log(n) (1 for
@@ -155,7 +155,7 @@ def cut_scaling(ns: Sequence[int] = DEFAULT_CUT_NS, dim: int = 384, repeats: int
     """
     import numpy as np
 
-    from magicselector.stages.cut import paper_cut
+    from .cut_rules import paper_cut
 
     rng = np.random.default_rng(seed)
     cases = []

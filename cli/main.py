@@ -12,12 +12,13 @@ from typing import Any, Sequence
 
 import magicselector as _runtime
 from magicselector.cli_options import (add_bundle_trust_options, add_history_file_option, add_selector_options,
-                                       bundle_trust, history_mode_with_history, selector_config)
+                                       bundle_trust, history_mode_with_history, selector_config, warn)
 from magicselector.errors import InputError, MagicSelectorError
 from magicselector.targets import TARGET_CHOICES
 
 DEMO_FILE = Path(_runtime.__file__).resolve().parent / "demo" / "dialogue.json"
 METRICS_AT = 10  # eval's default metric cutoff (NDCG@10, Recall@10, Completeness@10)
+FIXED_K = 10  # eval --cut fixed's default k
 
 
 def _selector(args: argparse.Namespace, **config: Any):
@@ -253,18 +254,35 @@ def eval_config(args: argparse.Namespace):
     (its cut, history mode, rerank, fusion and decomposition), measured at ``--at`` (10)."""
     from magicselector.bench.evaluate import EvalConfig
 
-    at = METRICS_AT if args.at is None else args.at  # --k is the fixed cut's k, as on every command
+    at = METRICS_AT if args.at is None else args.at  # --k is the fixed cut's k
     config = selector_config(args)
-    cut = config.cut
+    cut = eval_cut(args, config.cut)
     if args.retriever == "bm25" and args.decompose not in (None, "none"):
         raise InputError("decomposition is evaluated with the dense or hybrid retriever (--retriever dense|hybrid)")
     lexical = {name: getattr(args, name) for name in ("lexical_weight", "lexical_candidates")
                if getattr(args, name) is not None}
     from dataclasses import replace
 
-    return EvalConfig(replace(config, **lexical), k=at, adaptive=not (cut.rule == "fixed" and cut.fixed_k == at),
+    return EvalConfig(replace(config, cut=cut, **lexical), k=at, adaptive=not (cut.rule == "fixed" and cut.k_max == at),
                       retriever=args.retriever, limit=args.limit, reranker=args.reranker,
                       on_bad_query=args.on_bad_query)
+
+
+def eval_cut(args: argparse.Namespace, shipped: Any) -> Any:
+    """The cut ``eval --cut`` names: the shipped rmargin (``shipped``, the cut flags applied), or a
+    bench baseline (``magicselector.bench.cut_rules``): the paper's Algorithm 2 within the shipped
+    cut's bounds, or the first ``--k`` tools. ``--k N`` alone means ``--cut fixed``."""
+    rule = args.cut or ("fixed" if args.k is not None else "rmargin")
+    if args.k is not None and rule != "fixed":
+        warn(f"note: --k sets the fixed cut's k; --cut {rule} does not read it (bounds: --k-min, --k-max)")
+    if rule == "rmargin":
+        return shipped
+    from magicselector.bench.cut_rules import FixedCut, PaperCut
+
+    if rule == "fixed":
+        return FixedCut(FIXED_K if args.k is None else args.k)
+    return PaperCut(k_min=shipped.k_min, k_max=shipped.k_max, anchor_k_max=shipped.anchor_k_max,
+                    min_probability=shipped.min_probability)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -406,6 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--at", type=int, default=None, metavar="N",
                     help=f"the metric cutoff: NDCG@N, Recall@N, Completeness@N (default {METRICS_AT})")
     add_selector_options(sp)
+    sp.add_argument("--cut", choices=["rmargin", "paper", "fixed"], default=None,
+                    help="the Top-K rule: rmargin (default: the shipped cut, with the cut flags above), or a bench "
+                         "baseline: paper (the paper's Algorithm 2 as written, within --k-min/--k-max) or fixed "
+                         "(the first --k tools)")
+    sp.add_argument("--k", type=int, default=None, metavar="N",
+                    help=f"k of the fixed cut; alone it means --cut fixed (default {FIXED_K})")
     sp.add_argument("--reranker", metavar="DIR",
                     help="a reranker folder (model.onnx, tokenizer.json, reranker.json) instead of the bundle's")
     sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default=None,

@@ -18,14 +18,14 @@ from .catalog import Catalog, Tool, load_catalog, load_catalogs, load_phone_cata
 from .config import InputLimits, LLMDecomposerConfig, SelectorConfig
 from .default_bundle import ensure_default_bundle
 from .errors import BundleError, CatalogError, InputError, MagicSelectorError, UnknownToolError
-from .selector import SelectedTool, Selection, Selector
-from .stages.cut import Cut, CutConfig, paper_cut
+from .selector import Ranking, SelectedTool, Selection, Selector
+from .stages.cut import Cut, CutConfig, CutRule
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Bundle", "BundleError", "Catalog", "CatalogError", "Cut", "CutConfig", "InputError", "InputLimits",
-    "LLMDecomposerConfig", "MagicSelectorError", "SelectedTool", "Selection", "Selector", "SelectorConfig", "Tool",
-    "UnknownToolError", "default_bundle_dir", "ensure_default_bundle", "load_catalog", "load_catalogs",
-    "load_phone_catalog", "mcp_catalog", "paper_cut", "tool_text",
+    "Bundle", "BundleError", "Catalog", "CatalogError", "Cut", "CutConfig", "CutRule", "InputError", "InputLimits",
+    "LLMDecomposerConfig", "MagicSelectorError", "Ranking", "SelectedTool", "Selection", "Selector",
+    "SelectorConfig", "Tool", "UnknownToolError", "default_bundle_dir", "ensure_default_bundle", "load_catalog",
+    "load_catalogs", "load_phone_catalog", "mcp_catalog", "tool_text",
 ]

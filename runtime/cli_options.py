@@ -16,12 +16,12 @@ from typing import Any
 
 from .config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
 from .errors import InputError
-from .stages.cut import CUT_RULES, CutConfig
+from .stages.cut import CutConfig
 from .decompose import PROMPT_STYLES
 
 SHIPPED = SelectorConfig()
 
-# the parameters of each cut rule: (flag, CutConfig field, type, help)
+# the shipped cut's parameters: (flag, CutConfig field, type, help)
 _CUT_PARAMETERS = (
     ("--k-min", "k_min", int, "lower bound on K for every adaptive rule"),
     ("--k-max", "k_max", int, "upper bound on K for every adaptive rule"),
@@ -79,12 +79,7 @@ def add_history_file_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_cut_options(p: argparse.ArgumentParser) -> None:
-    """``--cut RULE``, ``--k N`` (the fixed cut's k) and each rule's parameters."""
-    p.add_argument("--cut", choices=sorted(CUT_RULES), default=None,
-                   help=f"the Top-K rule (default {SHIPPED.cut.rule!r}, the shipped one; 'paper' is the paper's "
-                        "Algorithm 2 as written, 'fixed' keeps --k tools)")
-    p.add_argument("--k", type=int, default=None, metavar="N",
-                   help=f"k of the fixed cut; alone it means --cut fixed (default k {SHIPPED.cut.fixed_k})")
+    """The shipped cut's parameters (``CutConfig``)."""
     for flag, field, type_, text in _CUT_PARAMETERS:
         p.add_argument(flag, type=type_, default=None, dest=f"cut_{field}",
                        help=f"{text} (default {getattr(SHIPPED.cut, field)})")
@@ -151,30 +146,16 @@ def add_selector_options(p: argparse.ArgumentParser) -> None:
     add_decompose_options(p)
 
 
-def cut_config(args: argparse.Namespace, base: CutConfig = SHIPPED.cut) -> CutConfig:
-    """The cut the flags ask for: ``base`` (the shipped cut) with the given rule and parameters.
-
-    ``--k N`` without ``--cut`` means ``--cut fixed``; a fixed k above k_max raises k_max to it
-    (the per-sub-task union is capped at k_max), unless ``--k-max`` was given."""
-    k = getattr(args, "k", None)
-    rule = getattr(args, "cut", None) or ("fixed" if k is not None else base.rule)
-    changes: dict[str, Any] = {"rule": rule}
-    for _, field, _, _ in _CUT_PARAMETERS:
-        value = getattr(args, f"cut_{field}", None)
-        if value is not None:
-            changes[field] = value
-    if k is not None:
-        if rule != "fixed":
-            warn(f"note: --k sets the fixed cut's k; --cut {rule} does not read it (bounds: --k-min, --k-max)")
-        changes["fixed_k"] = k
-        if rule == "fixed" and "k_max" not in changes and k > base.k_max:
-            changes["k_max"] = k
-    return replace(base, **changes)
+def cut_config(args: argparse.Namespace, base: CutConfig | None = None) -> CutConfig:
+    """The cut the flags ask for: ``base`` (default: the shipped cut) with the given parameters."""
+    changes = {field: getattr(args, f"cut_{field}") for _, field, _, _ in _CUT_PARAMETERS
+               if getattr(args, f"cut_{field}", None) is not None}
+    return replace(base if base is not None else CutConfig(), **changes)
 
 
 def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **overrides: Any) -> SelectorConfig:
     """``base`` (the shipped SelectorConfig) with what the flags gave; ``overrides`` win over both."""
-    changes: dict[str, Any] = {"cut": cut_config(args, base.cut)}
+    changes: dict[str, Any] = {"cut": cut_config(args, base.cut if isinstance(base.cut, CutConfig) else None)}
     for field, attr in (("history", "history_mode"), ("threads", "threads"), ("rerank_weight", "rerank_weight"),
                         ("rerank_candidates", "rerank_candidates"), ("rerank_skip_margin", "rerank_skip_margin"),
                         ("decompose", "decompose"), ("max_tools", "max_tools"),

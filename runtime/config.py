@@ -1,4 +1,4 @@
-"""``SelectorConfig`` (``SelectorConfig()`` ships), its groups ``InputLimits`` and ``LLMDecomposerConfig``, the shipped cut."""
+"""``SelectorConfig`` (``SelectorConfig()`` ships) and its groups ``InputLimits`` and ``LLMDecomposerConfig``."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,17 +6,10 @@ import numbers
 from dataclasses import dataclass, field
 
 from .errors import InputError
-from .stages.cut import CutConfig
+from .stages.cut import CutConfig, CutRule
 from .decompose.prompts import PROMPT_STYLES
 
 HISTORY_MODES = ("none", "user", "questions", "all")
-# The shipped cut: keep the tools within 70 % of the score range of the list's first 15 below the
-# top score; in a decomposed turn 80 % on each list, and at most 5 tools from the anchor list; of
-# those, the bundle's learned head drops the ones it gives under 1.2 % and keeps at most the 10
-# likeliest (stages/head.py). Why these values (the fewest tools at the same completeness on every
-# development part): docs/bench/defaults.md, docs/bench/budget.md and docs/bench/history.md.
-DEFAULT_CUT = CutConfig(rule="rmargin", k_max=10, range_margin=0.7, range_depth=15, list_range_margin=0.8,
-                        anchor_k_max=5, min_probability=0.012)
 DECOMPOSE_MODES = ("none", "rules", "llm", "auto")
 
 
@@ -90,9 +83,9 @@ class SelectorConfig:
       the considered turns a history mode folds into the retrieval text. The bundle's learned head
       was fitted under the shipped mode; under another it still runs, on score shapes it did not learn.
     candidates: how many tools each retrieval list returns before fusion and the cut.
-    cut: the adaptive cut (``stages/cut.py``). With several retrieval lists (a decomposed turn)
-      and no rerank it runs on each list and the kept tools are united; on a reranked turn it runs
-      once on the reranked list.
+    cut: the adaptive cut, ``CutConfig`` (``stages/cut.py``; the bench's rules, bench/cut_rules.py,
+      are ``CutRule``s too). With several retrieval lists (a decomposed turn) and no rerank it runs
+      on each list and the kept tools are united; on a reranked turn it runs once on the reranked list.
     rerank: run the bundle's cross-encoder (when it has one) once per turn over the fused list's
       top ``rerank_candidates`` tools (``stages/rerank.py`` ``rerank_fused``); the cut then runs on
       the reranked list. ``rerank_skip_margin``: where the fused list's top tool leads the runner-up
@@ -119,7 +112,7 @@ class SelectorConfig:
     history: str = "questions"
     history_turns: int = 4
     candidates: int = 30
-    cut: CutConfig = field(default_factory=lambda: DEFAULT_CUT)
+    cut: CutRule = field(default_factory=CutConfig)
     rerank: bool = False
     rerank_candidates: int = 10
     rerank_weight: float = 0.5

@@ -133,7 +133,11 @@ def pipeline_probes(selector: Selector, turns: Sequence[dict[str, Any]] = PIPELI
 
 
 def _config(selector: Selector) -> dict[str, Any]:
+    from .stages.cut import CutConfig
+
     cfg, cut = selector.config, selector.config.cut
+    if not isinstance(cut, CutConfig):  # a bench rule (bench/cut_rules.py) is no part of a bundle
+        raise BundleError(f"golden probes are written for the shipped cut (CutConfig), not {cut.rule!r}")
     return {"history": cfg.history, "history_turns": cfg.history_turns, "candidates": cfg.candidates,
             "decompose": cfg.decompose, "lexical": cfg.lexical, "lexical_weight": cfg.lexical_weight,
             "lexical_candidates": cfg.lexical_candidates, "head": cfg.head and selector.head is not None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .backends import EncoderModel, open_model
 from .bundle import MANIFEST, Bundle
@@ -108,12 +108,43 @@ def _path(bundle: Bundle | Path, rel: str) -> Path:
     return bundle.file(rel) if isinstance(bundle, Bundle) else Path(bundle) / rel
 
 
-def _model(bundle: Bundle | Path, rel: str, threads: int, verify: bool) -> EncoderModel:
-    """An opened bundle's model is read once, checked and loaded from those bytes (at once); a
-    folder being built opens its file (lazily)."""
+def _model(bundle: Bundle | Path, rel: str, threads: int, verify: bool, lazy: bool = False) -> EncoderModel:
+    """An opened bundle's model is read once, checked and loaded from those bytes (at once; with
+    ``lazy`` on first use, from the file kept open, ``_kept_file``); a folder being built opens its
+    file (lazily)."""
     if isinstance(bundle, Bundle):
-        return open_model(bundle.file(rel), threads=threads, data=bundle.read(rel, verify), name=str(bundle.path / rel))
+        name = str(bundle.path / rel)
+        if lazy:
+            return open_model(bundle.file(rel), threads=threads, data=_kept_file(bundle, rel, verify, name), name=name)
+        return open_model(bundle.file(rel), threads=threads, data=bundle.read(rel, verify), name=name)
     return open_model(Path(bundle) / rel, threads=threads)
+
+
+def _kept_file(bundle: Bundle, rel: str, verify: bool, name: str) -> Callable[[], bytes]:
+    """A function that returns the bytes of ``rel`` as they were checked now: the file is read and
+    checked once here (``Bundle.read``), its handle kept open, and read again on first use, so a
+    later rebuild or removal of the folder does not reach it; bytes that differ from the checked
+    ones then are a BundleError naming it."""
+    import hashlib
+    import weakref
+
+    data = bundle.read(rel, verify)
+    size, digest = len(data), hashlib.sha256(data).digest()
+    del data
+    handle = open(bundle.file(rel), "rb")  # noqa: SIM115 - held for the Selector's life, read once
+
+    def read() -> bytes:
+        if handle.closed:
+            raise BundleError(f"{name}: could not be loaded before; reload the bundle")
+        handle.seek(0)
+        got = handle.read(size + 1)
+        handle.close()
+        if len(got) != size or hashlib.sha256(got).digest() != digest:
+            raise BundleError(f"{name}: changed on disk since the bundle was loaded; reload the bundle")
+        return got
+
+    weakref.finalize(read, handle.close)  # a Selector that never reranked closes it when it goes
+    return read
 
 
 def _tokenizer_bytes(bundle: Bundle | Path, rel: str, verify: bool) -> bytes | None:
@@ -131,14 +162,16 @@ def open_embedder(section: EmbedderSection, bundle: Bundle | Path, threads: int 
 
 
 def open_reranker(section: RerankerSection, bundle: Bundle | Path, threads: int = 1,
-                  verify: bool = True) -> CrossEncoder:
+                  verify: bool = True, lazy: bool = False) -> CrossEncoder:
     """The rerank stage of a bundle (or of the folder a bundle is being built in). An opened bundle
-    whose reranker was quantized for another CPU than this one warns once (``magicselector.targets``)."""
+    whose reranker was quantized for another CPU than this one warns once (``magicselector.targets``).
+    ``lazy``: the model is read, checked and loaded on the first turn that reranks (the shipped
+    configuration never does, so it costs no memory)."""
     if isinstance(bundle, Bundle):
         warn_if_other_target(section.target, f"{bundle.path}'s reranker")
     tokenizer = PairTokenizer(_path(bundle, section.tokenizer), section.max_length, section.truncation,
                               section.min_tool_tokens, data=_tokenizer_bytes(bundle, section.tokenizer, verify))
-    return CrossEncoder(_model(bundle, section.file, threads, verify), tokenizer, threads=threads)
+    return CrossEncoder(_model(bundle, section.file, threads, verify, lazy), tokenizer, threads=threads)
 
 
 def read_catalog(bundle: Bundle, rel: str, verify: bool = True) -> Catalog:
@@ -172,10 +205,11 @@ class BundleArtifacts:
 
 
 def load_artifacts(bundle: Bundle, threads: int = 1, verify: bool = True) -> BundleArtifacts:
-    """Build every stage of an opened bundle from its files' checked bytes: the models' sessions
-    are created now, the index, catalog and lexical index fully parsed, so a damaged, truncated
-    or missing file is a BundleError naming it before any query. With ``verify``, every other
-    listed file (golden probes, a decomposer) is checked against the manifest too."""
+    """Build every stage of an opened bundle from its files' checked bytes: the embedder's session
+    is created now (the cross-encoder's on the first turn that reranks), the index, catalog and
+    lexical index fully parsed, so a damaged, truncated or missing file is a BundleError naming it
+    before any query. With ``verify``, every other listed file (golden probes, a decomposer) is
+    checked against the manifest too."""
     emb, idx, cat = bundle.section("embedder"), bundle.section("index"), bundle.section("catalog")
     if not (emb and idx and cat):
         raise BundleError(f"{bundle.path}: manifest lacks an embedder, index or catalog section")
@@ -193,7 +227,8 @@ def load_artifacts(bundle: Bundle, threads: int = 1, verify: bool = True) -> Bun
     rr = bundle.section("reranker")
     if rr:
         rr_section = RerankerSection.parse(rr, where)
-        reranker = open_reranker(rr_section, bundle, threads=threads, verify=verify)
+        # read and checked now, its session made on the first rerank=True turn
+        reranker = open_reranker(rr_section, bundle, threads=threads, verify=verify, lazy=True)
         read |= {rr_section.file, rr_section.tokenizer}
     lexical = bundle_lexical(bundle, catalog.ids, verify=verify)
     lex = bundle.section("lexical")

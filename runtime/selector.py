@@ -53,8 +53,32 @@ class SelectedTool:
 
 
 @dataclass(frozen=True)
+class Ranking:
+    """A turn's retrieval before the cut (``Selector.rank``): what every cut and the learned head
+    read. ``texts``: the texts retrieved with (the utterance, its sub-tasks, the history-folded
+    utterance; ``history_list`` says which is the last, None: none); ``lists``: each text's ranked
+    list after the lexical fusion and the rerank; ``ids`` / ``scores`` / ``source``: the fused (or
+    reranked) list, each tool's best list; ``catalog``: the catalog the turn searched, ``version``
+    its ``catalog_version``; ``reranked``: 1 where the cross-encoder set the order."""
+
+    texts: list[str]
+    lists: list[RankedList]
+    ids: list[str]
+    scores: np.ndarray
+    source: list[int]
+    history_list: int | None
+    subtasks: list[str]
+    catalog: Catalog
+    version: int
+    reranked: int
+    trace: DecomposeTrace
+    vectors: Callable[[list[str]], np.ndarray] | None = None  # listed tools' vectors, where the cut reads them
+
+
+@dataclass(frozen=True)
 class Selection:
-    """What the Selector chose for one turn."""
+    """What the Selector chose for one turn; its tools' definitions (``Selector.schemas``) come
+    from the catalog the turn searched (``catalog``), whatever changed since."""
 
     tools: list[SelectedTool]
     k: int
@@ -63,11 +87,8 @@ class Selection:
     candidates: int
     timings_ms: dict[str, float]
     decomposer: str = "none"
-    ranked_ids: list[str] = field(default_factory=list)  # the whole ranked list before the cut
+    ranked_ids: list[str] = field(default_factory=list)  # the whole ranked list after the cut
     ranked_scores: list[float] = field(default_factory=list)
-    # per retrieval list (utterance anchor first, then each sub-task), after the rerank: (text, ids,
-    # scores); what the cut saw, kept for analysis (bench/cut_curve.py)
-    lists: list[tuple[str, list[str], list[float]]] = field(default_factory=list)
     # how many add_tool / remove_tool calls the Selector had applied when this turn searched: two
     # selections with the same version saw the same catalog
     catalog_version: int = 0
@@ -77,11 +98,35 @@ class Selection:
     budget: Budget = field(default_factory=Budget)  # the caller's bound on the tools; k is within it
     # tokens of the kept tools' definitions in budget.format (counted where a token budget was set)
     schema_tokens: int | None = None
-    history_list: int | None = None  # which of ``lists`` is the history-folded utterance (None: none)
+    ranking: Ranking | None = field(default=None, repr=False)  # the retrieval the cut read
 
     @property
     def ids(self) -> list[str]:
         return [t.id for t in self.tools]
+
+    @property
+    def catalog(self) -> Catalog | None:
+        """The catalog this turn searched (None: a Selection made by hand)."""
+        return self.ranking.catalog if self.ranking is not None else None
+
+    @property
+    def retrieved_texts(self) -> list[str]:
+        """Every text retrieved with: the utterance, the sub-tasks, the history-folded utterance."""
+        return list(self.ranking.texts) if self.ranking is not None else []
+
+    @property
+    def lists(self) -> list[tuple[str, list[str], list[float]]]:
+        """Per retrieval list (utterance anchor first, then each sub-task), after the rerank: (text,
+        ids, scores), what the cut saw; built when read (analysis: bench/cut_curve.py)."""
+        if self.ranking is None:
+            return []
+        return [(text, list(lst.ids), [float(x) for x in lst.scores])
+                for text, lst in zip(self.ranking.texts, self.ranking.lists)]
+
+    @property
+    def history_list(self) -> int | None:
+        """Which of ``lists`` is the history-folded utterance (None: none)."""
+        return self.ranking.history_list if self.ranking is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,8 +135,7 @@ class Selection:
             "k": self.k,
             "cut": {"rule": self.cut.rule, "k_score": self.cut.k_score, "k_sim": self.cut.k_sim},
             "subtasks": list(self.subtasks),
-            # every text retrieved with: the utterance, the sub-tasks, the history-folded utterance
-            "retrieved_texts": [text for text, _, _ in self.lists],
+            "retrieved_texts": self.retrieved_texts,
             "candidates": self.candidates,
             "decomposer": self.decomposer,
             "decomposition": self.trace.to_dict(),
@@ -320,6 +364,49 @@ class Selector:
         query, turns, _, subtasks = self._decompose(query, history)
         return self._retrieval_texts(query, turns, subtasks)[0]
 
+    def rank(self, query: str, history: Iterable[Any] | None = ()) -> Ranking:
+        """The turn's retrieval before the cut: decompose, embed, search + lexical, fuse and, with
+        ``rerank``, the cross-encoder (``Ranking``); what ``select`` cuts, and what the bench and
+        the head's trainer read to re-apply cuts offline."""
+        return self._rank(query, history, _Timer())
+
+    def _rank(self, query: str, history: Iterable[Any] | None, timer: _Timer) -> Ranking:
+        t = time.perf_counter()
+        query, turns, decomposition, subtasks = self._decompose(query, history)
+        trace = decomposition.trace
+        t = timer.lap("decompose", t)
+        if trace.load_ms > 0:  # the one-off model load is reported on its own
+            timer.ms["decompose_load"] = trace.load_ms
+            timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - trace.load_ms)
+        texts, history_list = self._retrieval_texts(query, turns, subtasks)
+        vectors = self.embedder.embed(texts)
+        timer.lap("embed", t)
+        catalog, version, lists, vectors_of = self._retrieve(texts, vectors, timer)
+        t = time.perf_counter()
+        fused = peak_rank_fusion(lists)
+        ids, scores, source = fused.ids, np.asarray(fused.scores), fused.source
+        t = timer.lap("fuse", t)
+        reranked = 0  # 1 where the cross-encoder set this turn's order (the skip may keep the fused one)
+        if self.reranker is not None and self.config.rerank:
+            ids, scores, source, reranked = self._rerank(catalog, texts, ids, scores, source)
+            timer.lap("rerank", t)
+        return Ranking(texts, lists, ids, scores, source, history_list, subtasks, catalog, version, reranked,
+                       trace, vectors_of)
+
+    def _rerank(self, catalog: Catalog, texts: list[str], ids: list[str], scores: np.ndarray, source: list[int]
+                ) -> tuple[list[str], np.ndarray, list[int], int]:
+        """The cross-encoder over the fused list's head (``rerank_fused``); the list as it was where
+        the skip keeps retrieval's order."""
+        assert self.reranker is not None
+        rerank = rerank_fused(self.reranker, lambda n: [(texts[source[i]], tool_text(catalog.get(ids[i])))
+                                                        for i in range(n)],
+                              scores, self.config.rerank_candidates, self.config.rerank_weight,
+                              self.config.rerank_skip_margin)
+        if rerank is None:
+            return ids, scores, source, 0
+        new_order, new_scores = rerank
+        return [ids[i] for i in new_order], np.asarray(new_scores), [source[i] for i in new_order], 1
+
     def select(self, query: str, history: Iterable[Any] | None = (), *, max_tools: int | None = None,
                max_schema_tokens: int | None = None, format: str = "mcp") -> Selection:
         """The tools for one turn: ``query`` (the user's utterance) after ``history`` (chat messages,
@@ -328,66 +415,39 @@ class Selector:
         budget = Budget(self.config.max_tools if max_tools is None else max_tools,
                         self.config.max_schema_tokens if max_schema_tokens is None else max_schema_tokens, format)
         timer = _Timer()
+        ranking = self._rank(query, history, timer)
         t = time.perf_counter()
-        query, turns, decomposition, subtasks = self._decompose(query, history)
-        trace = decomposition.trace
-        t = timer.lap("decompose", t)
-        if trace.load_ms > 0:  # the one-off model load is reported on its own
-            timer.ms["decompose_load"] = trace.load_ms
-            timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - trace.load_ms)
-
-        texts, history_list = self._retrieval_texts(query, turns, subtasks)
-        vectors = self.embedder.embed(texts)
-        t = timer.lap("embed", t)
-
-        catalog, version, lists, vectors_of = self._retrieve(texts, vectors, timer)
-        t = time.perf_counter()
-        fused = peak_rank_fusion(lists)
-        ids, scores, source = fused.ids, fused.scores, fused.source
-        t = timer.lap("fuse", t)
-        reranked = 0  # 1 where the cross-encoder set this turn's order (the skip may keep the fused one)
-        if self.reranker is not None and self.config.rerank:
-            rerank = rerank_fused(self.reranker, lambda n: [(texts[source[i]], tool_text(catalog.get(ids[i])))
-                                                            for i in range(n)],
-                                  scores, self.config.rerank_candidates, self.config.rerank_weight,
-                                  self.config.rerank_skip_margin)
-            if rerank is not None:
-                new_order, scores = rerank
-                ids, source, reranked = [ids[i] for i in new_order], [source[i] for i in new_order], 1
-            t = timer.lap("rerank", t)
-        order, cut = cut_turn(self.config.cut, [(lst.ids, lst.scores) for lst in lists], ids, scores, vectors_of,
-                              per_list=not reranked)
-        probability: dict[str, float] = {}
-        if self.head is not None and self.config.head and not reranked:
-            order, cut, probability = self._head(lists, history_list, ids, scores, order, cut)
-        ids, scores, source = [ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order]
+        order, cut, probability = self._cut(ranking)
+        ids, scores, source = ([ranking.ids[i] for i in order], ranking.scores[order],
+                               [ranking.source[i] for i in order])
         t = timer.lap("cut", t)
-        ids, scores, source, k, tokens = self._spend(budget, ids, scores, source, cut.k, lists, catalog,
+        ids, scores, source, k, tokens = self._spend(budget, ids, scores, source, cut.k, ranking,
                                                      by_probability=bool(probability))
         if budget.bounded:
             timer.lap("budget", t)
-        chosen = [_selected(catalog, lists, texts, i, s, src, probability.get(i))
+        chosen = [_selected(ranking, i, s, src, probability.get(i))
                   for i, s, src in zip(ids[:k], scores[:k], source[:k])]
         timer.total()
-        return Selection(tools=chosen, k=k, cut=cut, subtasks=subtasks, candidates=len(ids), budget=budget,
-                         schema_tokens=tokens,
-                         timings_ms=timer.ms, decomposer=self.decomposer.name, ranked_ids=list(ids),
-                         ranked_scores=[float(x) for x in scores], catalog_version=version,
-                         lists=[(tx, list(lst.ids), [float(x) for x in lst.scores]) for tx, lst in zip(texts, lists)],
-                         trace=trace, reranked=reranked, history_list=history_list)
+        return Selection(tools=chosen, k=k, cut=cut, subtasks=ranking.subtasks, candidates=len(ids), budget=budget,
+                         schema_tokens=tokens, timings_ms=timer.ms, decomposer=self.decomposer.name,
+                         ranked_ids=ids, ranked_scores=scores.tolist(), catalog_version=ranking.version,
+                         trace=ranking.trace, reranked=ranking.reranked, ranking=ranking)
 
-    def _head(self, lists: list[RankedList], history_list: int | None, ids: list[str], scores: Any,
-              order: list[int], cut: Cut) -> tuple[list[int], Cut, dict[str, float]]:
-        """The learned head on the fused list: the cut's kept tools ordered by their probability,
-        those under ``cut.min_probability`` dropped (adaptive rules only: a fixed k stays k)."""
-        assert self.head is not None
-        rows = head_features([(lst.ids, lst.scores) for lst in lists], history_list, ids, scores, self.head.depth)
+    def _cut(self, ranking: Ranking) -> tuple[list[int], Cut, dict[str, float]]:
+        """The cut on the turn's lists (``cut_turn``) and, where the bundle has a learned head, the
+        head's order and K of what it kept; with each scored tool's probability."""
+        pairs = [(lst.ids, lst.scores) for lst in ranking.lists]
+        order, cut = cut_turn(self.config.cut, pairs, ranking.ids, ranking.scores, ranking.vectors,
+                              per_list=not ranking.reranked)
+        if self.head is None or not self.config.head or ranking.reranked:
+            return order, cut, {}
+        rows = head_features(pairs, ranking.history_list, ranking.ids, ranking.scores, self.head.depth)
         probs = self.head.probabilities(rows)
         order, k = head_cut(probs, order, cut, self.config.cut)
-        return order, replace(cut, k=k, rule=f"{cut.rule}+head"), dict(zip(ids, map(float, probs)))
+        return order, replace(cut, k=k, rule=f"{cut.rule}+head"), dict(zip(ranking.ids, map(float, probs)))
 
     def _retrieve(self, texts: list[str], vectors: np.ndarray, timer: _Timer
-                  ) -> tuple[Catalog, int, list[RankedList], Any]:
+                  ) -> tuple[Catalog, int, list[RankedList], Callable[[list[str]], np.ndarray] | None]:
         """Dense search and the lexical fusion, the only steps that read the mutable index, under
         the catalog lock; with them the catalog they saw and, where the cut reads tool vectors,
         those of every listed tool, so that the rerank and the cut run outside the lock on one
@@ -412,16 +472,17 @@ class Selector:
         return catalog, version, lists, (lambda ids: np.asarray([table[i] for i in ids], dtype=np.float32)
                                          if len(ids) else np.zeros((0, dim), dtype=np.float32))
 
-    def _spend(self, budget: Budget, ids: list[str], scores: Any, source: list[int], k: int,
-               lists: list[RankedList], catalog: Catalog, by_probability: bool = False
+    def _spend(self, budget: Budget, ids: list[str], scores: np.ndarray, source: list[int], k: int,
+               ranking: Ranking, by_probability: bool = False
                ) -> tuple[list[str], np.ndarray, list[int], int, int | None]:
         """The budget on the cut's K tools: the kept ones move to the head, in ranked order."""
         if not budget.bounded:
-            return ids, np.asarray(scores), source, k, None
-        def cost(tid: str) -> int:
-            return self._state.schema_tokens(catalog.get(tid), budget.format)
+            return ids, scores, source, k, None
 
-        kept = spend_budget(budget, ids, k, [lst.ids for lst in lists], cost, by_probability)
+        def cost(tid: str) -> int:
+            return self._state.schema_tokens(ranking.catalog.get(tid), budget.format)
+
+        kept = spend_budget(budget, ids, k, [lst.ids for lst in ranking.lists], cost, by_probability)
         order = kept + [i for i in range(len(ids)) if i not in set(kept)]
         tokens = sum(cost(ids[i]) for i in kept) if budget.max_schema_tokens is not None else None
         return [ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], len(kept), tokens
@@ -429,10 +490,11 @@ class Selector:
     def schemas(self, selection: Selection, format: str = "mcp") -> list[dict[str, Any]]:
         """The definitions of the selected tools to hand to the assistant's LLM, in ``format``:
         ``mcp`` (the MCP tool), ``openai`` (Chat Completions), ``openai-responses`` or ``anthropic``
-        (``magicselector.formats``)."""
+        (``magicselector.formats``). The definitions are those of the catalog the turn searched
+        (``Selection.catalog``): a tool removed or replaced since comes back as the turn saw it."""
         from .formats import tool_definitions
 
-        catalog = self.catalog
+        catalog = selection.catalog if selection.catalog is not None else self.catalog
         return tool_definitions([catalog.get(t.id) for t in selection.tools], format)
 
     def save(self, path: str | Path, signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
@@ -474,9 +536,9 @@ def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None,
                             deadline_ms=config.llm.deadline_ms, llm=llm, reuse=current)
 
 
-def _selected(catalog: Catalog, lists: Sequence[RankedList], texts: Sequence[str], tool_id: str, score: float,
-              src: int, probability: float | None = None) -> SelectedTool:
+def _selected(ranking: Ranking, tool_id: str, score: float, src: int, probability: float | None = None
+              ) -> SelectedTool:
     """A kept tool with why it was kept: its evidence in the list where it ranked best."""
-    rank, dense, lexical = lists[src].evidence(tool_id) or (None, None, None)
-    return SelectedTool(tool_id, catalog.get(tool_id).name, float(score), texts[src], list=src, rank=rank,
-                        dense=dense, lexical=lexical, probability=probability)
+    rank, dense, lexical = ranking.lists[src].evidence(tool_id) or (None, None, None)
+    return SelectedTool(tool_id, ranking.catalog.get(tool_id).name, float(score), ranking.texts[src], list=src,
+                        rank=rank, dense=dense, lexical=lexical, probability=probability)

@@ -46,11 +46,12 @@ MODEL_FILES = ["embedder/model.onnx", "reranker/model.onnx"]
 
 @pytest.mark.parametrize("rel", MODEL_FILES)
 @pytest.mark.parametrize("how", ["truncated", "random", "empty"])
-def test_damaged_model_is_a_bundle_error_at_load(copy, rel, how):
+def test_damaged_model_is_a_bundle_error_at_load_or_at_the_first_rerank(copy, rel, how):
+    """The embedder loads with the bundle; the cross-encoder on the first turn that reranks."""
     _damage(copy / rel, how)
     _rehash(copy)
     with pytest.raises(BundleError, match=rf"{rel}: not a loadable ONNX model") as e:
-        Selector.from_bundle(copy)
+        Selector.from_bundle(copy).with_config(rerank=True, rerank_skip_margin=None).select("turn on bluetooth")
     assert "onnxruntime" not in str(e.value).lower() and "protobuf" not in str(e.value).lower()
 
 
@@ -94,8 +95,9 @@ def test_altered_file_is_refused_even_when_its_size_holds(copy):
 
 
 def test_model_swapped_after_load_is_never_run(copy):
-    """The sessions are made from the checked bytes at load: replacing the file afterwards (what
-    ran unsigned at the first select before) changes nothing the Selector runs."""
+    """The embedder's session is made from the checked bytes at load, the cross-encoder's from the
+    file checked and kept open at load: replacing or removing the files afterwards (what ran
+    unsigned at the first select before) changes nothing the Selector runs."""
     sel = Selector.from_bundle(copy)
     before = sel.embedder.embed(["turn on bluetooth"])
     (copy / "embedder" / "model.onnx").write_bytes(b"swapped")
@@ -106,9 +108,24 @@ def test_model_swapped_after_load_is_never_run(copy):
     assert sel.select("turn on bluetooth").ids
 
 
-def test_models_are_loaded_before_any_select(copy):
+def test_the_embedder_loads_with_the_bundle_and_the_cross_encoder_on_the_first_rerank(copy):
     sel = Selector.from_bundle(copy)
-    assert sel.embedder.model.loaded and sel.reranker.model.loaded
+    assert sel.embedder.model.loaded and not sel.reranker.model.loaded
+    sel.select("turn on bluetooth and play some jazz")  # the shipped configuration never reranks
+    assert not sel.reranker.model.loaded
+    sel.with_config(rerank=True, rerank_skip_margin=None).select("turn on bluetooth")
+    assert sel.reranker.model.loaded
+
+
+def test_a_cross_encoder_changed_in_place_after_load_is_refused_at_its_first_use(copy):
+    sel = Selector.from_bundle(copy)
+    model = copy / "reranker" / "model.onnx"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with open(model, "r+b") as f:  # the same file (inode), other bytes
+        f.write(data)
+    with pytest.raises(BundleError, match="reranker/model.onnx: changed on disk since the bundle was loaded"):
+        sel.with_config(rerank=True, rerank_skip_margin=None).select("turn on bluetooth")
 
 
 def test_symlinked_manifest_is_refused(copy, tmp_path):
@@ -145,12 +162,12 @@ def test_bundle_verify_exits_2_with_a_message_on_a_damaged_model(copy):
 
 def test_serve_refuses_a_damaged_bundle_at_start_without_onnx_runtime_text(copy):
     pytest.importorskip("mcp", reason=needs("serve"))
-    _damage(copy / "reranker" / "model.onnx", "random")
+    _damage(copy / "embedder" / "model.onnx", "random")
     _rehash(copy)
     proc = subprocess.run([sys.executable, "-m", "magicselector", "serve", "--bundle", str(copy)], input="",
                           capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
-    assert "reranker/model.onnx: not a loadable ONNX model" in proc.stderr
+    assert "embedder/model.onnx: not a loadable ONNX model" in proc.stderr
     assert "Traceback" not in proc.stderr and "onnxruntime" not in proc.stderr.lower()
 
 

@@ -9,7 +9,7 @@ import pytest
 from magicselector.cli import build_parser
 from magicselector.cli.main import eval_config
 from magicselector.cli_options import history_mode_with_history, selector_config
-from magicselector.config import DEFAULT_CUT, SelectorConfig
+from magicselector.config import SelectorConfig
 from magicselector.errors import InputError
 from magicselector.stages.cut import CutConfig
 
@@ -27,49 +27,46 @@ def test_no_flags_is_the_shipped_config(capsys):
 def test_eval_defaults_to_what_from_bundle_ships(capsys):
     config = eval_config(parse("eval", "DIR"))
     assert config.selector == SelectorConfig()  # the CLI builds the one SelectorConfig, the shipped one
-    assert config.cut == DEFAULT_CUT and config.adaptive is True and config.decomposition == "rules"
+    assert config.cut == CutConfig() and config.adaptive is True and config.decomposition == "rules"
     assert config.k == 10  # the metric cutoff
     assert capsys.readouterr().err == ""
 
 
 def test_new_spellings(capsys):
-    args = parse("select", "hi", "--history-file", "h.json", "--history-mode", "all", "--cut", "rmargin",
+    args = parse("select", "hi", "--history-file", "h.json", "--history-mode", "all",
                  "--range-margin", "0.5", "--range-depth", "0", "--k-max", "8", "--threads", "2", "--no-rerank",
                  "--decompose", "rules")
     assert args.history_file == "h.json"
     config = selector_config(args)
     assert config == replace(SelectorConfig(), history="all", threads=2, rerank=False, decompose="rules",
-                             cut=replace(DEFAULT_CUT, range_margin=0.5, range_depth=0, k_max=8))
-    # --k is the fixed cut's k, and alone it means --cut fixed
-    assert selector_config(parse("select", "hi", "--k", "4")).cut == replace(DEFAULT_CUT, rule="fixed", fixed_k=4)
-    assert selector_config(parse("demo", "--cut", "fixed", "--k", "30")).cut.k_max == 30
-    assert selector_config(parse("demo", "--cut", "paper")).cut == replace(DEFAULT_CUT, rule="paper")
-    # eval: --at is the metric cutoff, --k the cut's
+                             cut=CutConfig(range_margin=0.5, range_depth=0, k_max=8))
+    assert capsys.readouterr().err == ""
+
+
+def test_eval_cut_is_the_shipped_one_or_a_bench_baseline(capsys):
+    """``eval --cut paper|fixed`` runs the bench's rules (bench/cut_rules.py); --k is the fixed cut's
+    k (alone it means --cut fixed), --at the metric cutoff; the other commands run the shipped cut."""
+    from magicselector.bench.cut_rules import FixedCut, PaperCut
+
     config = eval_config(parse("eval", "DIR", "--at", "5", "--k", "3"))
-    assert config.k == 5 and config.cut.rule == "fixed" and config.cut.fixed_k == 3 and config.adaptive
-    config = eval_config(parse("eval", "DIR", "--history-mode", "user", "--cut", "paper"))
-    assert config.selector.history == "user" and config.cut == replace(DEFAULT_CUT, rule="paper") and config.k == 10
-    assert "deprecated" not in capsys.readouterr().err
+    assert config.k == 5 and config.cut == FixedCut(3) and config.adaptive
+    assert eval_config(parse("eval", "DIR", "--k", "10")).adaptive is False  # a fixed k at the cutoff
+    assert eval_config(parse("eval", "DIR", "--cut", "fixed")).cut == FixedCut(10)
+    config = eval_config(parse("eval", "DIR", "--history-mode", "user", "--cut", "paper", "--k-max", "8"))
+    assert config.selector.history == "user" and config.k == 10
+    assert config.cut == PaperCut(k_min=1, k_max=8, anchor_k_max=CutConfig().anchor_k_max,
+                                  min_probability=CutConfig().min_probability)
+    assert capsys.readouterr().err == ""
+    assert eval_config(parse("eval", "DIR", "--cut", "paper", "--k", "4")).cut.rule == "paper"
+    assert "does not read it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse("select", "hi", "--cut", "paper")  # not a runtime rule
 
 
 def test_rerank_skip_margin_flag():
     assert selector_config(parse("select", "hi", "--rerank-skip-margin", "0.7")).rerank_skip_margin == 0.7
     assert selector_config(parse("select", "hi", "--rerank-skip-margin", "-1")).rerank_skip_margin is None  # never
     assert eval_config(parse("eval", "DIR", "--rerank-skip-margin", "-1")).selector.rerank_skip_margin is None
-
-
-def test_k_with_an_adaptive_rule_says_it_is_not_read(capsys):
-    assert selector_config(parse("demo", "--cut", "paper", "--k", "4")).cut.rule == "paper"
-    assert "does not read it" in capsys.readouterr().err
-
-
-def test_eval_k_is_the_fixed_cuts_k_and_at_the_metric_cutoff(capsys):
-    # `eval --k N` was, for a release, also the metric cutoff; now it is the cut's k, as on every command
-    config = eval_config(parse("eval", "DIR", "--k", "3"))
-    assert config.k == 10 and config.cut.rule == "fixed" and config.cut.fixed_k == 3 and config.adaptive
-    config = eval_config(parse("eval", "DIR", "--cut", "paper", "--k", "5"))
-    assert config.k == 10 and config.cut == replace(DEFAULT_CUT, rule="paper", fixed_k=5)
-    assert "--at" not in capsys.readouterr().err
 
 
 def test_a_history_is_used_when_one_is_given(capsys):
@@ -102,13 +99,6 @@ def test_a_custom_bundle_names_what_it_lacks():
     args = parse("bundle", "build", "--embedder", "m.onnx", "--catalog", "c", "--out", "o", "--retrain-reranker")
     with pytest.raises(InputError, match="retrain"):
         args.func(args)
-
-
-def test_cut_rules_are_names():
-    from magicselector.stages.cut import CUT_RULES
-
-    for rule in CUT_RULES:
-        assert CutConfig(rule=rule).rule == rule
 
 
 def test_decomposer_flags_fill_the_llm_group(capsys):

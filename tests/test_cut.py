@@ -3,8 +3,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from magicselector.bench.cut_rules import FixedCut, PaperCut, paper_cut
 from magicselector.errors import InputError
-from magicselector.stages.cut import CutConfig, apply_cut, paper_cut
+from magicselector.stages.cut import CutConfig
+
+
+def rule_config(rule="rmargin", **changes):
+    """A cut with the bounds every rule had before the shipped one's defaults: rmargin over the whole
+    list (no per-list margin, anchor cap or head floor), or the paper's rule (bench/cut_rules.py)."""
+    if rule == "paper":
+        return PaperCut(**{k: v for k, v in changes.items() if k in ("k_min", "k_max", "anchor_k_max")})
+    base = dict(k_max=20, range_margin=0.5, range_depth=0, list_range_margin=None, anchor_k_max=None,
+                min_probability=0.0)
+    return CutConfig(**{**base, **changes})
+
+
+def apply_cut(rule, scores, embeddings, normalized=False):
+    return rule.apply(scores, embeddings if rule.uses_embeddings else None, normalized)
 
 
 def reference_cut(scores, embeddings, k_min, k_max, tol=1e-5):
@@ -76,9 +91,7 @@ def test_bounds_and_fixed():
     scores = np.array([0.9, 0.1, 0.05, 0.04])
     assert paper_cut(scores, None, k_min=3, k_max=10).k == 3
     assert paper_cut(np.linspace(1, 0, 30) ** 3, None, k_min=1, k_max=4).k <= 4
-    assert apply_cut(CutConfig(rule="fixed", fixed_k=2), scores, None).k == 2
-    with pytest.raises(InputError):
-        CutConfig(rule="nope")
+    assert apply_cut(FixedCut(2), scores, None).k == 2
     with pytest.raises(InputError):
         CutConfig(k_min=5, k_max=2)
 
@@ -104,33 +117,33 @@ def test_rmargin_on_known_lists():
 
 @pytest.mark.parametrize("rule", ADAPTIVE)
 def test_edge_cases_of_every_rule(rule):
-    cfg = CutConfig(rule=rule)
+    cfg = rule_config(rule)
     assert apply_cut(cfg, np.array([]), None).k == 0
     one = apply_cut(cfg, np.array([0.3], dtype=np.float32), np.ones((1, 4)))
     assert one.k == 1 and one.rule == rule
-    assert apply_cut(CutConfig(rule=rule, k_min=3), np.array([0.9, 0.1]), np.eye(2, 4)).k == 2  # never more than n
+    assert apply_cut(rule_config(rule, k_min=3), np.array([0.9, 0.1]), np.eye(2, 4)).k == 2  # never more than n
     assert cfg.apply(np.array([0.9, 0.1]), np.eye(2, 4)) == apply_cut(cfg, np.array([0.9, 0.1]), np.eye(2, 4))
 
 
 def test_constant_scores():
     const = np.full(30, 0.5, dtype=np.float32)
     # nothing separates them
-    assert apply_cut(CutConfig(rule="rmargin", range_margin=0.0, k_max=20), const, None).k == 20
+    assert apply_cut(rule_config(range_margin=0.0, k_max=20), const, None).k == 20
 
 
 def test_bounds_of_rmargin():
     s = np.array([0.9, 0.1, 0.05, 0.04])
-    assert apply_cut(CutConfig(rule="rmargin", range_margin=0.01, k_min=3), s, None).k == 3
-    assert apply_cut(CutConfig(rule="rmargin", range_margin=1.0, k_max=2), s, None).k == 2
+    assert apply_cut(rule_config(range_margin=0.01, k_min=3), s, None).k == 3
+    assert apply_cut(rule_config(range_margin=1.0, k_max=2), s, None).k == 2
 
 
 @pytest.mark.parametrize("bad", [dict(range_margin=1.5), dict(range_margin=-0.1), dict(range_margin=float("nan")),
-                                 dict(range_depth=-1), dict(range_depth=1), dict(fixed_k=-1),
+                                 dict(range_depth=-1), dict(range_depth=1), dict(min_probability=1.5),
                                  dict(list_range_margin=1.2), dict(list_range_margin=-0.5), dict(anchor_k_max=-1),
                                  dict(anchor_k_max=2.5), dict(anchor_k_max=True)])
 def test_fields_are_validated(bad):
     with pytest.raises(InputError):
-        CutConfig(rule="rmargin", **bad)
+        rule_config(**bad)
 
 
 _scores = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=0, max_size=40)
@@ -141,7 +154,7 @@ _scores = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=0, ma
 def test_every_rule_stays_in_bounds(scores, rule, k_min, k_max, sort):
     s = np.asarray(sorted(scores, reverse=True) if sort else scores, dtype=np.float32)
     emb = np.random.default_rng(len(s)).normal(size=(len(s), 4)) + 1e-3
-    k = apply_cut(CutConfig(rule=rule, k_min=k_min, k_max=k_max, range_margin=0.7), s, emb).k
+    k = apply_cut(rule_config(rule, k_min=k_min, k_max=k_max, range_margin=0.7), s, emb).k
     n = len(s)
     assert min(n, k_min) <= k <= min(n, k_max)
 
@@ -151,7 +164,7 @@ def test_every_rule_stays_in_bounds(scores, rule, k_min, k_max, sort):
 def test_rmargin_is_monotone_in_the_margin(scores, a, b):
     lo, hi = sorted((a, b))
     s = np.asarray(scores, dtype=np.float32)  # unsorted too: the kept prefix only grows
-    k = [apply_cut(CutConfig(rule="rmargin", k_max=40, range_margin=m), s, None).k for m in (lo, hi)]
+    k = [apply_cut(rule_config(k_max=40, range_margin=m), s, None).k for m in (lo, hi)]
     assert k[0] <= k[1]
 
 
@@ -166,13 +179,13 @@ def test_cut_per_list_unites_the_kept_tools_in_fused_order():
         calls.append(ids)
         return np.eye(len(ids), 4)
 
-    order, cut = cut_per_list(CutConfig(rule="rmargin", range_margin=0.5), lists, fused, vectors)
+    order, cut = cut_per_list(rule_config(range_margin=0.5), lists, fused, vectors)
     assert [fused[i] for i in order] == ["a", "d", "b", "e", "c"]
     assert (cut.k, cut.rule) == (3, "rmargin/subtask")
     assert calls == []  # the margin rules never read embeddings
-    order, cut = cut_per_list(CutConfig(rule="rmargin", range_margin=0.5, k_max=2), lists, fused, vectors)
+    order, cut = cut_per_list(rule_config(range_margin=0.5, k_max=2), lists, fused, vectors)
     assert cut.k == 2
-    cut_per_list(CutConfig(rule="paper"), lists, fused, vectors)
+    cut_per_list(PaperCut(), lists, fused, vectors)
     assert calls == [["a", "b", "c"], ["d", "a", "e"]]
 
 
@@ -182,9 +195,9 @@ def test_rmargin_range_over_the_head():
     assert rmargin_cut(s, margin=0.5, depth=4).k == 3  # range 4 over the first 4: threshold 3
     assert rmargin_cut(s, margin=1.0, depth=4).k == 4  # a margin of 1 over the head still cuts the tail
     assert rmargin_cut(s, margin=0.5, depth=50).k == 6  # a head longer than the list is the list
-    assert apply_cut(CutConfig(rule="rmargin", range_margin=0.5, range_depth=4), s, None).k == 3
+    assert apply_cut(rule_config(range_margin=0.5, range_depth=4), s, None).k == 3
     with pytest.raises(InputError):
-        CutConfig(rule="rmargin", range_depth=1)
+        CutConfig(range_depth=1)
 
 
 def test_a_decomposed_turn_cuts_its_lists_with_their_own_margin_and_caps_the_anchor():
@@ -193,20 +206,26 @@ def test_a_decomposed_turn_cuts_its_lists_with_their_own_margin_and_caps_the_anc
     ids = [[f"{p}{i}" for i in range(11)] for p in "abc"]
     lists = [(ids[0], head), (ids[1], head), (ids[2], head)]  # the anchor first, then two sub-tasks
     fused = [t for trio in zip(*ids) for t in trio]
-    lone = CutConfig(rule="rmargin", range_margin=0.3)
+    lone = rule_config(range_margin=0.3)
     assert apply_cut(lone, head, None).k == 4
     # no list settings: every list is cut as a lone one, the union of 3 x 4
     assert cut_per_list(lone, lists, fused, lambda i: None)[1].k == 12
     # each list at list_range_margin 0.1 keeps 2; the lone list still keeps 4 at range_margin
-    per_list = CutConfig(rule="rmargin", range_margin=0.3, list_range_margin=0.1)
+    per_list = rule_config(range_margin=0.3, list_range_margin=0.1)
     assert per_list.apply(head, None).k == 4 and per_list.apply_list(head, None, anchor=False).k == 2
     order, cut = cut_per_list(per_list, lists, fused, lambda i: None)
     assert cut.k == 6 and {fused[i] for i in order[:6]} == {"a0", "a1", "b0", "b1", "c0", "c1"}
     # the anchor adds at most anchor_k_max; the sub-task lists are not capped by it
-    capped = CutConfig(rule="rmargin", range_margin=0.3, anchor_k_max=1)
+    capped = rule_config(range_margin=0.3, anchor_k_max=1)
     order, cut = cut_per_list(capped, lists, fused, lambda i: None)
     assert cut.k == 1 + 4 + 4 and "a0" in {fused[i] for i in order[:9]} and "a1" not in {fused[i] for i in order[:9]}
     assert capped.apply_list(head, None, anchor=True).k == 1 and capped.apply(head, None).k == 4
     # anchor_k_max 0: the anchor adds nothing
-    assert cut_per_list(CutConfig(rule="rmargin", range_margin=0.3, anchor_k_max=0), lists, fused,
+    assert cut_per_list(rule_config(range_margin=0.3, anchor_k_max=0), lists, fused,
                         lambda i: None)[1].k == 8
+
+
+def test_the_shipped_cut_is_cut_config_and_reads_no_embeddings():
+    shipped = __import__("magicselector").SelectorConfig().cut
+    assert shipped == CutConfig() and shipped.rule == "rmargin" and shipped.per_list
+    assert not shipped.uses_embeddings  # so a shipped turn reads no tool vectors (Selector._retrieve)

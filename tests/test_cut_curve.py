@@ -9,17 +9,20 @@ from magicselector.bench.cut_curve import (
     plot_cut_curve, reapply, sweep,
 )
 from magicselector.data.datasets import load_benchmark
-from magicselector.bench.cut_rules import ExperimentCut
+from magicselector.bench.cut_rules import ExperimentCut, FixedCut, PaperCut
 from magicselector.bench.evaluate import selector_for_catalog
 from magicselector.config import SelectorConfig
-from magicselector.stages.cut import CutConfig, apply_cut, cut_per_list
+from magicselector.stages.cut import CutConfig, cut_per_list
 
 CONFIGS = [
-    CutConfig(rule="paper"),
-    CutConfig(rule="paper", k_min=2, k_max=4),
-    CutConfig(rule="fixed", fixed_k=3),
-    CutConfig(rule="rmargin", range_margin=0.4, k_max=3),
-    CutConfig(rule="rmargin", range_margin=0.9, k_max=2, min_probability=0.01),  # the union past k_max
+    PaperCut(),
+    PaperCut(k_min=2, k_max=4),
+    FixedCut(3),
+    CutConfig(),  # the shipped cut
+    CutConfig(range_margin=0.4, k_max=3, range_depth=0, list_range_margin=None, anchor_k_max=None,
+              min_probability=0.0),
+    CutConfig(range_margin=0.9, k_max=2, range_depth=0, list_range_margin=None, anchor_k_max=None,
+              min_probability=0.01),  # the union past k_max
 ]
 # the rules that left the runtime: re-applied by the same per-list cut, compared with it directly
 EXPERIMENTS = [
@@ -55,7 +58,7 @@ def test_offline_reapplication_matches_select(selector, tiny_benchmark, decompos
             # the fused-list experiment (no longer a runtime setting): the cut on the fused list itself
             ranked, k = reapply(row, config, "fused")
             emb = row.vectors if config.uses_embeddings else None
-            assert ranked == row.ids and k == apply_cut(config, row.scores, emb, normalized=True).k
+            assert ranked == row.ids and k == config.apply(row.scores, emb, normalized=True).k
     for config in EXPERIMENTS:
         for row in rows:
             ranked, k = reapply(row, config)
@@ -73,7 +76,7 @@ def test_curve_sweep_and_plot(selector, tiny_benchmark, tmp_path):
     base = selector_for_catalog(selector, bench.catalog, SelectorConfig(candidates=6))
     rows = collect_rankings(base, bench, limit=3, seed=0)
     assert len(rows) == 3
-    res = cut_curve(rows, {"fixed2": CutConfig(rule="fixed", fixed_k=2), "paper": CutConfig(rule="paper")})
+    res = cut_curve(rows, {"fixed2": FixedCut(2), "paper": PaperCut()})
     fixed = res["fixed"]["completeness"]
     assert res["fixed"]["k"] == list(range(1, 21)) and len(fixed) == 20
     assert all(a <= b for a, b in zip(fixed, fixed[1:]))

@@ -88,7 +88,7 @@ def test_head_order_sorts_the_kept_tools_and_drops_the_unlikely():
 
 def test_min_probability_is_checked():
     with pytest.raises(InputError, match="min_probability"):
-        CutConfig(rule="rmargin", min_probability=1.5)
+        CutConfig(min_probability=1.5)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,9 @@ def test_the_default_bundle_ships_a_head_and_select_uses_it(shipped):
 
 
 def test_the_head_reorders_but_a_fixed_k_stays_k(shipped):
-    fixed = shipped.with_config(cut=replace(shipped.config.cut, rule="fixed", fixed_k=7))
+    from magicselector.bench.cut_rules import FixedCut
+
+    fixed = shipped.with_config(cut=FixedCut(7))
     for turn in TURNS:
         s = fixed.select(turn)
         assert s.k == 7 and "+head" in s.cut.rule

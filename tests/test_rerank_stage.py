@@ -10,7 +10,6 @@ import pytest
 from magicselector.bundle import shipped_reranker_dir
 from magicselector.catalog import Tool, tool_text
 from magicselector.errors import BundleError, InputError
-from magicselector.stages.cut import CutConfig
 from magicselector.stages.rerank import CrossEncoder, PairTokenizer, read_reranker_meta
 from magicselector.targets import TARGETS
 
@@ -145,10 +144,9 @@ def test_a_decomposed_turn_reranks_once_over_the_fused_head(selector):
     assert counting.calls == [12] and len(out.ranked_ids) == 12
     texts = [t for t, _, _ in out.lists]
     assert {tool.subtask for tool in out.tools} <= set(texts)
-    fused = on.with_config(rerank=False, head=False,
-                           cut=CutConfig(rule="fixed", fixed_k=on.config.candidates)).select(
+    fused = on.with_config(rerank=False).rank(
         "turn on bluetooth, then play some jazz and also set an alarm for 7 am")  # the fused order, uncut and unheaded
-    assert set(out.ranked_ids) == set(fused.ranked_ids[:12])  # the fused head, reordered; the rest dropped
+    assert set(out.ranked_ids) == set(fused.ids[:12])  # the fused head, reordered; the rest dropped
 
 
 def test_eval_no_rerank_switches_the_cross_encoder_off(bundle_dir, tiny_benchmark):

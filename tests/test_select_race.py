@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from magicselector import Selector, SelectorConfig
-from magicselector.config import DEFAULT_CUT
+from magicselector.bench.cut_rules import PaperCut
+from magicselector.stages.cut import CutConfig
 
 pytestmark = pytest.mark.slow
 
@@ -23,9 +24,10 @@ UTTERANCES = [
 
 # rmargin: the shipped cut. paper: the rule that reads the tools' vectors, which the cut used to
 # fetch after the catalog lock was released.
-@pytest.mark.parametrize("rule", [DEFAULT_CUT.rule, "paper"])
+@pytest.mark.parametrize("rule", ["rmargin", "paper"])
 def test_tools_removed_and_readded_during_concurrent_decomposed_selects(bundle_dir, rule):
-    config = SelectorConfig(decompose="rules", cut=dataclasses.replace(DEFAULT_CUT, rule=rule),
+    cut = CutConfig() if rule == "rmargin" else PaperCut(k_max=10, anchor_k_max=5)
+    config = SelectorConfig(decompose="rules", cut=cut,
                             rerank=False)  # the per-sub-task cut, which reads the listed tools' vectors
     selector = Selector.from_bundle(bundle_dir, config=config)
     assert all(len(selector.select(u).subtasks) > 1 for u in UTTERANCES)
@@ -88,7 +90,7 @@ def test_a_removal_waiting_on_a_select_takes_effect_after_it(bundle_dir, monkeyp
     """The interleaving that used to break a select, made certain: a tool of the turn's lists is
     removed while the per-sub-task cut reads their vectors. The removal waits for the select, which
     completes on the catalog it started with."""
-    config = SelectorConfig(decompose="rules", cut=dataclasses.replace(DEFAULT_CUT, rule="paper"),
+    config = SelectorConfig(decompose="rules", cut=PaperCut(k_max=10, anchor_k_max=5),
                             rerank=False)
     selector = Selector.from_bundle(bundle_dir, config=config)
     utterance = UTTERANCES[0]
@@ -161,3 +163,59 @@ def test_copies_from_with_config_share_one_catalog_state(bundle_dir):
     assert selector.catalog_version == reader.catalog_version == 3 * 2 * len(churned)
     assert selector.catalog.get(churned[0]).name.endswith("_v3")
     assert all(i in selector.index and i in reader.lexical for i in churned)
+
+
+def test_a_selections_schemas_are_those_of_the_catalog_it_searched(bundle_dir):
+    """Issue 47: ``schemas(selection)`` read the catalog as it was at the call, so a tool removed
+    after the select was an UnknownToolError and a replaced one came back with its new definition."""
+    selector = Selector.from_bundle(bundle_dir)
+    sel = selector.select("turn on bluetooth and set an alarm for 7")
+    removed, replaced = sel.ids[0], sel.ids[1]
+    old = selector.catalog.get(replaced)
+    selector.remove_tool(removed)
+    selector.add_tool(dataclasses.replace(old, description="A different tool now."))
+    assert [d["name"] for d in selector.schemas(sel)] == [t.name for t in sel.tools]  # the removed one too
+    by_name = {d["name"]: d for d in selector.schemas(sel)}
+    assert by_name[old.name]["description"] == old.description  # as the turn saw it
+    assert selector.schemas(selector.select("turn on bluetooth and set an alarm for 7"))  # a new turn: today's
+
+
+def test_schemas_never_miss_a_tool_removed_and_replaced_by_other_threads(bundle_dir):
+    """Selects and their schemas on two threads while a third removes and re-adds (with another
+    description) the tools they select: every selection's schemas are its own tools, as it saw them."""
+    selector = Selector.from_bundle(bundle_dir, config=SelectorConfig(decompose="rules"))
+    churned = list(dict.fromkeys(i for u in UTTERANCES for i in selector.select(u).ids[:3]))
+    originals = {i: selector.catalog.get(i) for i in churned}
+    stop, errors, checked = threading.Event(), [], [0]
+
+    def churn():
+        version = 0
+        while not stop.is_set():
+            for tool_id in churned:
+                version += 1
+                selector.remove_tool(tool_id)
+                selector.add_tool(dataclasses.replace(originals[tool_id], description=f"version {version}"))
+
+    def read():
+        for n in range(60):
+            sel = selector.select(UTTERANCES[n % len(UTTERANCES)])
+            try:
+                schemas = selector.schemas(sel)
+            except Exception as e:  # noqa: BLE001 - any failure is the finding
+                errors.append(repr(e))
+                continue
+            if [d["name"] for d in schemas] != [t.name for t in sel.tools] or any(
+                    d["description"] != sel.catalog.get(t.id).description for d, t in zip(schemas, sel.tools)):
+                errors.append(f"{sel.ids}: schemas of another catalog")
+            checked[0] += 1
+
+    churner = threading.Thread(target=churn)
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    churner.start()
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join(timeout=300)
+    stop.set()
+    churner.join(timeout=60)
+    assert errors == [] and checked[0] == 120

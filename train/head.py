@@ -17,7 +17,6 @@ import numpy as np
 
 from magicselector.config import HISTORY_MODES
 from magicselector.errors import InputError, MagicSelectorError
-from magicselector.stages.cut import CutConfig
 from magicselector.stages.head import FEATURES, HeadModel, head_features
 
 from .queries import load_benchmarks, refuse_eval_parts
@@ -57,8 +56,7 @@ class HeadTrainConfig:
 def head_rows(selector: Any, bench: Any, config: HeadTrainConfig) -> tuple[np.ndarray, np.ndarray, int]:
     """(features, labels, queries read) of one benchmark folder: each query's fused list as the
     ``selector`` ranks it over the folder's catalog, every candidate kept, the head off."""
-    keep_all = replace(selector.config, cut=CutConfig(rule="fixed", fixed_k=selector.config.candidates), head=False)
-    ranker = selector.with_catalog(bench.catalog, keep_all)
+    ranker = selector.with_catalog(bench.catalog, selector.config)
     queries = list(bench.queries)
     limit = config.max_queries_per_folder
     if limit is not None and len(queries) > limit:
@@ -67,13 +65,13 @@ def head_rows(selector: Any, bench: Any, config: HeadTrainConfig) -> tuple[np.nd
     features, labels, read = [], [], 0
     for q in queries:
         try:
-            s = ranker.select(q.query, list(q.history))
+            r = ranker.rank(q.query, list(q.history))
         except MagicSelectorError:  # a turn the runtime refuses is no training row
             continue
         read += 1
-        features.append(head_features([(ids, sc) for _, ids, sc in s.lists], s.history_list, s.ranked_ids,
-                                      s.ranked_scores, config.depth))
-        labels.append([t in q.gold for t in s.ranked_ids[:config.depth]])
+        features.append(head_features([(lst.ids, lst.scores) for lst in r.lists], r.history_list, r.ids, r.scores,
+                                      config.depth))
+        labels.append([t in q.gold for t in r.ids[:config.depth]])
     if not features:
         return np.zeros((0, len(FEATURES))), np.zeros(0, dtype=bool), 0
     return np.vstack(features), np.concatenate(labels).astype(bool), read

@@ -646,12 +646,9 @@ def rerank_quality(checkpoint: str | Path, data_dir: str | Path, retrieve: Retri
     if retrieve is None:
         from magicselector.config import SelectorConfig
         from magicselector.selector import Selector
-        from magicselector.stages.cut import CutConfig
-
         sel = Selector.from_bundle(bundle, progress=True).with_catalog(bench.catalog,
-                                   SelectorConfig(history=history, history_turns=turns, candidates=pool,
-                                                  cut=CutConfig(rule="fixed", fixed_k=pool)))
-        lists = [sel.select(q.query, q.history).ranked_ids[:pool] for q in qs]
+                                   SelectorConfig(history=history, history_turns=turns, candidates=pool))
+        lists = [sel.rank(q.query, q.history).ids[:pool] for q in qs]
     else:
         lists = [list(dict.fromkeys(x))[:pool] for x in retrieve(texts, bench.catalog)]
     tt = tool_texts(bench.catalog)

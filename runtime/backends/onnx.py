@@ -6,7 +6,7 @@ import functools
 import os
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -62,14 +62,17 @@ class OnnxModel:
     several threads use the model at the same time, so a stage that never runs costs no memory.
     From ``data`` (the file's bytes, already checked against a bundle's manifest) it is created
     at once from those bytes: the file is not opened again, and a damaged model fails here, as a
-    BundleError naming ``path``, rather than at the first query. ``name`` is how errors name it
-    (default: the path)."""
+    BundleError naming ``path``, rather than at the first query. ``data`` may instead be a function
+    that reads and checks those bytes: it is called on first use, and the session created from
+    what it returns (a bundle's cross-encoder, which only ``rerank=True`` turns run). ``name`` is
+    how errors name it (default: the path)."""
 
     kind = "onnx"
     max_batch: int | None = None  # dynamic axes: any batch, any length
     max_seq_len: int | None = None
 
-    def __init__(self, path: str | Path, threads: int = 1, data: bytes | None = None, name: str | None = None) -> None:
+    def __init__(self, path: str | Path, threads: int = 1, data: bytes | Callable[[], bytes] | None = None,
+                 name: str | None = None) -> None:
         self.path = Path(path)
         self.name = name or str(self.path)
         if data is None and not self.path.is_file():
@@ -79,8 +82,9 @@ class OnnxModel:
         self._input_names: frozenset[str] = frozenset()
         self._release_options: Any = None
         self._lock = threading.Lock()
-        if data is not None:
-            self._open(data)
+        self._read: Callable[[], bytes] | None = data if callable(data) else None
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self._open(bytes(data))
 
     def _open(self, source: str | Path | bytes) -> None:
         try:
@@ -107,7 +111,7 @@ class OnnxModel:
         if self._session is None:
             with self._lock:
                 if self._session is None:
-                    self._open(self.path)
+                    self._open(self._read() if self._read is not None else self.path)
         return self._session
 
     @property

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import BundleError
-from .cut import Cut, CutConfig
+from .cut import Cut, CutRule
 
 HEAD_FORMAT = "magicselector-head"
 HEAD_FILE = "head.json"
@@ -147,15 +147,12 @@ def _array(raw: dict[str, Any], key: str, where: str, shape: tuple[int, ...] | N
     return a
 
 
-def head_cut(probabilities: np.ndarray, order: Sequence[int], cut: Cut, config: CutConfig) -> tuple[list[int], int]:
+def head_cut(probabilities: np.ndarray, order: Sequence[int], cut: Cut, rule: CutRule) -> tuple[list[int], int]:
     """``head_order`` as ``Selector.select`` applies it to a cut (``stages/cut.py`` ``Cut``) made by
-    ``config`` (a ``CutConfig``): an adaptive rule's kept tools (all the per-list cuts kept,
-    ``Cut.pool``) by probability, those under ``config.min_probability`` dropped, at most
-    ``config.k_max``; a fixed k is reordered and stays k."""
-    if config.rule == "fixed":
-        return head_order(probabilities, order, cut.k, 0.0, cut.k)
+    ``rule`` (``CutConfig``, or a bench rule): the tools the cut kept (all the per-list cuts kept,
+    ``Cut.pool``) by probability, those under ``rule.min_probability`` dropped, at most ``rule.k_max``."""
     pool = cut.pool if cut.pool is not None else cut.k
-    return head_order(probabilities, order, pool, config.min_probability, config.k_max)
+    return head_order(probabilities, order, pool, rule.min_probability, rule.k_max)
 
 
 def head_order(probabilities: np.ndarray, order: Sequence[int], k: int, min_probability: float,
