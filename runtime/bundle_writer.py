@@ -303,10 +303,14 @@ _OWN_WRITES: dict[int, tuple[Any, dict[str, bytes]]] = {}
 def _own_writes(source: Bundle) -> dict[str, bytes]:
     import weakref
 
-    ref, writes = _OWN_WRITES.get(id(source), (None, {}))
+    key = id(source)
+    ref, writes = _OWN_WRITES.get(key, (None, {}))
     if ref is None or ref() is not source:
+        def forget(_: Any) -> None:
+            _OWN_WRITES.pop(key, None)
+
         writes = {}
-        _OWN_WRITES[id(source)] = (weakref.ref(source, lambda _, key=id(source): _OWN_WRITES.pop(key, None)), writes)
+        _OWN_WRITES[key] = (weakref.ref(source, forget), writes)
     return writes
 
 

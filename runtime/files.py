@@ -62,7 +62,7 @@ def read_sized(f: Any, size: int, path: str | Path, error: type[Exception], what
     if actual != size:
         raise error(f"{path}: size {actual:,} does not match the manifest ({size:,}); the {what} was altered or "
                     "truncated")
-    data = f.read(size + 1)
+    data: bytes = f.read(size + 1)
     if len(data) != size:
         raise error(f"{path}: changed while it was read; the bundle is being rebuilt")
     return data
