@@ -19,7 +19,7 @@ Several MCP servers at once (``mcp_catalog``, ``load_catalogs``): every tool is 
 ``<server>__<tool>`` (two underscores), the convention MCP hosts use to keep the tools of different
 servers apart, or with ``namespace="mcp"`` ``mcp__<server>__<tool>``, the names Claude Code gives MCP
 tools; a tool's name depends only on its server's name and its own, never on which other servers are
-loaded, and ``split_name`` recovers both parts. Server names are sanitized as hosts do: every
+loaded, and the first ``__`` separates them. Server names are sanitized as hosts do: every
 character outside ``[A-Za-z0-9_-]`` becomes ``_`` (``My Server`` -> ``My_Server``); runs of ``_`` are
 then folded into one and ``_`` at either end dropped, so that no server name holds the separator or
 touches it, and the mapping is reversible (``a_`` + ``b`` is ``a__b``, never ``a___b``).
@@ -1095,7 +1095,7 @@ def _check_namespace(namespace: str) -> str:
 def namespaced(server: str, tool_name: str, namespace: str = "server") -> str:
     """The name a server's tool has in a several-server catalog: ``<server>__<tool>``, or
     ``mcp__<server>__<tool>`` with ``namespace="mcp"``. ``server`` is a sanitized name
-    (``sanitize_server_name``), else CatalogError: that is what makes ``split_name`` exact."""
+    (``sanitize_server_name``), else CatalogError: that is what makes the first ``__`` the separator."""
     _check_namespace(namespace)
     if not isinstance(server, str) or not _SERVER_RE.match(server):
         raise CatalogError(f"server name {server!r} is not sanitized (sanitize_server_name): letters, digits, "
@@ -1104,30 +1104,6 @@ def namespaced(server: str, tool_name: str, namespace: str = "server") -> str:
         raise CatalogError(f"server {server!r}: a tool name must be a non-empty string")
     name = f"{server}{NAMESPACE_SEP}{tool_name}"
     return f"{MCP_PREFIX}{NAMESPACE_SEP}{name}" if namespace == "mcp" else name
-
-
-def split_name(name: str, namespace: str = "server") -> tuple[str, str]:
-    """``<server>__<tool>`` (or ``mcp__<server>__<tool>``) -> (server, tool), the inverse of
-    ``namespaced``: server names never hold ``__`` nor end in ``_``, so the first ``__`` is the
-    separator; tool names may hold anything after it."""
-    _check_namespace(namespace)
-    if not isinstance(name, str):
-        raise UnknownToolError(f"{name!r} is not a namespaced tool name")
-    rest = name
-    if namespace == "mcp":
-        prefix = MCP_PREFIX + NAMESPACE_SEP
-        if not name.startswith(prefix):
-            raise UnknownToolError(f"{name!r} is not an MCP host tool name ({prefix}<server>{NAMESPACE_SEP}<tool>)")
-        rest = name[len(prefix):]
-    server, sep, tool = rest.partition(NAMESPACE_SEP)
-    if not sep or not server or not tool or not _SERVER_RE.match(server):
-        raise UnknownToolError(f"{name!r} is not a namespaced tool name (<server>{NAMESPACE_SEP}<tool>)")
-    return server, tool
-
-
-def check_server_name(server: Any, where: str) -> str:
-    """The sanitized name of a server (``sanitize_server_name``); kept for callers of 0.x."""
-    return sanitize_server_name(server, where)
 
 
 def _namespaced_tool(t: Tool, server: str, prefix: str, namespace: str, where: str, tool_id: str) -> Tool:

@@ -39,16 +39,9 @@ def give_back(embedder: "Embedder") -> None:
     trim_heap()
 
 
-def catalog_vectors(embedder: "Embedder", catalog: Catalog, model_sha: str = "", cache: bool = True) -> np.ndarray:
-    """One row per tool of ``catalog``; reused from ``<cache>/embeddings`` when the same embedder
-    (``model_sha``) has embedded the same texts before. Without a ``model_sha`` nothing is cached."""
-    with _vector_file(embedder, catalog, model_sha, cache) as vf:
-        return vf.rows(0, len(catalog))
-
-
 def catalog_index(embedder: "Embedder", catalog: Catalog, model_sha: str = "", dtype: str = "f16",
                   cache: bool = True, progress: Callable[[int, int], None] | None = None) -> ToolIndex:
-    """The catalog's tool index, the same as ``ToolIndex.add(catalog.ids, catalog_vectors(...))``
+    """The catalog's tool index, the same as ``ToolIndex.add`` of every tool's vector at once,
     without all the vectors in memory at once: the tools are embedded ``EMBED_BATCH`` at a time
     into the vector file (the cache's, or a temporary one), then added to the index from it in
     catalog order, ``INDEX_CHUNK`` rows at a time (the order ties among equal vectors keep).

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from magicselector import CatalogError, load_catalog, load_phone_catalog, tool_text
-from magicselector.catalog import check_json_schema, load_catalogs, mcp_catalog, split_name
+from magicselector.catalog import check_json_schema, load_catalogs, mcp_catalog
 
 
 def test_shipped_phone_catalog_is_large_and_varied():
@@ -157,7 +157,7 @@ def test_several_servers_get_a_stable_namespace(tmp_path):
     both = mcp_catalog({"github": tools_list_response(GITHUB_TOOLS), "slack": {"tools": slack}})
     assert both.ids == ["github__create_issue", "github__list_issues", "slack__send_message", "slack__list_issues"]
     tool = both.get("slack__list_issues")
-    assert tool.server == "slack" and split_name(tool.name) == ("slack", "list_issues")
+    assert tool.server == "slack" and tool.name == "slack__list_issues"
     assert both.get("github__create_issue").to_mcp() == {**GITHUB_TOOLS[0], "name": "github__create_issue"}
     # a tool's name depends on its server and itself only, not on the other servers loaded
     alone = mcp_catalog({"slack": {"tools": slack}})

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from magicselector import CatalogError, InputError, Tool, load_catalog
 from magicselector.catalog import (MAX_NAME_CHARS, check_json_schema, check_tool, load_catalogs, mcp_catalog,
-                                   namespaced, sanitize_server_name, split_name)
+                                   namespaced, sanitize_server_name)
+
+
+def split_name(name, namespace="server"):
+    """(server, tool) of a namespaced name: after the ``mcp__`` prefix, the first ``__`` separates them."""
+    rest = name.removeprefix("mcp__") if namespace == "mcp" else name
+    server, _, tool = rest.partition("__")
+    return server, tool
 
 
 def _allof(n):

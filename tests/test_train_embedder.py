@@ -42,7 +42,7 @@ def test_tiny_run_learns_mines_gold_free_negatives_and_exports(tiny_benchmark, t
     from transformers import AutoModel
 
     from magicselector.export.bundle import export_embedder, minilm_checkpoint
-    from magicselector.stages.embed import OnnxEmbedder, TextTokenizer
+    from magicselector.stages.embed import TextEmbedder, TextTokenizer
 
     data = _with_tasks(tiny_benchmark)
     seen: list[tuple[int, dict[str, list[str]], dict[str, tuple[str, ...]]]] = []
@@ -100,7 +100,7 @@ def test_tiny_run_learns_mines_gold_free_negatives_and_exports(tiny_benchmark, t
     exported = export_embedder(out, tmp_path / "export", probe_texts=texts, log=lambda m: None)
     assert exported["meta"]["layers"] == 1 and exported["meta"]["parity"]["min_cosine"] >= 0.97
     tok = TextTokenizer(out / "tokenizer.json", 128)
-    vecs = OnnxEmbedder(exported["onnx"], tok, dim=384, threads=1).embed(texts)
+    vecs = TextEmbedder(exported["onnx"], tok, dim=384, threads=1).embed(texts)
     assert vecs.shape == (4, 384)
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
     ref = emb_mod.embed_texts(trained, tok, texts)

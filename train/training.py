@@ -223,7 +223,3 @@ def finish_run(procs: Processes, out_dir: Path, summary: dict[str, Any], save: C
         write_json(out_dir / "train_config.json", summary)
     procs.barrier()
     return summary
-
-
-def seconds_since(t0: float, digits: int = 2) -> float:
-    return round(time.perf_counter() - t0, digits)

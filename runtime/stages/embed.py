@@ -245,4 +245,3 @@ def batch_step(model: EncoderModel, max_length: int, batch_size: int) -> int:
     return max(1, min(batch_size, cap) if cap is not None else batch_size)
 
 
-OnnxEmbedder = TextEmbedder  # the name tests/test_train_embedder.py imports
