@@ -560,15 +560,28 @@ def embedder_gguf_from_int8_onnx(onnx_path: str | Path, tokenizer: str | Path, o
 class GgufEmbedder:
     """A BERT GGUF on llama.cpp (llama-cpp-python's low-level API): token ids in, one mean-pooled,
     L2-normalised vector per sequence out. Fed the ids of the bundle's own tokenizer, so it checks
-    the model, not llama.cpp's tokenizer."""
+    the model, not llama.cpp's tokenizer. Given ``tokenizer`` (a ``TextTokenizer``) it is also an
+    ``Embedder`` a Selector can run (``embed(texts)``), as the native core runs the bundle."""
 
-    def __init__(self, path: str | Path, threads: int = 1, n_ctx: int = 512) -> None:
+    def __init__(self, path: str | Path, threads: int = 1, n_ctx: int = 512, tokenizer: Any = None) -> None:
         from magicselector.backends.llama import load_llama
+        from magicselector.files import sha256_file
 
         self.path = Path(path)
         self.llm = load_llama(path, n_ctx=n_ctx, threads=threads, embedding=True, pooling_type=LLAMA_POOLING_MEAN,
                               n_batch=n_ctx, n_ubatch=n_ctx)
         self.dim = int(self.llm.n_embd())
+        self.tokenizer = tokenizer
+        # with_catalog caches tool vectors by this key: never another model's or tokenizer's vectors
+        self.vectors_key = (f"gguf:{sha256_file(self.path)}:{sha256_file(tokenizer.path)}:{tokenizer.max_length}"
+                            if tokenizer is not None and Path(tokenizer.path).is_file() else "")
+
+    def embed(self, texts: Sequence[str], release: bool = False) -> Any:
+        """One unit vector per text, tokenized by ``tokenizer`` (the ``Embedder`` protocol)."""
+        if self.tokenizer is None:
+            raise ExportError(f"{self.path}: embed(texts) needs the embedder's tokenizer; give GgufEmbedder one")
+        enc = self.tokenizer.encode(list(texts))
+        return self.embed_ids([row[mask == 1].tolist() for row, mask in zip(enc["input_ids"], enc["attention_mask"])])
 
     def embed_ids(self, sequences: Sequence[Sequence[int]]) -> Any:
         """One unit vector per token-id sequence, each run alone (a batch of one)."""

@@ -184,3 +184,23 @@ def test_a_checkpoint_converts_to_a_gguf_that_embeds_like_pytorch(tmp_path):
     assert float(((got * np.stack(ref)).sum(axis=1)).min()) >= 0.999
     with pytest.raises(ExportError, match="choose one of"):
         convert_embedder_checkpoint(ckpt, tmp_path / "x.gguf", "q4_0")
+
+
+@pytest.mark.extra("llm", modules=("llama_cpp",))
+def test_the_parity_experiment_compares_every_text_a_turn_embeds(tiny_benchmark, bundle_dir, tmp_path):
+    from magicselector.bench.experiments import gguf_parity
+
+    out = tmp_path / "parity.json"
+    res = gguf_parity.main([f"tiny={tiny_benchmark}", "--bundle", str(bundle_dir), "--n", "3", "--quality",
+                            "--out", str(out)])
+    assert json.loads(out.read_text())["parts"] == res["parts"]
+    row = res["parts"]["tiny"]
+    assert row["turns"] == 3 and row["tools"]["gguf_vs_onnx"]["n"] == 6
+    assert row["queries"]["gguf_vs_onnx"]["n"] >= 3  # each turn's folded utterance, and its sub-tasks
+    for kind in ("queries", "tools"):
+        stats = row[kind]["gguf_vs_onnx"]
+        assert 0.97 <= stats["min"] <= stats["p1"] <= stats["mean"] <= 1.0
+    quality = row["quality"]
+    assert quality["turns"] == 3 and set(quality["same_as_onnx"]["gguf"]) == {"kept_set", "kept_order", "K"}
+    # six easy tools: the GGUF pipeline finds what the ONNX one finds
+    assert quality["gguf"]["C@K"] == quality["onnx"]["C@K"] and quality["minus_onnx"]["gguf"]["C@5"] == 0.0
