@@ -199,17 +199,29 @@ U32 leading_letters(const U32 &s) {
     return s.substr(0, i);
 }
 
+// str.lower() of the first `count` code points of `s` (all of them when `whole`)
+U32 lower_prefix(const U32 &s, size_t count, bool &whole) {
+    whole = s.size() <= count;
+    U32 out;
+    for (size_t i = 0; i < s.size() && i < count; ++i) unicode::py_lower_append(s[i], out);
+    return out;
+}
+
 U32 strip_fillers(const U32 &clause) {
     static const char32_t *const kPunct = U" ,;:.-";
+    // every filler and sequence word is shorter than this: lowering this much of the clause decides
+    // each test as lowering all of it would (a clause of "and and and ..." is not lowered whole per word)
+    constexpr size_t kPrefix = 64;
     U32 c = strip_chars(clause, kPunct);
     bool changed = true;
     while (changed && !c.empty()) {
         changed = false;
-        U32 low = lower(c);
+        bool whole;
+        U32 low = lower_prefix(c, kPrefix, whole);
         U32 word = leading_letters(low);
         for (const U32 &f : kFillers) {
             if (leading_letters(f) != word) continue;
-            if (low == f || starts_with(low, f + U" ") || starts_with(low, f + U",")) {
+            if ((whole && low == f) || starts_with(low, f + U" ") || starts_with(low, f + U",")) {
                 c = strip_chars(slice_from(c, f.size()), kPunct);
                 changed = true;
                 break;
@@ -218,7 +230,12 @@ U32 strip_fillers(const U32 &clause) {
         if (changed) continue;
         for (const U32 &f : kSequenceWords) {
             if (leading_letters(f) != word) continue;
-            if (rstrip_chars(low, U".!") == f || starts_with(low, f + U",")) {
+            bool bare = false;  // low.rstrip(".!") == f
+            if (starts_with(low, f)) {
+                U32 full = whole ? low : lower(c);
+                bare = rstrip_chars(full, U".!") == f;
+            }
+            if (bare || starts_with(low, f + U",")) {
                 c = strip_chars(slice_from(c, f.size()), kPunct);
                 changed = true;
                 break;
@@ -461,8 +478,13 @@ std::vector<U32> sentences(const U32 &text) {
     U32 buf;
     for (const U32 &piece : split_sentence_ends(text)) {
         buf = buf.empty() ? piece : strip_ws(buf + U" " + piece);
-        std::vector<U32> words = split_ws(rstrip_chars(buf, U".!?"));
-        U32 last = words.empty() ? U32() : lower(words.back());
+        // buf.rstrip(".!?").split()[-1].lower(), found from the end (buf grows over a run of "A. B. C.")
+        size_t end = buf.size();
+        while (end > 0 && in(buf[end - 1], U".!?")) --end;
+        while (end > 0 && py_isspace(buf[end - 1])) --end;
+        size_t start = end;
+        while (start > 0 && !py_isspace(buf[start - 1])) --start;
+        U32 last = lower(buf.substr(start, end - start));
         if (ends_with(buf, U".") &&
             (kAbbrev.count(rstrip_chars(last, U".")) || (last.size() == 1 && unicode::py_isalpha(last[0]))))
             continue;
