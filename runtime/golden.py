@@ -150,19 +150,8 @@ def _config(selector: Selector) -> dict[str, Any]:
 
 def _probe(selector: Selector, turn: dict[str, Any]) -> dict[str, Any]:
     """One probe turn, stage by stage: the decomposer and the models, then ``replay`` of the rest."""
-    from .dialogue import bounded_history, retrieval_text, validate_query
-
-    cfg = selector.config
-    query = validate_query(turn["query"], cfg.limits.max_query_chars)
-    history = bounded_history(turn.get("history", []), cfg.limits.max_history_turns, cfg.limits.max_history_chars)
-    subtasks = (list(selector.decomposer.decompose(query, history).tasks) or [query])[: cfg.limits.max_subtasks]
-    texts = list(dict.fromkeys([query, *subtasks]))
-    history_list = None
-    if cfg.decompose != "none" and cfg.history != "none" and history:
-        folded = retrieval_text(query, history, cfg.history, cfg.history_turns)
-        if folded not in texts:
-            texts.append(folded)
-            history_list = len(texts) - 1
+    plan = selector.plan(turn["query"], turn.get("history", []))  # the decomposer and the history fold
+    subtasks, texts, history_list = plan.subtasks, plan.texts, plan.history_list
     tokenizer = selector.embedder.tokenizer  # type: ignore[attr-defined]
     enc = tokenizer.encode(texts)
     token_ids = [enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist() for i in range(len(texts))]
@@ -263,14 +252,9 @@ def check_pipeline(selector: Selector, block: dict[str, Any]) -> dict[str, Any]:
     worst_cos = 1.0
     for n, case in enumerate(block["turns"]):
         where = f"golden pipeline turn {n} ({case['input']['query']!r:.40})"
-        from .dialogue import bounded_history
-
-        history = bounded_history(case["input"]["history"], selector.config.limits.max_history_turns,
-                                  selector.config.limits.max_history_chars)
-        subtasks = selector.decomposer.decompose(case["input"]["query"], history).tasks
-        _same(where, "subtasks", (list(subtasks) or [case["input"]["query"]])[: selector.config.limits.max_subtasks],
-              case["subtasks"])
-        _same(where, "texts", selector.retrieval_texts(case["input"]["query"], case["input"]["history"]), case["texts"])
+        plan = selector.plan(case["input"]["query"], case["input"]["history"])
+        _same(where, "subtasks", plan.subtasks, case["subtasks"])
+        _same(where, "texts", plan.texts, case["texts"])
         enc = selector.embedder.tokenizer.encode(case["texts"])  # type: ignore[attr-defined]
         _same(where, "token_ids", [enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist()
                                    for i in range(len(case["texts"]))], case["token_ids"])

@@ -5,7 +5,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -16,7 +16,8 @@ from .dialogue import Turn, bounded_history, check_text, retrieval_text, validat
 from .errors import BundleError, InputError
 from .stages.budget import Budget, spend_budget
 from .stages.cut import Cut, cut_turn
-from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
+from .decompose import (BUILT_IN, DecomposeTrace, Decomposer, Decomposition, LlmSettings, PassthroughDecomposer,
+                        build_decomposer)
 from .stages.embed import Embedder
 from .stages.fuse import RankedList, peak_rank_fusion
 from .stages.head import HeadModel, head_cut, head_features
@@ -50,6 +51,20 @@ class SelectedTool:
 
         return {"list": self.list, "text": self.subtask, "rank": self.rank, "dense": part(self.dense),
                 "lexical": part(self.lexical), "probability": part(self.probability)}
+
+
+@dataclass(frozen=True)
+class RetrievalPlan:
+    """What a turn retrieves with (``Selector.plan``): the checked utterance, the bounded history,
+    the decomposition, the sub-tasks (capped), the texts (one retrieval list each) and which of
+    them is the history-folded utterance (None: none)."""
+
+    query: str
+    turns: list[Turn]
+    decomposition: Decomposition
+    subtasks: list[str]
+    texts: list[str]
+    history_list: int | None
 
 
 @dataclass(frozen=True)
@@ -336,33 +351,33 @@ class Selector:
             return state.lexical
 
     # -- selection ----------------------------------------------------------------------------
-    def _retrieval_texts(self, query: str, turns: Sequence[Turn], subtasks: Sequence[str]
-                         ) -> tuple[list[str], int | None]:
-        """The texts to retrieve with, and which of them is the history-folded utterance (None: none)."""
-        # The plain utterance is always retrieved too, as the anchor list (ToolQP). With a history
-        # mode, a decomposing Selector also retrieves the history-folded utterance as one more list
-        # (what the passthrough's single sub-task is without decomposition).
-        texts = list(dict.fromkeys([query, *subtasks]))
-        if self.config.decompose != "none" and self.config.history != "none" and turns:
-            folded = retrieval_text(query, turns, self.config.history, self.config.history_turns)
-            if folded not in texts:
-                texts.append(folded)
-                return texts, len(texts) - 1
-        return texts, None
-
-    def _decompose(self, query: str, history: Iterable[Any] | None) -> tuple[str, list[Turn], Any, list[str]]:
-        """(checked utterance, bounded history, the decomposition, its sub-tasks capped)."""
+    def plan(self, query: str, history: Iterable[Any] | None = ()) -> RetrievalPlan:
+        """What ``select(query, history)`` retrieves with, before any model runs: the checked
+        utterance and bounded history, the decomposition (the decomposer runs) and the texts, one
+        retrieval list each: the utterance (the anchor list, ToolQP), its sub-tasks and, where the
+        Selector decomposes under a history mode, the history-folded utterance (``history_list``).
+        Without decomposition the folded utterance is the one sub-task. The history fold happens
+        here and nowhere else (``dialogue.retrieval_text``)."""
         limits = self.config.limits
         query = validate_query(query, limits.max_query_chars)
         turns = bounded_history(history, limits.max_history_turns, limits.max_history_chars)
         decomposition = self.decomposer.decompose(query, turns)
-        return query, turns, decomposition, (list(decomposition.tasks) or [query])[: limits.max_subtasks]
+        folds = self.config.history != "none" and bool(turns)
+        if isinstance(self.decomposer, PassthroughDecomposer):
+            folded = retrieval_text(query, turns, self.config.history, self.config.history_turns) if folds else query
+            return RetrievalPlan(query, turns, decomposition, [folded], list(dict.fromkeys([query, folded])), None)
+        subtasks = (list(decomposition.tasks) or [query])[: limits.max_subtasks]
+        texts = list(dict.fromkeys([query, *subtasks]))
+        if folds and self.config.decompose != "none":
+            folded = retrieval_text(query, turns, self.config.history, self.config.history_turns)
+            if folded not in texts:
+                return RetrievalPlan(query, turns, decomposition, subtasks, [*texts, folded], len(texts))
+        return RetrievalPlan(query, turns, decomposition, subtasks, texts, None)
 
     def retrieval_texts(self, query: str, history: Iterable[Any] | None = None) -> list[str]:
-        """The texts ``select(query, history)`` embeds, one retrieval list each, in its order: the
-        utterance, its sub-tasks, the history-folded utterance (runs the decomposer, not the models)."""
-        query, turns, _, subtasks = self._decompose(query, history)
-        return self._retrieval_texts(query, turns, subtasks)[0]
+        """The texts ``select(query, history)`` embeds, one retrieval list each, in its order
+        (``plan``; runs the decomposer, not the models)."""
+        return self.plan(query, history).texts
 
     def rank(self, query: str, history: Iterable[Any] | None = ()) -> Ranking:
         """The turn's retrieval before the cut: decompose, embed, search + lexical, fuse and, with
@@ -372,13 +387,13 @@ class Selector:
 
     def _rank(self, query: str, history: Iterable[Any] | None, timer: _Timer) -> Ranking:
         t = time.perf_counter()
-        query, turns, decomposition, subtasks = self._decompose(query, history)
-        trace = decomposition.trace
+        plan = self.plan(query, history)
+        trace = plan.decomposition.trace
         t = timer.lap("decompose", t)
         if trace.load_ms > 0:  # the one-off model load is reported on its own
             timer.ms["decompose_load"] = trace.load_ms
             timer.ms["decompose"] = max(0.0, timer.ms["decompose"] - trace.load_ms)
-        texts, history_list = self._retrieval_texts(query, turns, subtasks)
+        texts = plan.texts
         vectors = self.embedder.embed(texts)
         timer.lap("embed", t)
         catalog, version, lists, vectors_of = self._retrieve(texts, vectors, timer)
@@ -390,8 +405,8 @@ class Selector:
         if self.reranker is not None and self.config.rerank:
             ids, scores, source, reranked = self._rerank(catalog, texts, ids, scores, source)
             timer.lap("rerank", t)
-        return Ranking(texts, lists, ids, scores, source, history_list, subtasks, catalog, version, reranked,
-                       trace, vectors_of)
+        return Ranking(texts, lists, ids, scores, source, plan.history_list, plan.subtasks, catalog, version,
+                       reranked, trace, vectors_of)
 
     def _rerank(self, catalog: Catalog, texts: list[str], ids: list[str], scores: np.ndarray, source: list[int]
                 ) -> tuple[list[str], np.ndarray, list[int], int]:
@@ -532,8 +547,7 @@ def _decomposer_for(config: SelectorConfig, current: Decomposer | None = None,
         sha256 = bundle.sha256_of(dec["file"])
     llm = LlmSettings(model=config.llm.model, prompt=config.llm.prompt, threads=config.llm.threads,
                       n_ctx=config.llm.ctx, sha256=sha256)
-    return build_decomposer(config.decompose, history=config.history, history_turns=config.history_turns,
-                            deadline_ms=config.llm.deadline_ms, llm=llm, reuse=current)
+    return build_decomposer(config.decompose, deadline_ms=config.llm.deadline_ms, llm=llm, reuse=current)
 
 
 def _selected(ranking: Ranking, tool_id: str, score: float, src: int, probability: float | None = None

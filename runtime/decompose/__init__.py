@@ -1,7 +1,7 @@
 """Decomposition: a dialogue turn -> the sub-tasks retrieval runs on, with the trace of how (``Decomposition``).
 
-* ``none`` (``PassthroughDecomposer``): the turn as one sub-task, history folded in by the
-  configured history mode.
+* ``none`` (``PassthroughDecomposer``): the turn as one sub-task (the Selector folds the history
+  into it by the configured history mode).
 * ``rules`` (``rules.RuleDecomposer``): clause splitting and elliptical carry-over, no model.
 * ``llm`` (``llm.LlmDecomposer``): a small GGUF instruction model (``prompts.py`` its prompt,
   ``model.py`` the pinned default model, ``magicselector.backends.llama`` the runtime).
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..backends.llama import require_llama_cpp
-from ..dialogue import Turn, retrieval_text
+from ..dialogue import Turn
 from ..errors import InputError
 from .base import DecomposeTrace, Decomposer, Decomposition
 from .gate import GatedDecomposer
@@ -27,16 +27,13 @@ DECOMPOSERS = ("none", "rules", "llm", "auto")
 
 
 class PassthroughDecomposer:
-    """No decomposition: the (history-extended) utterance is the only sub-task."""
+    """No decomposition: the utterance is the only sub-task (the Selector folds the history into
+    it, ``Selector.plan``)."""
 
     name = "none"
 
-    def __init__(self, history: str = "none", turns: int = 4) -> None:
-        self.history = history
-        self.turns = turns
-
     def decompose(self, query: str, history: Sequence[Turn]) -> Decomposition:
-        return Decomposition((retrieval_text(query, history, self.history, self.turns),), DecomposeTrace(ran=self.name))
+        return Decomposition((query,), DecomposeTrace(ran=self.name))
 
 
 # the decomposers build_decomposer makes (any other object with ``name`` and ``decompose`` is the caller's own)
@@ -51,8 +48,8 @@ def _llm_in(decomposer: Decomposer | None) -> LlmDecomposer | None:
     return None
 
 
-def build_decomposer(kind: str, *, history: str = "none", history_turns: int = 4, deadline_ms: float | None = 1500.0,
-                     llm: LlmSettings | None = None, reuse: Decomposer | None = None) -> Decomposer:
+def build_decomposer(kind: str, *, deadline_ms: float | None = 1500.0, llm: LlmSettings | None = None,
+                     reuse: Decomposer | None = None) -> Decomposer:
     """A decomposer by name (``none``, ``rules``, ``llm``, ``auto``); the LLM is not loaded here.
 
     ``reuse``: a decomposer built before (e.g. the one a Selector holds); its LLM, loaded or not,
@@ -60,7 +57,7 @@ def build_decomposer(kind: str, *, history: str = "none", history_turns: int = 4
     not load the model again.
     """
     if kind == "none":
-        return PassthroughDecomposer(history, history_turns)
+        return PassthroughDecomposer()
     if kind == "rules":
         return RuleDecomposer()
     if kind not in DECOMPOSERS:
