@@ -19,7 +19,7 @@ client with its own keep-alive connection, POSTing ``tools/call`` JSON-RPC reque
 JSON answer (no MCP session: the server is stateless), so the kernel spreads callers over the
 processes. A row then also names its ``processes``, and the config the servers' HTTP limits
 (``serve``'s defaults: header and body timeouts, connections, bytes in flight) and what the checks
-ahead of the mcp app cost a request (``checks_cost_us``).
+ahead of the mcp app cost a request (``magicselector.cli.serve.checks_cost_us``).
 
 ``--memory`` measures memory instead (``bench_serve_memory``): one stdio server, 10,000 calls and
 six messages at the 64 MiB message limit among them; its RSS at the end against its warm RSS.
@@ -390,64 +390,24 @@ def bench_serve(bundle: str | None = None, config: ServeBenchConfig = ServeBench
                        "workload_turns": len(requests),
                        "transport": ("stdio, one session per server" if config.transport == "stdio" else
                                      "streamable HTTP on loopback, stateless; one connection per caller"),
-                       **({"processes": list(config.processes), "http_limits": http_limits(),
-                           "checks_us_per_request": checks_cost_us()} if config.transport == "http" else {})},
+                       **({"processes": list(config.processes), **http_limits_report()}
+                          if config.transport == "http" else {})},
             "results": results, **({"server_stderr": tails} if tails else {})}
 
 
-def http_limits() -> dict[str, float]:
-    """The limits every HTTP server of the bench runs under: ``serve``'s defaults (no limit flags)."""
-    from magicselector.cli.serve import HTTPLimits
+def http_limits_report() -> dict[str, Any]:
+    """The limits every HTTP server of the bench runs under (``serve``'s defaults: no limit flags) and
+    what the checks ahead of the mcp app cost a request, asked of ``magicselector.cli.serve`` as a
+    process, as the servers themselves are run (bench sits below the CLI)."""
+    import subprocess
 
-    limits = HTTPLimits()
-    return {"header_timeout_s": limits.header_timeout_s, "body_timeout_s": limits.body_timeout_s,
-            "max_connections": limits.max_connections, "max_message_mb": limits.max_message_bytes / 2**20,
-            "max_inflight_mb": limits.max_inflight_bytes / 2**20}
-
-
-def checks_cost_us(requests: int = 5000) -> dict[str, float]:
-    """Microseconds per request that ``ScreenedHTTP`` spends ahead of the mcp app on a search_tools
-    call (in this process, a no-op app behind it): ``all`` with every check a loopback server with a
-    token makes (Host, Origin, token, method, protocol version, Content-Length, bytes in flight, body
-    read and JSON screen), ``screen`` with only the token, body read and JSON screen (what ran before
-    the Host/Origin and limit checks were added)."""
-    import anyio
-
-    from magicselector.cli.serve import HTTPLimits, ScreenedHTTP
-
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "search_tools", "arguments": {"query": WORKLOAD_QUERY, "max_tools": 5}}}).encode()
-    full = [(b"host", b"127.0.0.1:8765"), (b"origin", b"http://localhost:6274"), (b"authorization", b"Bearer t"),
-            (b"content-type", b"application/json"), (b"mcp-protocol-version", b"2025-06-18"),
-            (b"content-length", str(len(body)).encode())]
-    bare = [(b"authorization", b"Bearer t"), (b"content-type", b"application/json")]
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        await receive()
-
-    async def receive() -> Any:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: Any) -> None:
-        return None
-
-    async def timed(check_host: bool, headers: list[tuple[bytes, bytes]]) -> float:
-        screened = ScreenedHTTP(app, "t", HTTPLimits(), check_host=check_host)
-        scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
-        for _ in range(requests // 10):  # warm
-            await screened(scope, receive, send)
-        start = time.perf_counter()
-        for _ in range(requests):
-            await screened(scope, receive, send)
-        return (time.perf_counter() - start) / requests * 1e6
-
-    async def both() -> dict[str, float]:
-        return {"all": round(await timed(True, full), 1), "screen": round(await timed(False, bare), 1)}
-
-    return anyio.run(both)
+    done = subprocess.run([sys.executable, "-m", "magicselector.cli.serve", "--limits-report"], capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0:
+        return {"error": done.stderr[-500:]}
+    return dict(json.loads(done.stdout))
 
 
-WORKLOAD_QUERY = "turn on bluetooth and play some jazz, then text Sam that I'm running late"
 
 
 MEMORY_SCHEMA = "magicselector-serve-memory/1"

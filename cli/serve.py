@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -826,6 +827,63 @@ def limited_protocol(limits: HTTPLimits) -> Any:
 _RAW_RESPONSE = b"HTTP/1.1 %s\r\ncontent-length: 0\r\nconnection: close\r\n%s\r\n"
 
 
+def default_http_limits() -> dict[str, float]:
+    """``serve``'s default HTTP limits, in the units its flags take."""
+    limits = HTTPLimits()
+    return {"header_timeout_s": limits.header_timeout_s, "body_timeout_s": limits.body_timeout_s,
+            "max_connections": limits.max_connections, "max_message_mb": limits.max_message_bytes / 2**20,
+            "max_inflight_mb": limits.max_inflight_bytes / 2**20}
+
+
+def checks_cost_us(requests: int = 5000) -> dict[str, float]:
+    """Microseconds per request that ``ScreenedHTTP`` spends ahead of the mcp app on a search_tools
+    call (in this process, a no-op app behind it): ``all`` with every check a loopback server with a
+    token makes (Host, Origin, token, method, protocol version, Content-Length, bytes in flight, body
+    read and JSON screen), ``screen`` with only the token, body read and JSON screen (what ran before
+    the Host/Origin and limit checks were added)."""
+    import anyio
+
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "search_tools", "arguments": {"query": CHECKS_QUERY, "max_tools": 5}}}).encode()
+    full = [(b"host", b"127.0.0.1:8765"), (b"origin", b"http://localhost:6274"), (b"authorization", b"Bearer t"),
+            (b"content-type", b"application/json"), (b"mcp-protocol-version", b"2025-06-18"),
+            (b"content-length", str(len(body)).encode())]
+    bare = [(b"authorization", b"Bearer t"), (b"content-type", b"application/json")]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Any) -> None:
+        return None
+
+    async def timed(check_host: bool, headers: list[tuple[bytes, bytes]]) -> float:
+        screened = ScreenedHTTP(app, "t", HTTPLimits(), check_host=check_host)
+        scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+        for _ in range(requests // 10):  # warm
+            await screened(scope, receive, send)
+        start = time.perf_counter()
+        for _ in range(requests):
+            await screened(scope, receive, send)
+        return (time.perf_counter() - start) / requests * 1e6
+
+    async def both() -> dict[str, float]:
+        return {"all": round(await timed(True, full), 1), "screen": round(await timed(False, bare), 1)}
+
+    return anyio.run(both)
+
+
+CHECKS_QUERY = "turn on bluetooth and play some jazz, then text Sam that I'm running late"
+
+
+def limits_report(requests: int = 5000) -> dict[str, Any]:
+    """What ``bench serve --transport http`` reports of the servers it runs (``python -m
+    magicselector.cli.serve --limits-report``): the default limits and ``checks_cost_us``."""
+    return {"http_limits": default_http_limits(), "checks_us_per_request": checks_cost_us(requests)}
+
+
 def listening_socket(host: str, port: int, reuse_port: bool = False) -> Any:
     import socket
 
@@ -912,3 +970,7 @@ def _without_workers(argv: list[str]) -> list[str]:
         elif not item.startswith("--workers="):
             out.append(item)
     return out
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--limits-report"]:  # bench serve runs this as a process
+    print(json.dumps(limits_report()))
