@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import json
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 from .catalog import Catalog, Tool, catalog_digest, parse_tool
 from .dialogue import as_mapping as _mapping, plain  # a dict, or an SDK object read by its fields
@@ -77,6 +77,22 @@ def _query_of(arguments: Any, where: str) -> str:
         raise InputError(f"{where}: the tool-search call has no query text")
     return " ".join(words)
 
+
+
+class AnthropicMessage(Protocol):
+    """What ``answer_anthropic`` reads of a Messages API response given as an object (the SDK's
+    ``Message``): its content blocks, each a mapping or an object with ``type``, ``id``, ``name``, ``input``."""
+
+    @property
+    def content(self) -> Sequence[Any]: ...
+
+
+class OpenAIResponse(Protocol):
+    """What ``answer_openai`` and ``next_openai_input`` read of a Responses API response given as an
+    object (the SDK's ``Response``): its output items, each a mapping or an object with ``type`` ..."""
+
+    @property
+    def output(self) -> Sequence[Any]: ...
 
 class ToolSearch:
     """Answers tool-search calls with a Selector's picks. Thread-safe; one per process is enough."""
@@ -143,7 +159,8 @@ class ToolSearch:
         refs = [{"type": "tool_reference", "tool_name": catalog.get(i).name} for i in self._cap(selection.ids)]
         return {"type": "tool_result", "tool_use_id": block["id"], "content": refs}
 
-    def answer_anthropic(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> dict[str, Any]:
+    def answer_anthropic(self, request: Mapping[str, Any], response: Mapping[str, Any] | AnthropicMessage
+                         ) -> dict[str, Any]:
         """The user message answering every call of the search tool in a Messages API response
         (a ``tool_result`` block per ``tool_use``). ``response`` may be the SDK's ``Message``."""
         request, fields = _mapping(request) or request, _mapping(response)  # fields: None where it is no mapping
@@ -231,7 +248,8 @@ class ToolSearch:
         return {"type": "tool_search_output", "call_id": item.get("call_id"), "execution": "client",
                 "status": "completed", "tools": tools}
 
-    def answer_openai(self, request: Mapping[str, Any], response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def answer_openai(self, request: Mapping[str, Any], response: Mapping[str, Any] | OpenAIResponse
+                      ) -> list[dict[str, Any]]:
         """The ``tool_search_output`` items answering every client-executed ``tool_search_call`` of a
         Responses API response (``response`` may be the SDK's ``Response``)."""
         request, fields = _mapping(request) or request, _mapping(response)  # fields: None where it is no mapping
@@ -247,7 +265,7 @@ class ToolSearch:
         return [self.openai_output(request, c, history) for c in calls]
 
 
-def next_openai_input(request: Mapping[str, Any], response: Mapping[str, Any],
+def next_openai_input(request: Mapping[str, Any], response: Mapping[str, Any] | OpenAIResponse,
                       outputs: Iterable[Mapping[str, Any]]) -> list[Any]:
     """The ``input`` of the follow-up Responses request when the conversation is sent in full (no
     ``previous_response_id``): the request's input, the response's output items, the answers.
