@@ -143,14 +143,17 @@ int run_replay(const std::string &bundle, const std::string &options_json) {
         try {
             const ms::Request req = ms::Request::from_json(line, sel->options().budget);
             const ms::json raw = ms::parse_json(line, MS_ERR_ARGUMENT, "request");
-            if (!raw.contains("vectors") || !raw["vectors"].is_array()) ms::fail(MS_ERR_ARGUMENT, "vectors: a list of one vector per retrieval text");
-            std::vector<std::vector<float>> vectors;
-            for (const auto &v : raw["vectors"]) {
+            std::vector<std::vector<float>> vectors;  // checked against the retrieval texts by select
+            const ms::json given = raw.value("vectors", ms::json::array());
+            if (!given.is_array()) ms::fail(MS_ERR_ARGUMENT, "vectors: a list of one vector per retrieval text");
+            for (const auto &v : given) {
                 if (!v.is_array()) ms::fail(MS_ERR_ARGUMENT, "vectors: each must be a list of numbers");
                 std::vector<float> row;
                 for (const auto &x : v) {
-                    if (!x.is_number()) ms::fail(MS_ERR_ARGUMENT, "vectors: each must be a list of numbers");
-                    row.push_back(x.get<float>());
+                    if (!x.is_number() || !(std::fabs(x.get<double>()) <= 3.0e38)) {
+                        ms::fail(MS_ERR_ARGUMENT, "vectors: each must be a list of finite float32 numbers");
+                    }
+                    row.push_back(float(x.get<double>()));
                 }
                 vectors.push_back(std::move(row));
             }

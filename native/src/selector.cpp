@@ -137,6 +137,8 @@ Options Options::from_json(const std::string &options_json) {
             o.lexical_candidates = integer(v, key, MS_ERR_ARGUMENT, 1, 100000);
         } else if (key == "head") {
             o.head = boolean(v, key);
+        } else if (key == "ranked_ids") {
+            o.ranked_ids = boolean(v, key);
         } else if (key == "verify") {
             o.verify = boolean(v, key);
         } else if (key == "decompose") {
@@ -340,6 +342,9 @@ Trace Selector::replay(const std::vector<std::string> &texts, const std::vector<
     if (vectors.size() != texts.size()) fail(MS_ERR_ARGUMENT, "vectors: one per retrieval text (" + std::to_string(texts.size()) + "), got " + std::to_string(vectors.size()));
     for (const auto &v : vectors) {
         if (int(v.size()) != index_->ndim()) fail(MS_ERR_ARGUMENT, "vectors: each must have " + std::to_string(index_->ndim()) + " dimensions");
+        for (float x : v) {
+            if (!std::isfinite(x)) fail(MS_ERR_ARGUMENT, "vectors: every value must be finite");
+        }
     }
     Trace tr;
     for (std::size_t i = 0; i < texts.size(); ++i) {
@@ -423,7 +428,7 @@ json Selector::select(const Request &request, const std::vector<std::vector<floa
     }
     timings["total"] = ms_since(start);
     const Budget &b = request.budget;
-    return {{"tools", tools},
+    json out = {{"tools", tools},
             {"k", tr.k},
             {"cut", {{"rule", tr.cut.rule}, {"k_score", tr.cut.k_score}, {"k_sim", tr.cut.k_sim}}},
             {"subtasks", tx.subtasks},
@@ -438,6 +443,13 @@ json Selector::select(const Request &request, const std::vector<std::vector<floa
                         {"format", b.format}}},
             {"schema_tokens", tr.schema_tokens >= 0 ? json(tr.schema_tokens) : json(nullptr)},
             {"timings_ms", timings}};
+    if (options_.ranked_ids) {
+        std::vector<int> rows;
+        for (int pos : tr.ranked) rows.push_back(tr.fused.rows[std::size_t(pos)]);
+        out["ranked_ids"] = json::array();
+        for (int r : rows) out["ranked_ids"].push_back(ids_[std::size_t(r)]);
+    }
+    return out;
 }
 
 }  // namespace ms

@@ -38,6 +38,7 @@ struct Options {
     // false: listed files are size-checked but not hashed (a faster start, where the bundle's signature
     // or the app's own install check vouches for the bytes); Selector.from_bundle's verify
     bool verify = true;
+    bool ranked_ids = false;  // the Selection also carries the whole ranked list (ids), for evaluation
     static Options from_json(const std::string &options_json);
     json to_golden_config() const;  // in golden.json's pipeline.config shape
 };

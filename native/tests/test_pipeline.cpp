@@ -1,0 +1,43 @@
+// test_pipeline.cpp: every stage of the bundle's golden pipeline probes re-run natively (verify.cpp) must match: the text stages exactly, the later ones from the written vectors.
+//
+// Usage: test_pipeline BUNDLE [DATA]. The embedder's own cosine is test_embed's; here the later stages
+// are fed the written vectors, so this holds on any CPU. Exit 77: no bundle given.
+#include <cstdio>
+
+#include "error.h"
+#include "selector.h"
+#include "verify.h"
+
+int main(int argc, char **argv) {
+    if (argc < 2 || argv[1][0] == '\0') {
+        std::fprintf(stderr, "test_pipeline: no bundle given: skipped\n");
+        return 77;
+    }
+    try {
+        ms::Options options;
+        options.embedder = false;
+        auto selector = ms::Selector::open(argv[1], options);
+        const ms::json report = ms::verify_golden(*selector);
+        std::printf("%s\n", report.dump(2).c_str());
+        if (!report["ok"].get<bool>()) return 1;
+        if (report["turns"].get<int>() < 30) {
+            std::fprintf(stderr, "test_pipeline: only %d probe turns\n", report["turns"].get<int>());
+            return 1;
+        }
+        // a request the core must refuse, naming the field
+        try {
+            selector->texts(ms::Request::from_json(R"({"query": "x", "max_tools": 0})", ms::Budget{}));
+            std::fprintf(stderr, "test_pipeline: max_tools 0 was accepted\n");
+            return 1;
+        } catch (const ms::Error &e) {
+            if (e.status() != MS_ERR_INPUT || std::string(e.what()).find("max_tools") == std::string::npos) {
+                std::fprintf(stderr, "test_pipeline: max_tools 0 gave %d '%s'\n", int(e.status()), e.what());
+                return 1;
+            }
+        }
+        return 0;
+    } catch (const ms::Error &e) {
+        std::fprintf(stderr, "test_pipeline: %d %s\n", int(e.status()), e.what());
+        return 1;
+    }
+}
