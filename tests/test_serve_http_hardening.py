@@ -280,3 +280,33 @@ def test_the_host_and_origin_check_never_fails_and_passes_only_local_names(host,
         assert is_loopback(name), headers
     else:
         assert refusal[0] in (403, 421)
+
+
+_JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.text(max_size=20))
+_JSON = st.recursive(_JSON_LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                           st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                     max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(request_id=st.one_of(st.integers(-10**12, 10**12), st.text(max_size=40)),
+       params=st.dictionaries(st.text(max_size=8), _JSON, max_size=4), id_first=st.booleans(),
+       cut=st.integers(0, 400))
+def test_an_over_limit_message_id_is_read_from_its_head_or_its_tail(request_id, params, id_first, cut):
+    from magicselector.cli.serve import TooLong
+
+    members = {"jsonrpc": "2.0", "method": "tools/call", "params": {**params, "id": "not-this-one", "pad": "x" * 500}}
+    message = {"id": request_id, **members} if id_first else {**members, "id": request_id}
+    line = json.dumps(message).encode()
+    # the head holds the whole id member when it comes first; when it comes last, the tail holds it
+    head = line[: len(json.dumps({"id": request_id})) + cut] if id_first else line[:cut]
+    assert TooLong(head, line[-4096:]).request_id() == request_id
+
+
+@settings(max_examples=300, deadline=None)
+@given(head=st.binary(max_size=300), tail=st.binary(max_size=300))
+def test_reading_an_over_limit_id_never_fails(head, tail):
+    from magicselector.cli.serve import TooLong
+
+    found = TooLong(head, tail).request_id()
+    assert found is None or isinstance(found, (int, str))
