@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from magicselector import Selector
 from magicselector.bundle import MANIFEST, Bundle, write_manifest
@@ -177,3 +178,32 @@ def test_an_onnx_model_with_external_data_does_not_load_from_its_bytes(tmp_path,
     monkeypatch.chdir(tmp_path)  # weights.bin sits in the working folder, where ONNX Runtime looked before
     with pytest.raises(BundleError, match="external data"):
         OnnxModel(tmp_path / "model.onnx", data=(tmp_path / "model.onnx").read_bytes())
+
+
+def _small_lexical_bytes() -> bytes:
+    from magicselector.catalog import Catalog, Tool
+
+    catalog = Catalog([Tool(id=f"t{i}", name=f"tool_{i}", description=f"Does thing number {i} with files.")
+                       for i in range(5)])
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "lexical.npz"
+        LexicalIndex.from_catalog(catalog).save(path)
+        return path.read_bytes()
+
+
+SMALL_LEXICAL = _small_lexical_bytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(flips=st.lists(st.tuples(st.integers(0, len(SMALL_LEXICAL) - 1), st.integers(1, 255)), min_size=1,
+                      max_size=6), cut=st.integers(0, len(SMALL_LEXICAL)))
+def test_a_damaged_lexical_index_is_a_bundle_error_or_loads(flips, cut):
+    data = bytearray(SMALL_LEXICAL)
+    for at, xor in flips:
+        data[at] ^= xor
+    try:
+        LexicalIndex.load("lexical.npz", data=bytes(data[:cut] if cut < len(data) // 2 else data))
+    except BundleError:
+        pass
