@@ -1,7 +1,6 @@
 """The Selector: decompose -> embed -> search + lexical -> fuse -> rerank -> cut + learned head -> budget, with per-stage timings."""
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -10,9 +9,10 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from .bundle import Bundle
-from .catalog import Catalog, Tool, check_tool, check_tool_id, tool_text
+from .catalog import Catalog, Tool, tool_text
+from .live_catalog import LiveCatalog
 from .config import SelectorConfig
-from .dialogue import Turn, bounded_history, check_text, retrieval_text, validate_query
+from .dialogue import Turn, bounded_history, retrieval_text, validate_query
 from .errors import BundleError, InputError
 from .stages.budget import Budget, spend_budget
 from .stages.cut import Cut, cut_turn
@@ -176,70 +176,35 @@ class _Timer:
         self.ms["total"] = (time.perf_counter() - self._t0) * 1e3
 
 
-class _CatalogState:
-    """The mutable part of a Selector: catalog, dense index, lexical index and version, under one
-    lock. Selectors made by ``with_config`` / ``with_reranker`` share one state, so a tool added
-    through any of them is seen by all, and no turn reads a catalog and an index that disagree."""
-
-    def __init__(self, catalog: Catalog, index: ToolIndex, lexical: LexicalIndex | None) -> None:
-        missing = [i for i in catalog.ids if i not in index]  # ids only: a packed catalog decodes no tool
-        if missing or len(index) != len(catalog):
-            raise BundleError(f"index and catalog disagree ({len(index)} vs {len(catalog)} tools; "
-                              f"e.g. {missing[:3]} not indexed)")
-        self.catalog = catalog
-        self.index = index
-        self.lexical = lexical  # built from the catalog on first use when None
-        self.version = 0
-        self.lock = threading.RLock()
-        # (tool id, format) -> (the Tool, its definition's tokens): a hit only for the same Tool object,
-        # so a tool replaced under the same id is counted afresh
-        self.tokens: dict[tuple[str, str], tuple[Tool, int]] = {}
-
-    def schema_tokens(self, tool: Tool, format: str) -> int:
-        from .formats import tool_definition
-        from .tokens import schema_tokens
-
-        hit = self.tokens.get((tool.id, format))
-        if hit is not None and hit[0] is tool:
-            return hit[1]
-        count = schema_tokens(tool_definition(tool, format))
-        self.tokens[(tool.id, format)] = (tool, count)
-        return count
-
-
 class Selector:
     """Selects the tools a phone assistant needs for a dialogue turn.
 
     One Selector can be shared across threads: inference sessions are thread-safe, and catalog
     changes (add_tool / remove_tool) swap the catalog under a lock. Selectors made from it by
-    ``with_config`` and ``with_reranker`` share its catalog state (``_CatalogState``).
+    ``with_config`` and ``with_reranker`` share its catalog and indexes (``live``, a ``LiveCatalog``).
     """
 
     def __init__(self, catalog: Catalog, embedder: Embedder, index: ToolIndex,
                  config: SelectorConfig | None = None, decomposer: Decomposer | None = None,
                  bundle: Bundle | None = None, reranker: Reranker | None = None,
                  lexical: LexicalIndex | None = None, head: HeadModel | None = None, *,
-                 _state: _CatalogState | None = None) -> None:
+                 live: LiveCatalog | None = None) -> None:
         self.config = config or SelectorConfig()
         self.embedder = embedder
         self.decomposer = decomposer or _decomposer_for(self.config, bundle=bundle)
         self.bundle = bundle
         self.reranker = reranker
         self.head = head  # the learned head (stages/head.py), where the bundle has one
-        self._state = _state if _state is not None else _CatalogState(catalog, index, lexical)
+        self.live = live if live is not None else LiveCatalog(catalog, index, lexical)
 
     @property
     def catalog(self) -> Catalog:
         """The catalog as it is now (``add_tool`` / ``remove_tool`` replace it)."""
-        return self._state.catalog
+        return self.live.catalog
 
     @property
     def index(self) -> ToolIndex:
-        return self._state.index
-
-    @property
-    def _lock(self) -> threading.RLock:
-        return self._state.lock
+        return self.live.index
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
@@ -286,7 +251,7 @@ class Selector:
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
                         decomposer=_decomposer_for(config, self.decomposer, self.bundle), reranker=self.reranker,
-                        head=self.head, _state=self._state)
+                        head=self.head, live=self.live)
 
     def with_catalog(self, catalog: Catalog, config: SelectorConfig | None = None) -> "Selector":
         """A Selector over another catalog sharing this one's embedder and reranker; the catalog's
@@ -296,7 +261,7 @@ class Selector:
         key = getattr(self.embedder, "vectors_key", "")
         index = catalog_index(self.embedder, catalog, key, self.index.dtype)  # in batches, bounded memory
         config = config or self.config
-        params = self._state.lexical.params if self._state.lexical is not None else {}
+        params = self.live.lexical.params if self.live.lexical is not None else {}
         lexical = LexicalIndex.from_catalog(catalog, **params) if config.lexical else None  # else on first use
         return Selector(catalog, self.embedder, index, config=config, bundle=self.bundle,
                         reranker=self.reranker, lexical=lexical, head=self.head)
@@ -304,51 +269,25 @@ class Selector:
     def with_reranker(self, reranker: Reranker | None) -> "Selector":
         """A Selector sharing this one's models, index and settings, with another reranker (or none)."""
         return Selector(self.catalog, self.embedder, self.index, config=self.config, bundle=self.bundle,
-                        decomposer=self.decomposer, reranker=reranker, head=self.head, _state=self._state)
+                        decomposer=self.decomposer, reranker=reranker, head=self.head, live=self.live)
 
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
         """Add a tool, or replace the tool with the same id, without rebuilding anything."""
-        tool = check_tool(tool, self.catalog)  # a Tool or an MCP/benchmark dict, bounded and checked: else InputError
-        for name in ("id", "name", "description"):
-            if not isinstance(getattr(tool, name), str):
-                raise InputError(f"tool {tool.id!r}: {name} must be a string")
-            check_text(getattr(tool, name), f"tool {tool.id!r}: {name}")
-        vec = self.embedder.embed([tool_text(tool)])
-        state = self._state
-        with state.lock:
-            check_tool(tool, state.catalog)  # the name again, under the lock: a racing add may have taken it
-            catalog = state.catalog.with_tool(tool)
-            state.index.add([tool.id], vec)
-            if state.lexical is not None:
-                state.lexical.add(tool.id, tool_text(tool))
-            state.catalog = catalog
-            state.version += 1
+        self.live.add(tool, self.embedder.embed)
 
     def remove_tool(self, tool_id: str) -> None:
-        check_tool_id(tool_id)  # a non-string id is an InputError, not a TypeError from a dict lookup
-        state = self._state
-        with state.lock:
-            state.catalog.get(tool_id)  # raises UnknownToolError with the id
-            state.index.remove(tool_id)
-            if state.lexical is not None:
-                state.lexical.remove(tool_id)
-            state.catalog = state.catalog.without(tool_id)
-            state.version += 1
+        self.live.remove(tool_id)
 
     @property
     def catalog_version(self) -> int:
         """How many tools have been added or removed at run time (``Selection.catalog_version``)."""
-        return self._state.version
+        return self.live.version
 
     @property
     def lexical(self) -> LexicalIndex:
         """The BM25 index of the catalog's tool texts (the bundle's, else built on first use)."""
-        state = self._state
-        with state.lock:
-            if state.lexical is None:
-                state.lexical = LexicalIndex.from_catalog(state.catalog)
-            return state.lexical
+        return self.live.lexical_index()
 
     # -- selection ----------------------------------------------------------------------------
     def plan(self, query: str, history: Iterable[Any] | None = ()) -> RetrievalPlan:
@@ -467,9 +406,9 @@ class Selector:
         the catalog lock; with them the catalog they saw and, where the cut reads tool vectors,
         those of every listed tool, so that the rerank and the cut run outside the lock on one
         consistent state (a concurrent remove_tool cannot take a listed tool away mid-turn)."""
-        with self._lock:
+        with self.live.lock:
             t = time.perf_counter()
-            catalog, index, version = self.catalog, self.index, self._state.version
+            catalog, index, version = self.live.catalog, self.live.index, self.live.version
             results = index.search(vectors, self.config.candidates)
             t = timer.lap("search", t)
             lists = [RankedList(ids, scores) for ids, scores in results]
@@ -495,7 +434,7 @@ class Selector:
             return ids, scores, source, k, None
 
         def cost(tid: str) -> int:
-            return self._state.schema_tokens(ranking.catalog.get(tid), budget.format)
+            return self.live.schema_tokens(ranking.catalog.get(tid), budget.format)
 
         kept = spend_budget(budget, ids, k, [lst.ids for lst in ranking.lists], cost, by_probability)
         order = kept + [i for i in range(len(ids)) if i not in set(kept)]
@@ -520,16 +459,9 @@ class Selector:
         when given, and swapped into place, so ``path`` holds the old bundle or the complete new
         one, never a part. ``release``: ``magicselector.bundle_writer.resolve_release``.
         ``Selector.from_bundle(path)`` then selects exactly as this Selector does."""
-        from .bundle_writer import rewrite_bundle
-
         if self.bundle is None:
             raise InputError("save: this Selector was not loaded from a bundle, so it has no model files to write")
-
-        def snapshot(write: Callable[[Catalog, ToolIndex, LexicalIndex | None], dict[str, Any]]) -> dict[str, Any]:
-            with self._lock:  # catalog, index and lexical index as one state
-                return write(self.catalog, self.index, self._state.lexical)
-
-        return rewrite_bundle(self.bundle, path, snapshot=snapshot, signing_key=signing_key, release=release)
+        return self.live.save(self.bundle, path, signing_key=signing_key, release=release)
 
 
 # -- bounds, decomposer and cut helpers -----------------------------------------------------------

@@ -142,7 +142,7 @@ def test_bundle_carries_the_index_and_the_selector_finds_lexical_only_tools(bund
     section = Bundle.open(bundle_dir).section("lexical")
     assert section and section["format"] == "magicselector-bm25/1" and (bundle_dir / section["file"]).is_file()
     base = Selector.from_bundle(bundle_dir)
-    assert base._state.lexical is not None and sorted(base._state.lexical.ids) == sorted(base.catalog.ids)
+    assert base.live.lexical is not None and sorted(base.live.lexical.ids) == sorted(base.catalog.ids)
 
     for tool in UNKNOWN_TOOLS:
         base.add_tool(tool)
@@ -172,13 +172,13 @@ def test_lexical_index_is_built_on_the_fly_and_for_another_catalog(selector):
     from magicselector import Selector
 
     fresh = Selector(selector.catalog, selector.embedder, selector.index, reranker=None)
-    assert fresh._state.lexical is None
+    assert fresh.live.lexical is None
     assert fresh.lexical.ids == selector.lexical.ids
     other = load_phone_catalog()
     for tool in UNKNOWN_TOOLS:
         other = other.with_tool(tool)
     hybrid = selector.with_catalog(other, selector.config.__class__(lexical=True, rerank=False))
-    assert hybrid._state.lexical is not None and CODE_TOOL.id in hybrid.lexical
+    assert hybrid.live.lexical is not None and CODE_TOOL.id in hybrid.lexical
     assert hybrid.select(CODE_QUERY).ranked_ids[0] == CODE_TOOL.id
     sel = hybrid.with_config(lexical_weight=0.3).select("turn on bluetooth")
     assert sel.ranked_ids and len(sel.ranked_ids) == len(set(sel.ranked_ids))

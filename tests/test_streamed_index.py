@@ -165,7 +165,7 @@ def test_with_catalog_selections_equal_the_one_shot_path(selector, small_steps, 
                         lambda embedder, cat, sha, dtype: _one_shot_index(embedder, cat, dtype)[0])
     monkeypatch.setattr(LexicalIndex, "from_catalog", classmethod(lambda cls, cat, **p: _one_shot_lexical(cat, **p)))
     want = selector.with_catalog(catalog)
-    assert want.index is not got.index and want._state.lexical is not got._state.lexical
+    assert want.index is not got.index and want.live.lexical is not got.live.lexical
     for q in QUERIES + ["turn on bluetooth and play some jazz"]:
         a, b = got.select(q), want.select(q)
         assert [(t.id, t.score) for t in a.tools] == [(t.id, t.score) for t in b.tools], q
