@@ -48,7 +48,8 @@ def open_regular(path: str | Path, error: type[Exception], what: str = "file", m
             kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
                     else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a file")
             raise error(f"{path}: {kind}, not a regular file; a {what} must be a plain file")
-        os.set_blocking(fd, True)
+        if flags & getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
