@@ -13,8 +13,9 @@ catalog as one embed call), and the two are compared with each other too.
 ``--quality`` also runs the shipped pipeline on each sampled turn with the ONNX embedder (as
 ``fold_eval`` does), with the GGUF one in its place (each part's index built from its tool
 vectors, as the native core's embedder would give them) and, for scale, with the same ONNX model
-run one text at a time: the share of turns whose kept set, kept order and K are the ONNX
-pipeline's, and fold_eval's metrics for each. Needs the llm extra (llama-cpp-python).
+with its index rebuilt (``with_catalog``: the tool texts embedded in other batches) and run one
+text at a time: the share of turns whose kept set, kept order and K are the ONNX pipeline's, and
+fold_eval's metrics for each. Needs the llm extra (llama-cpp-python).
 docs/bench/gguf-embedder.md reports it.
 """
 from __future__ import annotations
@@ -54,18 +55,21 @@ def compare(selector: Any, gguf: Any, groups: Sequence[Sequence[str]]) -> dict[s
 
 
 def quality(base: Selector, gguf: Any, alone: Any, bench: Any) -> dict[str, Any]:
-    """The shipped pipeline with the ONNX embedder (``over_catalog``), with ``gguf`` in its place, and
-    with ``alone`` (the same ONNX model run one text at a time) in its place, on each turn of
-    ``bench``: how often each swap keeps the same tools, and every side's metrics."""
+    """The shipped pipeline on each turn of ``bench``: as ``fold_eval`` runs it (``onnx``: the
+    bundle's index for the bundle's catalog), and with each part's index built by ``with_catalog``
+    from the ONNX embedder (``onnx_rebuilt``: the same model, its tool vectors embedded in other
+    batches), from ``gguf``, and from ``alone`` (the ONNX model one text per run), each then
+    embedding the turn's texts; how often each keeps ``onnx``'s tools, and every side's metrics."""
     def swapped(emb: Any) -> Selector:
         empty = Selector(Catalog([]), emb, ToolIndex(emb.dim, base.index.dtype), config=base.config, head=base.head,
-                         lexical=base._state.lexical)  # BM25 with the bundle's parameters
+                         lexical=base.live.lexical)  # BM25 with the bundle's parameters
         return empty.with_catalog(bench.catalog)
 
-    sels = {"onnx": over_catalog(base, bench.catalog), "gguf": swapped(gguf), "onnx_alone": swapped(alone)}
+    sels = {"onnx": over_catalog(base, bench.catalog), "onnx_rebuilt": swapped(base.embedder), "gguf": swapped(gguf),
+            "onnx_alone": swapped(alone)}
     cost = token_cost(sels["onnx"])
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in sels}
-    same = {name: {"kept_set": 0, "kept_order": 0, "K": 0} for name in ("gguf", "onnx_alone")}
+    same = {name: {"kept_set": 0, "kept_order": 0, "K": 0} for name in sels if name != "onnx"}
     turns = 0
     for q in bench.queries:
         try:
@@ -125,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                     for k, v in row[kind].items()})
         if args.quality:
             row["quality"] = quality(base, gguf, alone, bench)
-            for side in ("gguf", "onnx_alone"):
+            for side in ("onnx_rebuilt", "gguf", "onnx_alone"):
                 show(f"{name} {side} same", row["quality"]["same_as_onnx"][side])
                 show(f"{name} {side}-onnx", row["quality"]["minus_onnx"][side])
     write_json(args.out, out)
