@@ -182,7 +182,8 @@ def writer_lock(target: str | Path) -> Iterator[None]:
     """Hold the writers' lock of ``target``'s parent folder: an exclusive ``flock`` on the folder
     itself (no lock file is left behind), so that writers of a bundle, in any process, take turns
     (and writers of its siblings wait too); re-entrant within a process, exclusive between its
-    threads. Where ``fcntl`` is missing (Windows) only this process's threads take turns."""
+    threads. Where ``fcntl`` is missing (Windows) or the file system refuses ``flock`` on a folder
+    (NFS), only this process's threads take turns."""
     parent = Path(target).absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     key = str(parent.resolve())
@@ -209,6 +210,13 @@ def _flock_folder(folder: Path) -> int:
     fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            # a file system without flock on folders (NFS emulates it with write locks): writers in this
+            # process still take turns, and a Selector's save still refuses a bundle rewritten under it
+            return -1
+        raise
     except BaseException:
         os.close(fd)
         raise
