@@ -5,8 +5,8 @@ Per turn of the development evaluation parts (``quality.development_sets``; a se
 one JSON line: the input (utterance, history as ``[{role, content}]``), whether the Python runtime
 refuses it (``validate_query`` / ``bounded_history``), the rules decomposer's sub-tasks, the texts
 ``SelectorConfig()`` retrieves with, and the bundle tokenizer's ids of each; per tool text of each
-part's catalog (``catalog.tool_text``) and per fuzz text, its ids; per fuzz byte string, whether it
-is UTF-8. ``native/tests/test_text_parity.cpp`` reads the file and must match every line.
+part's catalog (``catalog.tool_text``) and per fuzz text, its ids and ``str.lower()``; per fuzz
+byte string, whether it is UTF-8. ``native/tests/test_text_parity.cpp`` reads the file and must match every line.
 
     python -m magicselector.bench.native_text_parity OUT.jsonl [--limit 500] [--all] [--fuzz 3000]
 """
@@ -49,8 +49,8 @@ class TextOracle:
         self.config = config or SelectorConfig()
         if self.config.decompose != "rules":
             raise InputError(f"the parity file is written for the rules decomposer, not {self.config.decompose!r}")
-        # Selector's own _decompose and _retrieval_texts read only these two attributes: the real
-        # code runs, without opening a bundle's models
+        # Selector.plan reads only these two attributes: the real code runs, without opening a
+        # bundle's models
         self._selector = SimpleNamespace(config=self.config, decomposer=RuleDecomposer())
         self.tokenizer = TextTokenizer(tokenizer_file, max_length=128)
 
@@ -60,11 +60,11 @@ class TextOracle:
     def turn(self, query: Any, history: list[dict[str, Any]]) -> dict[str, Any]:
         row: dict[str, Any] = {"kind": "turn", "query": query, "history": history}
         try:
-            query_text, turns, decomposition, subtasks = Selector._decompose(self._selector, query, history)
+            plan = Selector.plan(self._selector, query, history)
         except InputError as e:
             return {**row, "error": str(e)}
-        texts, _ = Selector._retrieval_texts(self._selector, query_text, turns, subtasks)
-        return {**row, "error": None, "tasks": list(decomposition.tasks), "texts": texts, "ids": self.ids(texts)}
+        texts = list(plan.texts)
+        return {**row, "error": None, "tasks": list(plan.decomposition.tasks), "texts": texts, "ids": self.ids(texts)}
 
 
 # -- the fuzz --------------------------------------------------------------------------------------
@@ -87,6 +87,10 @@ _WORDS = ("and", "then", "also", "plus", "oh, and", "oh and", "after that", "as 
           "I invested $5000", "Imagine you are a drone operator", "my", "sister", "paid", "send", "text", "to",
           "mom", ",", ", ", ".", ". ", "; ", "!", "?", "? ", '"', '"quoted and then text"', "\u201cquoted\u201d",
           "TURN", "ThEn", "AND", "\u0130t", "K", "\u212aelvin", "\u017fo", "PLEA\u017fE")
+# str.lower()'s final sigma: a capital sigma after a cased letter and before none, marks skipped
+_SIGMA_PROBES = ["\u039f\u0394\u039f\u03a3", "\u039f\u0394\u039f\u03a3.", "\u03a3", "\u0391\u03a3'\u0392",
+                 "\u0391\u03a3\u0301", "\u0391\u0301\u03a3", "\u0391\u03a3\u0391", "\u039f\u0394\u039f\u03a3 \u039f\u0394\u039f\u03a3",
+                 "1\u03a3", "\u02b0\u03a3", "a\u00ad\u03a3\u00ad", "\u03a3\u03a3\u03a3", "x\u03a3\u0130", "\u0130\u03a3"]
 _ROLES = ("user", "assistant", "assistant", "user", "system", "tool", "developer", "function")
 
 
@@ -198,6 +202,9 @@ def write_parity(out: Path, *, work: Path, shared_data: Path | None = None, limi
             text = query + "".join(m["content"] for m in history)
             emit({"kind": "text", "part": "fuzz", "text": text, "ids": oracle.ids([text])[0]})
             count("fuzz", "texts")
+        for text in _SIGMA_PROBES + [_fuzz_text(random.Random(seed + i), 12) for i in range(fuzz)]:
+            emit({"kind": "lower", "part": "fuzz", "text": text, "lower": text.lower()})
+            count("fuzz", "lowered")
         for data in fuzz_bytes(seed, fuzz):
             try:
                 data.decode("utf-8")

@@ -90,6 +90,7 @@ def test_native_text_stages_match_python_on_development_parts_and_fuzz(tmp_path)
         assert parts[part]["texts"] >= 500, part  # every retrieval text of every turn was tokenized
         assert parts[part + " tools"]["texts"] == written[part]["tool texts"] > 0
     assert parts["fuzz"]["turns"] == 3000 and parts["fuzz"]["byte_strings"] == 3000
+    assert parts["fuzz"]["lowered"] == written["fuzz"]["lowered"] > 3000
     assert 0 < parts["fuzz"]["refusals"] < 3000  # both refused turns and answered ones were compared
 
 
@@ -107,8 +108,8 @@ def test_native_text_parity_fails_on_a_changed_line(tmp_path):
     good.write_text("\n".join(json.dumps(r) for r in (header, turn)) + "\n")
     ok = subprocess.run([str(binary), str(shipped_tokenizer_file()), str(good)], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["parts"]["probe"] == {"turns": 1, "refusals": 0, "texts": 3, "byte_strings": 0,
-                                                      "mismatches": 0}
+    assert json.loads(ok.stdout)["parts"]["probe"] == {"turns": 1, "refusals": 0, "texts": 3, "lowered": 0,
+                                                      "byte_strings": 0, "mismatches": 0}
     turn["ids"][1][1] += 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(json.dumps(r) for r in (header, turn)) + "\n")

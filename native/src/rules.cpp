@@ -408,15 +408,10 @@ using Saved = std::vector<std::pair<U32, U32>>;
 
 // text.lower() with U+0130 lowered to "i" (rules.py _lower_aligned)
 U32 lower_aligned(const U32 &s) {
-    U32 out;
-    out.reserve(s.size());
-    for (char32_t c : s) {
-        if (c == 0x130)
-            out.push_back(U'i');
-        else
-            unicode::py_lower_append(c, out);
-    }
-    return out;
+    U32 replaced = s;
+    for (char32_t &c : replaced)
+        if (c == 0x130) c = U'i';
+    return lower(replaced);
 }
 
 // _protect: quoted text and fixed phrases with "and" behind placeholders

@@ -22,7 +22,7 @@ struct CodePointClass {
 
 #include "unicode_tables.inc"
 
-enum : uint8_t {
+enum : uint16_t {
     kPySpace = 1,
     kPyAlnum = 2,
     kPyAlpha = 4,
@@ -30,9 +30,11 @@ enum : uint8_t {
     kTokSpace = 16,
     kTokMn = 32,
     kTokPunct = 64,
+    kPyCaseIgnorable = 128,
+    kPyCased = 256,
 };
 
-inline uint8_t flags(char32_t c) {
+inline uint16_t flags(char32_t c) {
     if (c >= 0x110000) return 0;
     return kFlagBlocks[kFlagIndex[c >> 8]][c & 0xFF];
 }
@@ -155,10 +157,26 @@ void py_lower_append(char32_t c, std::u32string &out) {
     append_mapped(kPyLower, kPyLowerPool, c, out);
 }
 
+// Python's final-sigma context for the capital sigma at text[i]: a cased letter before it and none
+// after it, case-ignorable characters skipped both ways (unicodeobject.c handle_capital_sigma)
+bool final_sigma(const std::u32string &text, size_t i) {
+    size_t j = i;
+    while (j > 0 && (flags(text[j - 1]) & kPyCaseIgnorable)) --j;
+    if (j == 0 || !(flags(text[j - 1]) & kPyCased)) return false;
+    size_t k = i + 1;
+    while (k < text.size() && (flags(text[k]) & kPyCaseIgnorable)) ++k;
+    return k == text.size() || !(flags(text[k]) & kPyCased);
+}
+
 std::u32string py_lower(const std::u32string &text) {
     std::u32string out;
     out.reserve(text.size());
-    for (char32_t c : text) py_lower_append(c, out);
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == 0x3A3)
+            out.push_back(final_sigma(text, i) ? 0x3C2 : 0x3C3);
+        else
+            py_lower_append(text[i], out);
+    }
     return out;
 }
 

@@ -20,9 +20,9 @@ bool py_isspace(char32_t c);   // str.isspace, str.split(), re's \s
 bool py_isalnum(char32_t c);   // str.isalnum
 bool py_isalpha(char32_t c);   // str.isalpha
 inline bool re_word(char32_t c) { return c == U'_' || py_isalnum(c); }  // re's \w (Unicode)
-// Appends str.lower() of one code point (the full mapping, one to three code points; the final-sigma
-// rule of a whole string is not applied: the rules compare lowered text only with ASCII words).
+// Appends str.lower() of one code point alone (the full mapping: U+0130 gives two code points).
 void py_lower_append(char32_t c, std::u32string &out);
+// str.lower() of a whole text: each code point's mapping, and a capital sigma that ends a word ς.
 std::u32string py_lower(const std::u32string &text);
 // The ASCII letter (lower case) that `c` matches under re.IGNORECASE, or 0: a-z, A-Z and the few
 // code points Python folds onto them (U+0130, U+0131, U+017F, U+212A).

@@ -3,7 +3,7 @@
 // argv[1]: a bundle folder (its embedder/tokenizer.json is read) or a tokenizer.json itself;
 // argv[2]: a folder holding text_parity.jsonl (bench/native_text_parity.py writes it) or that file.
 // Every line must match: per turn the refusal (MS_ERR_INPUT) or the sub-tasks, the retrieval texts
-// and their token ids; per text its ids; per byte string whether it is UTF-8. Exit 0 = all match,
+// and their token ids; per text its ids (or its str.lower()); per byte string whether it is UTF-8. Exit 0 = all match,
 // 1 = a mismatch (the first ones are printed), 77 = no parity file (skipped).
 #include <chrono>
 #include <cstdio>
@@ -37,7 +37,7 @@ std::string read_file(const std::string &path) {
 }
 
 struct Counts {
-    long turns = 0, refusals = 0, texts = 0, byte_strings = 0, mismatches = 0;
+    long turns = 0, refusals = 0, texts = 0, lowered = 0, byte_strings = 0, mismatches = 0;
 };
 
 std::string hex_bytes(const std::string &hex) {
@@ -119,6 +119,10 @@ int main(int argc, char **argv) {
                 refused = e.status() == MS_ERR_INPUT;
             }
             if (valid != row["valid"].get<bool>() || refused == valid) mismatch(c, part, "UTF-8 validity", row);
+        } else if (kind == "lower") {
+            ++c.lowered;
+            std::string lowered = ms::unicode::encode_utf8(ms::unicode::py_lower(ms::unicode::decode_utf8(row["text"].get<std::string>(), "text")));
+            if (lowered != row["lower"].get<std::string>()) mismatch(c, part, "str.lower()", row);
         } else if (kind == "text") {
             ++c.texts;
             std::vector<int32_t> ids = tokenizer.encode(row["text"].get<std::string>());
@@ -170,7 +174,8 @@ int main(int argc, char **argv) {
     ms::json report = ms::json::object();
     for (const auto &kv : counts) {
         report[kv.first] = {{"turns", kv.second.turns},       {"refusals", kv.second.refusals},
-                            {"texts", kv.second.texts},       {"byte_strings", kv.second.byte_strings},
+                            {"texts", kv.second.texts},       {"lowered", kv.second.lowered},
+                            {"byte_strings", kv.second.byte_strings},
                             {"mismatches", kv.second.mismatches}};
         total_mismatches += kv.second.mismatches;
     }
