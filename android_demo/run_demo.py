@@ -101,7 +101,7 @@ def run_demo(args: argparse.Namespace) -> int:
     python = RemotePython(args.python_cmd, args.workdir, env)
     found = remote_preflight(adb, python, args.remote_dir, module=None)
     say(f"device Python {found['python']} ({found['executable']}), magicselector {found['magicselector']}")
-    from magicselector.cli_options import history_mode_with_history
+    from magicselector.cli.options import history_mode_with_history
 
     args.history_mode = history_mode_with_history(args, why="the demo is a dialogue")
     cmd = (f"{python.prefix(args.remote_dir)}; {python.command} -m magicselector demo --bundle "

@@ -813,8 +813,6 @@ def _write_reports(reports: Sequence[Mapping[str, Any]], args: argparse.Namespac
 
 def add_parser(bsub: Any) -> None:
     """``bench agent``: the assistant's LLM on the tools each configuration hands it."""
-    from magicselector.cli_options import add_bundle_option
-
     sp = bsub.add_parser("agent", help="the phone's LLM (a GGUF, the llm extra) given each configuration's tools: "
                                        "its first tool call's accuracy, parse rate, bfcl argument match, and the "
                                        "selection, prefill, decode and whole-turn times")
@@ -834,7 +832,8 @@ def add_parser(bsub: Any) -> None:
     sp.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="token cap per call (default 128)")
     sp.add_argument("--bfcl-answers", metavar="DIR", help="bfcl-eval's data/possible_answer folder (default: the "
                                                           "installed bfcl-eval package's, if any)")
-    add_bundle_option(sp)
+    sp.add_argument("--bundle", metavar="DIR",
+                    help="bundle folder (default: the embedded default bundle, built on first use)")
     sp.add_argument("--merge", nargs="+", metavar="JSON", help="instead of measuring: merge the --json reports of "
                                                                "separate runs (per model: parts, means over them)")
     sp.add_argument("--json", metavar="OUT", help="write the report with its per-turn rows as JSON")

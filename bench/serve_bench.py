@@ -567,7 +567,7 @@ def write_report(report: Mapping[str, Any], json_path: str | Path | None = None,
 
 
 def add_arguments(sp: Any) -> None:
-    """The ``bench serve`` options (registered by ``magicselector.bench.cli``)."""
+    """The ``bench serve`` options (registered by ``magicselector.cli.bench``)."""
     sp.add_argument("--bundle", metavar="DIR", help="bundle folder (default: the default bundle, built on first use)")
     sp.add_argument("--callers", type=int, nargs="+", default=[1, 2, 4], metavar="N",
                     help="concurrent caller counts, in order (default 1 2 4)")

@@ -1,7 +1,7 @@
 """``magicselector bench ...``: the benchmark subcommands, registered by ``magicselector.cli``.
 
 The CLI imports this module on every invocation, so only the standard library and the shared
-option vocabulary (``magicselector.cli_options``) are imported at module level; the benchmarks,
+option vocabulary (``magicselector.cli.options``) are imported at module level; the benchmarks,
 torch and matplotlib are imported inside the commands.
 
 ``bench latency`` runs the latency runner in a fresh process (locally) or on a phone over ADB
@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from magicselector.cli_options import (HISTORY_MODES, PROMPT_STYLES, add_bundle_option, add_decompose_options,
+from magicselector.cli.options import (HISTORY_MODES, PROMPT_STYLES, add_bundle_option, add_decompose_options,
                                       add_threads_option)
 
 DEFAULT_OUT = "bench-out"
@@ -139,7 +139,7 @@ def latency_targets(results: Mapping[str, Any]) -> list[tuple[str, str, str, boo
 
 
 def latency_summary(results: Mapping[str, Any]) -> str:
-    from .latency import isa_summary
+    from magicselector.bench.latency import isa_summary
 
     dev, cfg = results.get("device", {}), results.get("config", {})
     lines = ["# magicselector latency", ""]
@@ -206,10 +206,10 @@ def latency_summary(results: Mapping[str, Any]) -> str:
         if llm.get("skipped"):
             lines += ["", "## GGUF decomposer (llama-bench figures)", "", f"Not measured: {llm['skipped']}"]
         else:
-            from .llm_bench import format_llm_bench
+            from magicselector.bench.llm_bench import format_llm_bench
 
             lines += ["", format_llm_bench(llm, heading="##").rstrip("\n")]
-    from .handed_tokens import format_handed
+    from magicselector.bench.handed_tokens import format_handed
 
     lines += format_handed(results)
     lines += ["", "## Targets", "", "| target | measured | threshold | result |", "|---|---:|---:|---|"]
@@ -224,10 +224,10 @@ def _llm_figures(bundle: str, device: str) -> dict[str, Any]:
     if device != "local":
         return {"skipped": "measured on the machine that runs the bench only (`magicselector bench llm` there); "
                            f"this run's selections ran on {device}"}
-    from magicselector.cli_options import SHIPPED
+    from magicselector.cli.options import SHIPPED
     from magicselector.errors import MagicSelectorError
 
-    from .llm_bench import measure_llm
+    from magicselector.bench.llm_bench import measure_llm
 
     try:
         return measure_llm(bundle=bundle, threads=SHIPPED.llm.threads, n_ctx=SHIPPED.llm.ctx, prompts=3, runs=1,
@@ -246,7 +246,7 @@ def _prefill_figures(bundle: str, device: str, results: Mapping[str, Any], args:
         return {"skipped": "the runner reported no handed tokens"}
     from magicselector.selector import Selector
 
-    from .handed_tokens import LEVELS, measure_prefill
+    from magicselector.bench.handed_tokens import LEVELS, measure_prefill
 
     catalog = Selector.from_bundle(bundle).catalog
     return measure_prefill(catalog, {level: handed[level]["mean"] for level in LEVELS}, threads=args.threads,
@@ -283,7 +283,7 @@ def _run_on_device(bundle: str, out: Path, args: argparse.Namespace) -> dict[str
 def _compare_on_host(bundle: str, results: Mapping[str, Any], workload: list | None,
                      args: argparse.Namespace) -> dict[str, Any]:
     """``--compare``: the side-by-side variants, always timed on this machine (they need torch)."""
-    from .compare import compare_latency
+    from magicselector.bench.compare import compare_latency
 
     cmp_ = compare_latency(bundle, runs=args.runs, warmup=args.warmup,
                            **({"workload": workload} if workload is not None else {}),
@@ -301,7 +301,7 @@ def _write_latency_report(results: Mapping[str, Any], out: Path, compare: bool) 
     (out / "summary.md").write_text(summary, encoding="utf-8")
     written = ["results.json", "results.csv", "summary.md"]
     try:
-        from .plots import plot_compare, plot_stage_latency
+        from magicselector.bench.plots import plot_compare, plot_stage_latency
 
         plot_stage_latency(results, out / "stages.png")
         written.append("stages.png")
@@ -316,7 +316,7 @@ def _write_latency_report(results: Mapping[str, Any], out: Path, compare: bool) 
 
 def cmd_latency(args: argparse.Namespace) -> int:
     from magicselector.default_bundle import ensure_default_bundle
-    from magicselector.cli_options import SHIPPED
+    from magicselector.cli.options import SHIPPED
     from magicselector.errors import InputError
 
     args.threads = args.threads or SHIPPED.threads
@@ -329,7 +329,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
         return _err(problem)
     workload = None
     if args.turns is not None:  # checked here too, so a bad file fails before a phone is touched
-        from .latency import load_turns
+        from magicselector.bench.latency import load_turns
 
         try:
             workload = load_turns(args.turns, args.turns_limit)
@@ -344,7 +344,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
     except (LookupError, RuntimeError) as e:
         return _err(str(e))
 
-    from .latency import validate_results
+    from magicselector.bench.latency import validate_results
 
     problems = validate_results(results)
     if problems:
@@ -367,7 +367,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
 
 # -- scaling --------------------------------------------------------------------------------------
 def scaling_summary(res: Mapping[str, Any]) -> str:
-    from .latency import isa_summary
+    from magicselector.bench.latency import isa_summary
 
     cfg, dev = res["config"], res["device"]
     lines = ["# magicselector scaling", "",
@@ -439,7 +439,7 @@ def write_scaling_csv(res: Mapping[str, Any], path: Path) -> None:
 
 
 def cmd_scaling(args: argparse.Namespace) -> int:
-    from .scaling import DEFAULT_CUT_NS, DEFAULT_NS, mcp_scaling_summary, run_mcp_scaling, run_scaling
+    from magicselector.bench.scaling import DEFAULT_CUT_NS, DEFAULT_NS, mcp_scaling_summary, run_mcp_scaling, run_scaling
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -465,7 +465,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     (out / "scaling.md").write_text(summary, encoding="utf-8")
     written = ["scaling.json", "scaling.csv", "scaling.md"]
     try:
-        from .plots import plot_cut_fit, plot_search_scaling
+        from magicselector.bench.plots import plot_cut_fit, plot_search_scaling
 
         if res["search"]:
             plot_search_scaling(res, out / "search_scaling.png")
@@ -481,7 +481,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
 
 # -- lexical --------------------------------------------------------------------------------------
 def cmd_lexical(args: argparse.Namespace) -> int:
-    from .lexical_bench import DEFAULT_NS, format_lexical_bench, run_lexical_bench
+    from magicselector.bench.lexical_bench import DEFAULT_NS, format_lexical_bench, run_lexical_bench
 
     ns = [int(x) for x in args.ns.split(",")] if args.ns else list(DEFAULT_NS)
     if args.queries < 1 or args.updates < 1 or any(n < 1 for n in ns):
@@ -515,7 +515,7 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     if args.runs < 1 or args.warmup < 0 or args.candidates < 1 or any(n < 1 for n in args.threads):
         return _err("--runs, --candidates and --threads must be >= 1 and --warmup >= 0")
 
-    from .rerank_latency import format_rerank_latency, measure_rerank_latency
+    from magicselector.bench.rerank_latency import format_rerank_latency, measure_rerank_latency
 
     names = [Path(r).resolve().name for r, _ in pairs]
     results = []
@@ -546,10 +546,10 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 
 # -- llm ------------------------------------------------------------------------------------------
 def cmd_llm(args: argparse.Namespace) -> int:
-    from magicselector.cli_options import SHIPPED
+    from magicselector.cli.options import SHIPPED
     from magicselector.errors import MagicSelectorError
 
-    from .llm_bench import format_llm_bench, measure_llm
+    from magicselector.bench.llm_bench import format_llm_bench, measure_llm
 
     if args.model is not None and not Path(args.model).is_file():
         return _err(f"--model {args.model}: no such GGUF file")
@@ -612,7 +612,7 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
 def cmd_selections(args: argparse.Namespace) -> int:
     from magicselector.bench.selections import compare_selections, write_selections
-    from magicselector.cli_options import selector_config
+    from magicselector.cli.options import selector_config
 
     count = write_selections(args.folders, args.out, bundle=args.bundle, config=selector_config(args),
                              limit=args.limit or None, seed=args.seed)
@@ -742,7 +742,7 @@ def _add_lexical_parser(bsub: Any) -> None:
 
 def _add_serve_parser(bsub: Any) -> None:
     """``bench serve``: ``magicselector serve`` under concurrent callers."""
-    from .serve_bench import add_arguments as add_serve_arguments, cmd_bench_serve  # standard library only
+    from magicselector.bench.serve_bench import add_arguments as add_serve_arguments, cmd_bench_serve  # standard library only
 
     sp = bsub.add_parser("serve", help="throughput and p50/p90/p99 of `magicselector serve` (spawned; over stdio, "
                                        "or streamable HTTP with 1 and 2 processes on one port) at 1, 2 and 4 "
@@ -802,7 +802,7 @@ def _add_quality_parser(bsub: Any) -> None:
 
 def _add_selections_parser(bsub: Any) -> None:
     """``bench selections``: every turn's selection, to compare two runtimes."""
-    from magicselector.cli_options import add_selector_options
+    from magicselector.cli.options import add_selector_options
 
     sp = bsub.add_parser("selections", help="each sampled turn's selection (ids, K, scores) on benchmark folders as "
                                             "JSON lines; --against a former file: exit 1 and list the turns that differ")
@@ -831,6 +831,6 @@ def register(subparsers: Any) -> None:
     _add_worst_case_parser(bsub)
     _add_quality_parser(bsub)
     _add_selections_parser(bsub)
-    from .agent import add_parser as add_agent_parser  # stdlib-only at import, like this module
+    from magicselector.bench.agent import add_parser as add_agent_parser  # stdlib-only at import, like this module
 
     add_agent_parser(bsub)

@@ -1,7 +1,7 @@
 """The ``magicselector`` command: demo, select, bundle, eval and generate, plus the bench, export
 and train subcommands those layers register. Export, bench and train code is imported only by the
 subcommands that need it, so the runtime commands stay lean. The options shared by every
-subcommand are spelled once, in ``magicselector.cli_options``."""
+subcommand are spelled once, in ``magicselector.cli.options``."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import magicselector as _runtime
-from magicselector.cli_options import (add_bundle_trust_options, add_history_file_option, add_selector_options,
+from magicselector.cli.options import (add_bundle_trust_options, add_history_file_option, add_selector_options,
                                        bundle_trust, history_mode_with_history, selector_config, warn)
 from magicselector.errors import InputError, MagicSelectorError
 from magicselector.targets import TARGET_CHOICES
@@ -447,16 +447,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "listed in the report either way")
     sp.set_defaults(func=cmd_eval)
 
-    # `magicselector bench ...` lives in magicselector.bench.cli (registered here; its heavy
+    # `magicselector bench ...` lives in magicselector.cli.bench (registered here; its heavy
     # imports happen inside its commands, so parsing stays lean).
     try:
-        from magicselector.bench.cli import register as register_bench
+        from magicselector.cli.bench import register as register_bench
     except ImportError:
         register_bench = None
     if register_bench is not None:
         register_bench(sub)
     try:  # `magicselector train ...` (needs the train extra only when a command runs)
-        from magicselector.train.cli import register as register_train
+        from magicselector.cli.train import register as register_train
     except ImportError:
         register_train = None
     if register_train is not None:
@@ -473,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "results with IDs, times and values and short confirmations, as real transcripts have "
                          "(same user turns, gold and categories)")
     sp.set_defaults(func=cmd_generate)
-    from magicselector.data.cli import register as register_split  # `magicselector split`
+    from magicselector.cli.split import register as register_split  # `magicselector split`
 
     register_split(sub)
 

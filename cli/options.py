@@ -1,8 +1,8 @@
 """The command-line vocabulary every ``magicselector`` subcommand shares: one spelling per
 SelectorConfig setting, and parsed args -> SelectorConfig.
 
-It lives at the floor (standard library and ``magicselector.config`` only) so that the CLI, bench
-and train layers can all spell their options the same way without importing upward.
+Every command line lives under ``magicselector.cli`` (main, bench, train, split, serve), so they
+all spell their options from this one module; it imports only the runtime's config.
 
 Every option defaults to None, meaning "what ``SelectorConfig()`` ships"; ``selector_config``
 fills in only what was given, so a command without flags runs exactly the shipped product.
@@ -14,10 +14,10 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from .config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
-from .errors import InputError
-from .stages.cut import CutConfig
-from .decompose import PROMPT_STYLES
+from magicselector.config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
+from magicselector.errors import InputError
+from magicselector.stages.cut import CutConfig
+from magicselector.decompose import PROMPT_STYLES
 
 SHIPPED = SelectorConfig()
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from magicselector.cli_options import (HISTORY_MODES, add_bundle_trust_options, add_rerank_options, bundle_trust,
+from magicselector.cli.options import (HISTORY_MODES, add_bundle_trust_options, add_rerank_options, bundle_trust,
                                        selector_config)
 
 SERVER_NAME = "magicselector"

@@ -11,7 +11,7 @@ from magicselector.errors import InputError
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    from .splits import SHARED_SETS, ToolSplitConfig, default_shared_data, write_tool_disjoint_splits
+    from magicselector.data.splits import SHARED_SETS, ToolSplitConfig, default_shared_data, write_tool_disjoint_splits
 
     sources = [Path(s) for s in args.sources]
     if args.shared:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from magicselector.cli_options import add_history_mode_option
+from magicselector.cli.options import add_history_mode_option
 from magicselector.errors import InputError
 
 
@@ -19,7 +19,7 @@ def _print_summary(short: dict[str, Any]) -> None:
 
 
 def cmd_train_reranker(args: argparse.Namespace) -> int:
-    from .reranker import RerankerTrainConfig, train_reranker
+    from magicselector.train.reranker import RerankerTrainConfig, train_reranker
 
     fields: dict[str, Any] = {
         "seed": args.seed, "epochs_pointwise": args.epochs_pointwise, "epochs_listwise": args.epochs_listwise,
@@ -42,7 +42,7 @@ def cmd_train_reranker(args: argparse.Namespace) -> int:
 
 
 def cmd_train_embedder(args: argparse.Namespace) -> int:
-    from .embedder import EmbedderTrainConfig, train_embedder
+    from magicselector.train.embedder import EmbedderTrainConfig, train_embedder
 
     fields: dict[str, Any] = {
         "seed": args.seed, "epochs": args.epochs, "rounds": args.rounds, "negatives": args.negatives,
@@ -57,8 +57,8 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
     config = EmbedderTrainConfig(**{k: v for k, v in fields.items() if v is not None})
     loss = None
     if args.teacher:
-        from .losses import TeacherKLInfoNCELoss
-        from .teacher import EmbeddingTeacher
+        from magicselector.train.losses import TeacherKLInfoNCELoss
+        from magicselector.train.teacher import EmbeddingTeacher
 
         if not args.distill_weight >= 0:
             raise InputError(f"--distill-weight must be >= 0, got {args.distill_weight}")
@@ -74,7 +74,7 @@ def cmd_train_embedder(args: argparse.Namespace) -> int:
 
 
 def cmd_train_head(args: argparse.Namespace) -> int:
-    from .head import HeadTrainConfig, train_head
+    from magicselector.train.head import HeadTrainConfig, train_head
 
     fields: dict[str, Any] = {"seed": args.seed, "max_queries_per_folder": args.max_queries_per_folder,
                               "hidden": tuple(args.hidden) if args.hidden else None, "alpha": args.alpha,
@@ -88,7 +88,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
 
 
 def cmd_train_plot(args: argparse.Namespace) -> int:
-    from .plots import plot_training_logs
+    from magicselector.train.plots import plot_training_logs
 
     print(plot_training_logs(args.runs, args.out, window=args.window))
     return 0
@@ -211,7 +211,7 @@ def register(subparsers) -> None:
 
     _add_head_parser(tsub)
 
-    from .decomposer_cli import add_decomposer_parser, add_merge_lora_parser
+    from magicselector.cli.train_decomposer import add_decomposer_parser, add_merge_lora_parser
 
     add_decomposer_parser(tsub)
     add_merge_lora_parser(tsub)

@@ -31,7 +31,7 @@ def cmd_train_decomposer(args: argparse.Namespace) -> int:
                               "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
                               "max_seconds": args.max_seconds, "keep_whole_share": args.keep_whole_share}
     if args.stage == "sft":
-        from .decomposer import DecomposerSFTConfig, train_decomposer_sft
+        from magicselector.train.decomposer import DecomposerSFTConfig, train_decomposer_sft
 
         fields = {**common, "epochs": args.epochs, "batch_size": args.batch_size, "prompt": args.prompt}
         config = DecomposerSFTConfig(**{k: v for k, v in fields.items() if v is not None})
@@ -42,7 +42,7 @@ def cmd_train_decomposer(args: argparse.Namespace) -> int:
     else:
         if args.base_model is None:
             raise InputError("train decomposer --stage grpo: --base-model must name the SFT checkpoint folder")
-        from .decomposer import GRPOConfig, train_decomposer_grpo
+        from magicselector.train.decomposer import GRPOConfig, train_decomposer_grpo
 
         fields = {**common, "group_size": args.group_size, "kl_coef": args.kl_coef, "clip": args.clip,
                   "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
@@ -117,7 +117,7 @@ def add_decomposer_parser(train_subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_merge_lora(args: argparse.Namespace) -> int:
-    from .lora import merge_adapter_checkpoint
+    from magicselector.train.lora import merge_adapter_checkpoint
 
     out = merge_adapter_checkpoint(args.base_model, args.adapter, args.out, progress=not args.quiet)
     print(json.dumps({"out_dir": str(out), "base_model": args.base_model, "adapters": args.adapter}, indent=2))

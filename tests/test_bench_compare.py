@@ -115,7 +115,7 @@ def test_reranker_rows_against_the_fp32_source(tiny_reranker_bundle):
     assert res["config"]["reference_reranker"] == str(ckpt)
     assert any("exporting" in line for line in lines) and any("rerank turns x 3" in line for line in lines)
 
-    from magicselector.bench.cli import latency_summary
+    from magicselector.cli.bench import latency_summary
 
     summary = latency_summary({"device": {}, "config": {}, "stages": {}, "cold_start_ms": 1.0, "peak_rss_mb": 1.0,
                                "compare": res})

@@ -106,7 +106,7 @@ def test_prefill_on_the_shipped_gguf():
 
 def test_the_adb_merge_keeps_the_phone_runs_handed_tokens():
     from magicselector.bench.adb import merge_runs
-    from magicselector.bench.cli import latency_summary
+    from magicselector.cli.bench import latency_summary
 
     handed = {"format": "mcp", "fixed_k": 10, "turns": 2, "all": {"mean": 900.0, "p90": 900.0, "min": 900, "max": 900},
               "fixed_10": {"mean": 300.0, "p90": 310.0, "min": 290, "max": 311},

@@ -8,7 +8,7 @@ import pytest
 
 from magicselector.cli import build_parser
 from magicselector.cli.main import eval_config
-from magicselector.cli_options import history_mode_with_history, selector_config
+from magicselector.cli.options import history_mode_with_history, selector_config
 from magicselector.config import SelectorConfig
 from magicselector.errors import InputError
 from magicselector.stages.cut import CutConfig
@@ -161,7 +161,7 @@ def test_the_readmes_options_paragraph_names_every_shared_option():
     import argparse
     from pathlib import Path
 
-    from magicselector.cli_options import add_selector_options
+    from magicselector.cli.options import add_selector_options
 
     parser = argparse.ArgumentParser(add_help=False)
     add_selector_options(parser)

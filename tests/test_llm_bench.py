@@ -43,7 +43,7 @@ def test_llama_bench_figures_on_the_shipped_gguf(shipped_gguf):
     assert f"| pp{row['prompt_tokens']} " in report and "| tg4 " in report and "n_threads 2" in report
     assert len(lines) == 2  # the load, one run
     # bench latency --decompose llm|auto carries the same figures in its summary
-    from magicselector.bench.cli import latency_summary
+    from magicselector.cli.bench import latency_summary
 
     summary = latency_summary({"device": {}, "config": {}, "stages": {}, "cold_start_ms": 1.0, "peak_rss_mb": 1.0,
                                "llm": res})
@@ -51,7 +51,7 @@ def test_llama_bench_figures_on_the_shipped_gguf(shipped_gguf):
 
 
 def test_latency_over_adb_says_why_the_gguf_figures_are_missing():
-    from magicselector.bench.cli import _llm_figures, latency_summary
+    from magicselector.cli.bench import _llm_figures, latency_summary
 
     skipped = _llm_figures("unused", "adb:SERIAL")
     assert "adb:SERIAL" in skipped["skipped"]

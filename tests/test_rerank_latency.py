@@ -53,7 +53,7 @@ def _check(st: dict, n: int) -> None:
 
 
 def test_module_and_cli_import_without_torch():
-    code = ("import sys, magicselector.bench.rerank_latency, magicselector.bench.cli; "
+    code = ("import sys, magicselector.bench.rerank_latency, magicselector.cli.bench; "
             f"print([m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

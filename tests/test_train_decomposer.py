@@ -331,7 +331,7 @@ def test_grpo_is_reproducible_with_a_seed(data, sft_model, tmp_path):
 
 # -- CLI ----------------------------------------------------------------------------------------
 def _parser():
-    from magicselector.train.decomposer_cli import add_decomposer_parser
+    from magicselector.cli.train_decomposer import add_decomposer_parser
 
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="train_command", required=True)

@@ -153,7 +153,7 @@ def test_sft_on_public_multi_tool_queries_alone_explains_why_there_is_nothing(pu
 
 
 def test_cli_takes_several_folders_and_the_keep_whole_share(data, public, tiny_lm, tmp_path, capsys):
-    from magicselector.train.decomposer_cli import add_decomposer_parser
+    from magicselector.cli.train_decomposer import add_decomposer_parser
 
     p = argparse.ArgumentParser()
     add_decomposer_parser(p.add_subparsers(dest="train_command", required=True))

@@ -1,7 +1,7 @@
 """``magicselector.train``: training code: the cross-encoder reranker, the dense embedder, the LLM
 decomposer (SFT, GRPO and its rewards), on one process or many; ``toolkit`` holds what they share.
 
-Exports are resolved lazily so that ``import magicselector.train.cli`` (done by the ``magicselector``
+Exports are resolved lazily so that ``import magicselector.cli.train`` (done by the ``magicselector``
 command on every call) does not import torch.
 """
 from __future__ import annotations

@@ -95,7 +95,7 @@ log-probabilities, the SFT loss), ``decomposer_gguf`` (the base model and GGUF c
 ``decomposer_run`` (what both stages share: config fields, model loading, LoRA, saving, the
 summary), ``decomposer_sft`` and ``decomposer_grpo`` (the two stages and their retrievers).
 
-Heavy imports (torch, transformers) are at module level; ``decomposer_cli`` imports this module only
+Heavy imports (torch, transformers) are at module level; ``magicselector.cli.train_decomposer`` imports this module only
 when a command runs.
 """
 

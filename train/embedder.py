@@ -45,7 +45,7 @@ then ``magicselector eval DIR --bundle B --no-rerank`` (compare against the defa
 ``--no-rerank``; ``eval`` embeds the dataset's own tools with the bundle's embedder, so any
 catalog works for the bundle itself).
 
-Heavy imports (torch, transformers) are at module level here; ``magicselector.train.cli`` imports
+Heavy imports (torch, transformers) are at module level here; ``magicselector.cli.train`` imports
 this module only when a command runs.
 """
 from __future__ import annotations

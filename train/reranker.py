@@ -39,7 +39,7 @@ and its ``CrossEncoderTrainer`` owns the batching and shuffling that the mining 
 per-stage checkpoints need to control. Eq. 16 is ``binary_cross_entropy_with_logits``; eq. 18-19
 is a masked log-softmax.
 
-Heavy imports (torch, transformers) are at module level here; ``magicselector.train.cli`` imports
+Heavy imports (torch, transformers) are at module level here; ``magicselector.cli.train`` imports
 this module only when a command runs.
 """
 
