@@ -40,6 +40,17 @@ def test_rules_pronoun_subject_is_text_not_a_template(previous, expected):
     assert RuleDecomposer().decompose("turn it off", [Turn("user", previous)]).tasks == (expected,)
 
 
+@pytest.mark.slow
+def test_unicode_tables_are_this_python_and_tokenizers(tmp_path):
+    # the tables are generated from this Python's unicodedata and checked against the installed
+    # tokenizers on every code point: another Python or tokenizers release means regenerating them
+    out = tmp_path / "unicode_tables.inc"
+    proc = subprocess.run([sys.executable, str(NATIVE / "tools" / "gen_unicode.py"), str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.read_bytes() == (NATIVE / "src" / "unicode_tables.inc").read_bytes(), \
+        "native/src/unicode_tables.inc is stale: python3 native/tools/gen_unicode.py"
+
+
 def _nlohmann_include() -> Path:
     """The folder holding nlohmann/json.hpp: llama.cpp's vendored copy from the pinned sdist."""
     from magicselector.export.native import llama_source
