@@ -1,12 +1,14 @@
 """The native text stages' parity file: what the Python runtime gives, turn by turn, for the native core to match.
 
 Per turn of the development evaluation parts (``quality.development_sets``; a seeded sample of
-``limit`` queries each, drawn as ``eval --limit`` draws them) and of a seeded fuzz of odd Unicode,
-one JSON line: the input (utterance, history as ``[{role, content}]``), whether the Python runtime
-refuses it (``validate_query`` / ``bounded_history``), the rules decomposer's sub-tasks, the texts
-``SelectorConfig()`` retrieves with, and the bundle tokenizer's ids of each; per tool text of each
-part's catalog (``catalog.tool_text``) and per fuzz text, its ids and ``str.lower()``; per fuzz
-byte string, whether it is UTF-8. ``native/tests/test_text_parity.cpp`` reads the file and must match every line.
+``limit`` queries each, drawn as ``eval --limit`` draws them), of hostile utterances at the length
+limit and of a seeded fuzz of odd Unicode, one JSON line: the input (utterance, history as
+``[{role, content}]``), whether the Python runtime refuses it (``validate_query`` /
+``bounded_history``), the rules decomposer's sub-tasks, the texts ``SelectorConfig()`` retrieves
+with (``Selector.plan``), and the bundle tokenizer's ids of each; per tool text of each part's
+catalog (``catalog.tool_text``) and per fuzz text, its ids and its ``str.lower()``; per fuzz byte
+string, whether it is UTF-8. ``native/tests/test_text_parity.cpp`` reads the file and must match
+every line.
 
     python -m magicselector.bench.native_text_parity OUT.jsonl [--limit 500] [--all] [--fuzz 3000]
 """
@@ -119,6 +121,21 @@ def fuzz_turns(seed: int, count: int) -> Iterator[tuple[str, list[dict[str, Any]
         yield query, history
 
 
+# utterances that make the rules work hardest (each repeated to the 16,000-character limit, after 32
+# turns of history): long runs of connectors, quotes, abbreviations, pronouns, fixed phrases
+_HOSTILE = ('"x" and play ', "and ", "x, play ", "rock and roll ", "it ", "a. ", "x", "then play it ", '"',
+            'play jazz, and then "quoted and stuff" turn it off; oh, and try again? ', "\u0130 rock and roll ",
+            "oh, and ", "Dr. ", "\u201cq\u201d and play ", "first, ", "lights off; ", "\u03a3 ")
+
+
+def hostile_turns() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    for unit in _HOSTILE:
+        query = unit * (16_000 // len(unit))
+        history = [{"role": "assistant" if i % 2 else "user",
+                    "content": ("which one? " * 500) if i % 2 else (unit * (600 // len(unit) + 1)) * 8} for i in range(32)]
+        yield query, history
+
+
 def fuzz_bytes(seed: int, count: int) -> Iterator[bytes]:
     """Byte strings near UTF-8: valid text with a byte changed, cut or inserted, surrogates, overlong forms."""
     rng = random.Random(seed)
@@ -196,6 +213,9 @@ def write_parity(out: Path, *, work: Path, shared_data: Path | None = None, limi
                     row = json.loads(line)
                     emit({"part": part, "id": row.get("id"), **oracle.turn(row.get("query"), row.get("history") or [])})
                     count(part, "turns")
+        for query, history in hostile_turns():
+            emit({"part": "hostile", **oracle.turn(query, history)})
+            count("hostile", "turns")
         for query, history in fuzz_turns(seed, fuzz):
             emit({"part": "fuzz", **oracle.turn(query, history)})
             count("fuzz", "turns")

@@ -100,6 +100,7 @@ def test_native_text_stages_match_python_on_development_parts_and_fuzz(tmp_path)
         assert parts[part]["turns"] == written[part]["turns"] == 500, part
         assert parts[part]["texts"] >= 500, part  # every retrieval text of every turn was tokenized
         assert parts[part + " tools"]["texts"] == written[part]["tool texts"] > 0
+    assert parts["hostile"]["turns"] == written["hostile"]["turns"] > 10  # utterances at the 16,000 limit
     assert parts["fuzz"]["turns"] == 3000 and parts["fuzz"]["byte_strings"] == 3000
     assert parts["fuzz"]["lowered"] == written["fuzz"]["lowered"] > 3000
     assert 0 < parts["fuzz"]["refusals"] < 3000  # both refused turns and answered ones were compared
