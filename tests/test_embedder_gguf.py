@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import missing_modules
 
 from magicselector.bundle import MANIFEST, Bundle
 from magicselector.bundle_writer import PROBE_QUERIES
@@ -191,8 +192,9 @@ def test_the_parity_experiment_compares_every_text_a_turn_embeds(tiny_benchmark,
     from magicselector.bench.experiments import gguf_parity
 
     out = tmp_path / "parity.json"
+    rebuild = [] if missing_modules("export", ("torch", "transformers", "onnx")) else ["--rebuild"]
     res = gguf_parity.main([f"tiny={tiny_benchmark}", "--bundle", str(bundle_dir), "--n", "3", "--quality",
-                            "--out", str(out)])
+                            *rebuild, "--out", str(out)])
     assert json.loads(out.read_text())["parts"] == res["parts"]
     row = res["parts"]["tiny"]
     assert row["turns"] == 3 and row["tools"]["gguf_vs_onnx"]["n"] == 6
@@ -204,3 +206,20 @@ def test_the_parity_experiment_compares_every_text_a_turn_embeds(tiny_benchmark,
     assert quality["turns"] == 3 and set(quality["same_as_onnx"]["gguf"]) == {"kept_set", "kept_order", "K"}
     # six easy tools: the GGUF pipeline finds what the ONNX one finds
     assert quality["gguf"]["C@K"] == quality["onnx"]["C@K"] and quality["minus_onnx"]["gguf"]["C@5"] == 0.0
+    if rebuild:  # every distinct text: the 6 tools and the turns' texts
+        assert res["rebuild"]["texts"] >= 6 + 3
+        assert res["rebuild"]["gguf_vs_fp32_rebuild"]["min_cosine"] >= 0.998
+
+
+@pytest.mark.slow
+@pytest.mark.extra("export", modules=("torch", "transformers"))
+@pytest.mark.extra("llm", modules=("llama_cpp",))
+def test_a_gguf_far_from_the_bundles_embedder_stops_the_export(tmp_path):
+    """bundle build checks the checkpoint's GGUF against the embedder file it ships beside: the base
+    MiniLM is not the fine-tuned shipped embedder, so the build stops instead of shipping both."""
+    from magicselector.export.bundle import export_embedder_gguf, minilm_checkpoint
+    from magicselector.export.onnx import ExportError
+
+    with pytest.raises(ExportError, match="GGUF embedder parity too low: worst cosine 0.[0-8]"):
+        export_embedder_gguf(minilm_checkpoint(), tmp_path, SHIPPED_ONNX, TOKENIZER, PROBE_QUERIES[:6],
+                             log=lambda m: None)

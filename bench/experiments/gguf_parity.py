@@ -1,7 +1,7 @@
 """The bundle's GGUF embedder (llama.cpp, what the native core runs) against its INT8 ONNX embedder on every text a part's turns embed: cosine min / p1 / mean.
 
     python3 -m magicselector.bench.experiments.gguf_parity [NAME=]DIR... [--dev WORK] [--bundle DIR]
-        [--n 500] [--quality] [--out OUT.json]
+        [--n 500] [--quality] [--rebuild] [--out OUT.json]
 
 The texts: each sampled turn's retrieval texts as the shipped pipeline makes them
 (``Selector.retrieval_texts``: the folded utterance and the rules decomposer's sub-tasks) and the
@@ -15,7 +15,10 @@ catalog as one embed call), and the two are compared with each other too.
 vectors, as the native core's embedder would give them) and, for scale, with the same ONNX model
 with its index rebuilt (``with_catalog``: the tool texts embedded in other batches) and run one
 text at a time: the share of turns whose kept set, kept order and K are the ONNX pipeline's, and
-fold_eval's metrics for each. Needs the llm extra (llama-cpp-python).
+fold_eval's metrics for each. ``--rebuild`` checks the GGUF's source on every distinct text of the
+parts (``export.gguf.reconstruction_parity``: the FP32 rebuild of the INT8 weights against the
+ONNX model, with and without its activation quantization emulated, and the GGUF against the
+rebuild; the export extra too). Needs the llm extra (llama-cpp-python).
 docs/bench/gguf-embedder.md reports it.
 """
 from __future__ import annotations
@@ -98,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--bundle", help="the bundle (default: the default bundle)")
     p.add_argument("--threads", type=int, default=1, help="llama.cpp threads (default 1)")
     p.add_argument("--quality", action="store_true", help="also the pipeline's selections with each embedder")
+    p.add_argument("--rebuild", action="store_true", help="also the FP32 rebuild of the INT8 weights on every text")
     p.add_argument("--out", help="write the results here (JSON)")
     args = p.parse_args(argv)
     from magicselector.export.gguf import GgufEmbedder  # llama_cpp: only when the experiment runs
@@ -111,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                    max_length=section.max_length)
     alone.batch_size = 1  # each text its own run: the ONNX model's activation scales are set per run
     out: dict[str, Any] = {"bundle": str(base.bundle.path), "gguf": section.gguf, "onnx": section.file, "parts": {}}
+    every_text: dict[str, None] = {}  # distinct, in order
     for name, folder in parts_from(args):
         bench = load_part(folder, args.n, args.seed)
         turns, skipped = [], 0
@@ -120,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             except InputError:  # over the input limits: the runtime refuses the turn
                 skipped += 1
         tools = [tool_text(t) for t in bench.catalog]
+        every_text.update(dict.fromkeys([t for turn in turns for t in turn] + tools))
         row = {"turns": len(turns), "skipped": skipped,
                "queries": compare(base, gguf, turns),
                "tools": compare(base, gguf, [tools])}  # the catalog in one embed call, batched as the runtime does
@@ -132,6 +138,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for side in ("onnx_rebuilt", "gguf", "onnx_alone"):
                 show(f"{name} {side} same", row["quality"]["same_as_onnx"][side])
                 show(f"{name} {side}-onnx", row["quality"]["minus_onnx"][side])
+    if args.rebuild:
+        from magicselector.export.gguf import reconstruction_parity  # torch: only when asked
+
+        out["rebuild"] = reconstruction_parity(base.bundle.file(section.file), base.bundle.file(section.tokenizer),
+                                               list(every_text), gguf=base.bundle.file(section.gguf),
+                                               max_length=section.max_length)
+        for key, stats in out["rebuild"].items():
+            if isinstance(stats, dict):
+                show(key, stats)
     write_json(args.out, out)
     return out
 
