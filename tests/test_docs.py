@@ -143,3 +143,14 @@ def test_the_pipeline_picture_runs_in_the_order_select_times_its_stages(selector
 def test_the_python_example_runs(home):
     code = _block("from magicselector import Selector")
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+
+
+def test_the_extras_sentence_names_every_extra():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    text = _readme()
+    sentence = text[text.index("Extras:"):]
+    sentence = sentence[:sentence.index("\n\n")]
+    named = set(re.findall(r"`([a-z]+)`", sentence))
+    assert named == set(extras), f"README's extras: {sorted(named)}; pyproject's: {sorted(extras)}"
