@@ -61,7 +61,7 @@ def test_schemas_at_the_depth_limit_still_check_without_recursion_errors(monkeyp
     while "properties" in inner:
         inner = inner["properties"]["a"]
     inner["type"] = "strng"
-    import magicselector.catalog as cat
+    import magicselector.catalog.schema as cat
     for rs in (True, False):  # with jsonschema-rs, and with jsonschema alone
         if not rs:
             monkeypatch.setattr(cat, "_rs_meta_valid", lambda schema: None)

@@ -1,4 +1,4 @@
-"""A large catalog holds its tools packed (runtime/catalog.py PACK_AT): the same tools, ids, names,
+"""A large catalog holds its tools packed (runtime/catalog/collection.py PACK_AT): the same tools, ids, names,
 copies and errors as the Tool objects it replaces."""
 from __future__ import annotations
 
@@ -7,20 +7,20 @@ import json
 import hypothesis
 import pytest
 
-from magicselector import catalog as cat
+from magicselector.catalog import collection, files
 from magicselector.catalog import Catalog, Tool, load_catalog, load_phone_catalog
 from magicselector.errors import CatalogError, UnknownToolError
 
 
 @pytest.fixture
 def small_pack(monkeypatch):
-    monkeypatch.setattr(cat, "PACK_AT", 5)
+    monkeypatch.setattr(collection, "PACK_AT", 5)
 
 
 def test_a_packed_catalog_gives_back_the_same_tools(small_pack):
     tools = list(load_phone_catalog())[:40]
     packed = Catalog(tools, source="x")
-    assert isinstance(packed._tools, cat._PackedTools)
+    assert isinstance(packed._tools, collection._PackedTools)
     assert list(packed) == tools and packed.ids == [t.id for t in tools]
     assert all(packed.get(t.id) == t and packed[i] == t for i, t in enumerate(tools))
     assert packed.id_named(tools[3].name) == tools[3].id and packed.id_named(tools[3].name, tools[3].id) is None
@@ -53,9 +53,9 @@ def test_a_large_json_catalog_loads_as_a_small_one_does(small_pack, tmp_path, mo
     path = tmp_path / "tools.json"
     path.write_text(json.dumps({"tools": tools}))
     packed = load_catalog(path)
-    monkeypatch.setattr(cat, "PACK_AT", 10**9)
+    monkeypatch.setattr(collection, "PACK_AT", 10**9)
     plain = load_catalog(path)
-    assert isinstance(packed._tools, cat._PackedTools) and not isinstance(plain._tools, cat._PackedTools)
+    assert isinstance(packed._tools, collection._PackedTools) and not isinstance(plain._tools, collection._PackedTools)
     assert list(packed) == list(plain) and packed.ids == plain.ids
 
 
@@ -68,17 +68,17 @@ def test_a_large_json_catalog_reports_errors_as_a_small_one_does(small_pack, tmp
         path.write_text(json.dumps(data))
         with pytest.raises(CatalogError) as packed_err:
             load_catalog(path)
-        monkeypatch.setattr(cat, "PACK_AT", 10**9)
+        monkeypatch.setattr(collection, "PACK_AT", 10**9)
         with pytest.raises(CatalogError) as plain_err:
             load_catalog(path)
-        monkeypatch.setattr(cat, "PACK_AT", 5)
+        monkeypatch.setattr(collection, "PACK_AT", 5)
         assert str(packed_err.value) == str(plain_err.value)
 
 
 # -- a large JSON document decoded one tool at a time (LAZY_JSON_AT) ------------------------------
 
 def _materialized(value):
-    if isinstance(value, cat._LazyArray):
+    if isinstance(value, files._LazyArray):
         return [_materialized(v) for v in value]
     if isinstance(value, dict):
         return {k: _materialized(v) for k, v in value.items()}
@@ -96,7 +96,7 @@ _LAZY_CASES = ['{"tools": []}', ' {\n "tools" : [ {"name":"a"} ,\t{"name":"b"} ]
 
 @pytest.mark.parametrize("text", _LAZY_CASES)
 def test_the_lazy_decoder_gives_json_loads_values_or_leaves_the_text_to_it(text):
-    lazy = cat._lazy_document(text)
+    lazy = files._lazy_document(text)
     try:
         want = json.loads(text)
     except (ValueError, RecursionError):
@@ -114,9 +114,9 @@ def test_a_catalog_decoded_one_tool_at_a_time_is_the_one_json_loads_gives(small_
                                      {"jsonrpc": "2.0", "result": {"tools": tools[10:]}}]}[shape]
     path = tmp_path / "c.json"
     path.write_text(json.dumps(data, indent=1))
-    monkeypatch.setattr(cat, "LAZY_JSON_AT", 0)
+    monkeypatch.setattr(files, "LAZY_JSON_AT", 0)
     lazy = load_catalog(path)
-    monkeypatch.setattr(cat, "LAZY_JSON_AT", 10**12)
+    monkeypatch.setattr(files, "LAZY_JSON_AT", 10**12)
     whole = load_catalog(path)
     assert list(lazy) == list(whole) and lazy.ids == whole.ids
 
@@ -130,7 +130,7 @@ def test_a_catalog_decoded_one_tool_at_a_time_fails_as_json_loads_does(small_pac
     path.write_text(broken.replace("%s", tool))
     errors = []
     for at in (0, 10**12):
-        monkeypatch.setattr(cat, "LAZY_JSON_AT", at)
+        monkeypatch.setattr(files, "LAZY_JSON_AT", at)
         with pytest.raises(CatalogError) as err:
             load_catalog(path)
         errors.append(str(err.value))

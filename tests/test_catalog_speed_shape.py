@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from magicselector import catalog as cat
+from magicselector.catalog import bounds as cat_bounds, schema as cat_schema, tool as cat_tool
 from magicselector.catalog import (MAX_TOOL_DEPTH, MAX_TOOL_JSON_CHARS, MAX_TOOL_NODES, check_json_schema,
                                    load_catalog, parse_tool)
 from magicselector.errors import CatalogError
@@ -38,12 +38,12 @@ def _decoded(value):
 
 def _same_both_ways(entry, check_schemas=True):
     """parse_tool (the walk) and the decoded fast path agree, cold cache and warm."""
-    cat._SCHEMA_OK.clear()
+    cat_schema._SCHEMA_OK.clear()
     walked = _outcome(parse_tool, entry, where="t", check_schemas=check_schemas)
-    cat._SCHEMA_OK.clear()
-    fast = _outcome(cat._parse_tool, entry, "t", None, check_schemas, decoded=True)
+    cat_schema._SCHEMA_OK.clear()
+    fast = _outcome(cat_tool._parse_tool, entry, "t", None, check_schemas, decoded=True)
     assert fast == walked
-    warm = _outcome(cat._parse_tool, entry, "t", None, check_schemas, decoded=True)  # schema now cached
+    warm = _outcome(cat_tool._parse_tool, entry, "t", None, check_schemas, decoded=True)  # schema now cached
     assert warm == walked
     return walked
 
@@ -106,7 +106,7 @@ def test_size_at_the_limit(char):
 
 def test_text_full_of_brackets_falls_back_to_the_walk_and_passes():
     entry = _tool(description="{[,:" * 5_000)  # loose upper bounds: the walk decides
-    assert cat._decoded_bounds(entry, "inputSchema") is None
+    assert cat_bounds._decoded_bounds(entry, "inputSchema") is None
     assert _same_both_ways(entry)[0] == "ok"
 
 
@@ -169,9 +169,9 @@ def test_decoded_entries_get_the_walks_verdict_and_message(entry, check_schemas)
 @given(value=JSON)
 def test_the_decoded_bounds_never_pass_what_the_walk_refuses(value):
     entry = _decoded({"name": "t", "inputSchema": value, "outputSchema": value, "x": value})
-    texts = cat._decoded_bounds(entry, "inputSchema")
+    texts = cat_bounds._decoded_bounds(entry, "inputSchema")
     if texts is not None:
-        cat._check_bounds(entry, "t")  # raises if the fast path passed what the walk refuses
+        cat_bounds._check_bounds(entry, "t")  # raises if the fast path passed what the walk refuses
         for key, text in texts.items():
             assert text == json.dumps(entry[key], ensure_ascii=False, separators=(",", ":"))
 
@@ -184,7 +184,7 @@ def test_a_pattern_to_compile_always_shows_in_the_schemas_json(schema):
     if not isinstance(schema, dict):
         return
     try:
-        cat._check_patterns(schema, "s")
+        cat_schema._check_patterns(schema, "s")
     except CatalogError:
         for text in (json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
                      json.dumps(schema, separators=(",", ":"), ensure_ascii=False)):
@@ -210,15 +210,15 @@ VARIED = [
 def test_the_schema_cache_gives_what_an_uncached_check_gives():
     cold = []
     for schema in VARIED:
-        cat._SCHEMA_OK.clear()
+        cat_schema._SCHEMA_OK.clear()
         cold.append(_outcome(check_json_schema, schema, "s"))
-    cat._SCHEMA_OK.clear()
+    cat_schema._SCHEMA_OK.clear()
     for _ in range(2):  # the second round hits the cache for every schema that passed
         assert [_outcome(check_json_schema, s, "s") for s in VARIED] == cold
-        assert [_outcome(cat._check_plain_schema, s, "s", json.dumps(s, ensure_ascii=False, separators=(",", ":")))
+        assert [_outcome(cat_schema._check_plain_schema, s, "s", json.dumps(s, ensure_ascii=False, separators=(",", ":")))
                 for s in VARIED] == cold
     assert any(o[0] == "ok" for o in cold) and any(o[0] is CatalogError for o in cold)
-    assert all(isinstance(k, bytes) and len(k) == 32 for k in cat._SCHEMA_OK)  # digests, not texts
+    assert all(isinstance(k, bytes) and len(k) == 32 for k in cat_schema._SCHEMA_OK)  # digests, not texts
 
 
 # -- load_catalog ------------------------------------------------------------------------------------
@@ -231,9 +231,9 @@ def test_the_schema_cache_gives_what_an_uncached_check_gives():
 def test_load_catalog_says_what_parse_tool_says(tmp_path, entry):
     path = tmp_path / "tools.json"
     path.write_text(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": [entry]}}), encoding="utf-8")
-    cat._SCHEMA_OK.clear()
+    cat_schema._SCHEMA_OK.clear()
     loaded = _outcome(load_catalog, path)
-    cat._SCHEMA_OK.clear()
+    cat_schema._SCHEMA_OK.clear()
     parsed = _outcome(parse_tool, _decoded(entry), where=f"{path}[0]", check_schemas=True)
     if parsed[0] == "ok":
         assert loaded[0] == "ok" and list(loaded[1]) == [parsed[1]]
@@ -267,9 +267,9 @@ def test_load_catalog_leaves_the_garbage_collector_as_it_found_it(tmp_path):
 @pytest.mark.parametrize("cached", [False, True])
 def test_a_pattern_that_does_not_compile_is_named_on_every_path(schema, at, cached):
     if not cached:
-        cat._SCHEMA_OK.clear()
+        cat_schema._SCHEMA_OK.clear()
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    for check in (lambda: check_json_schema(schema, "s"), lambda: cat._check_plain_schema(schema, "s", text),
-                  lambda: cat._parse_tool(_tool(schema), "t", None, True, decoded=True)):
+    for check in (lambda: check_json_schema(schema, "s"), lambda: cat_schema._check_plain_schema(schema, "s", text),
+                  lambda: cat_tool._parse_tool(_tool(schema), "t", None, True, decoded=True)):
         with pytest.raises(CatalogError, match=r"is not a valid regular expression .*\(at " + at + r"\)$"):
             check()
