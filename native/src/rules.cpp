@@ -453,9 +453,13 @@ U32 protect(const U32 &input, Saved &saved) {
         if (!contains(phrase, U" and ")) continue;
         size_t start = low.find(phrase);
         while (start != U32::npos) {
-            text = slice(text, 0, start) + keep(slice(text, start, start + phrase.size())) + slice_from(text, start + phrase.size());
-            low = lower_aligned(text);
-            start = low.find(phrase);
+            U32 key = keep(slice(text, start, start + phrase.size()));
+            text = slice(text, 0, start) + key + slice_from(text, start + phrase.size());
+            // Python lowers the whole new text and searches it from its start; the lower case of the
+            // rest is unchanged (a sigma next to the key may turn final or not: no phrase holds one)
+            // and nothing before `start` matched, nor can a match reach into the key's \0 and digits
+            low = slice(low, 0, start) + key + slice_from(low, start + phrase.size());
+            start = low.find(phrase, start);
         }
     }
     return text;
