@@ -154,3 +154,39 @@ def test_the_extras_sentence_names_every_extra():
     sentence = sentence[:sentence.index("\n\n")]
     named = set(re.findall(r"`([a-z]+)`", sentence))
     assert named == set(extras), f"README's extras: {sorted(named)}; pyproject's: {sorted(extras)}"
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a markdown file's headings (outside code blocks)."""
+    out: set[str] = set()
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6} (.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_the_docs_links_resolve():
+    """Every relative link of the README, docs/ and the port guide names a file that exists and,
+    with ``#anchor``, a heading in it."""
+    pages = [README, ROOT / "android_demo" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and file.suffix == ".md" and anchor not in _anchors(file.read_text(encoding="utf-8")):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []
