@@ -169,7 +169,7 @@ def test_questions_keeps_user_turns_and_only_what_the_assistant_asked():
 @given(st.text(alphabet="ab ?.!\n", max_size=40))
 def test_questions_are_the_sentences_that_end_in_a_question_mark(text):
     # the split gives what the regex search the fold was measured with gives, in linear time
-    from magicselector.dialogue import _questions
+    from magicselector.dialogue.fold import _questions
     assert _questions(text) == " ".join(q.strip() for q in re.findall(r"[^.!?\n]*\?", text))
 
 
