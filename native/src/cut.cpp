@@ -29,15 +29,9 @@ Cut rmargin_cut(const std::vector<float> &s, double margin, int k_min, int k_max
     return Cut{clamp_k(k, n, k_min, k_max), k, 0, "rmargin", -1};
 }
 
-Cut apply_cut(const CutConfig &config, const std::vector<float> &scores) {
-    if (config.rule == "fixed") return Cut{std::min(int(scores.size()), config.fixed_k), 0, 0, "fixed", -1};
-    return rmargin_cut(scores, config.range_margin, config.k_min, config.k_max, config.range_depth);
-}
-
 Cut apply_list_cut(const CutConfig &config, const std::vector<float> &scores, bool anchor) {
-    CutConfig rule = config;
-    if (config.list_range_margin >= 0) rule.range_margin = config.list_range_margin;
-    Cut cut = apply_cut(rule, scores);
+    const double margin = config.list_range_margin >= 0 ? config.list_range_margin : config.range_margin;
+    Cut cut = rmargin_cut(scores, margin, config.k_min, config.k_max, config.range_depth);
     if (anchor && config.anchor_k_max >= 0 && cut.k > config.anchor_k_max) {
         cut = Cut{config.anchor_k_max, cut.k_score, cut.k_sim, cut.rule, -1};
     }
@@ -46,7 +40,7 @@ Cut apply_list_cut(const CutConfig &config, const std::vector<float> &scores, bo
 
 Cut cut_turn(const CutConfig &config, const std::vector<RankedList> &lists, const Fused &fused, std::vector<int> &order) {
     order.clear();
-    if (lists.size() > 1 && config.rule != "fixed") {
+    if (lists.size() > 1) {
         std::set<int> keep;
         int k_score = 0, k_sim = 0;
         for (std::size_t j = 0; j < lists.size(); ++j) {
@@ -65,7 +59,7 @@ Cut cut_turn(const CutConfig &config, const std::vector<RankedList> &lists, cons
         return Cut{std::min(int(keep.size()), config.k_max), k_score, k_sim, config.rule + "/subtask", int(keep.size())};
     }
     for (std::size_t i = 0; i < fused.rows.size(); ++i) order.push_back(int(i));
-    return apply_cut(config, fused.scores);
+    return rmargin_cut(fused.scores, config.range_margin, config.k_min, config.k_max, config.range_depth);
 }
 
 }  // namespace ms

@@ -179,15 +179,9 @@ std::vector<std::vector<double>> head_features(const std::vector<RankedList> &li
 }
 
 int head_cut(const std::vector<double> &probabilities, std::vector<int> &order, const Cut &cut, const CutConfig &config) {
-    int k = cut.k;
-    double floor = config.min_probability;
-    int k_max = config.k_max;
-    if (config.rule == "fixed") {
-        floor = 0.0;
-        k_max = cut.k;
-    } else if (cut.pool >= 0) {
-        k = cut.pool;
-    }
+    const int k = cut.pool >= 0 ? cut.pool : cut.k;
+    const double floor = config.min_probability;
+    const int k_max = config.k_max;
     auto p = [&probabilities](int i) { return std::size_t(i) < probabilities.size() ? probabilities[std::size_t(i)] : 0.0; };
     auto by_probability = [&p](int a, int b) { return p(a) != p(b) ? p(a) > p(b) : a < b; };
     std::vector<int> kept(order.begin(), order.begin() + std::min<std::ptrdiff_t>(k, std::ptrdiff_t(order.size())));

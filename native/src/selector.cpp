@@ -67,13 +67,11 @@ void read_cut(const json &raw, CutConfig &cut) {
         const json &v = it.value();
         if (key == "rule") {
             cut.rule = text_field(v, field);
-            if (cut.rule != "rmargin" && cut.rule != "fixed") fail(MS_ERR_UNSUPPORTED, "cut.rule '" + cut.rule.substr(0, 40) + "': this core runs rmargin and fixed (the paper's rule is a bench baseline)");
+            if (cut.rule != "rmargin") fail(MS_ERR_UNSUPPORTED, "cut.rule '" + cut.rule.substr(0, 40) + "': this core runs the shipped rmargin cut (paper and fixed are bench rules)");
         } else if (key == "k_min") {
             cut.k_min = integer(v, field, MS_ERR_ARGUMENT, 0);
         } else if (key == "k_max") {
             cut.k_max = integer(v, field, MS_ERR_ARGUMENT, 0);
-        } else if (key == "fixed_k") {
-            cut.fixed_k = integer(v, field, MS_ERR_ARGUMENT, 0);
         } else if (key == "range_margin") {
             cut.range_margin = number(v, field, 0, 1);
         } else if (key == "range_depth") {

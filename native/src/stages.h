@@ -25,10 +25,10 @@ struct Fused {
 };
 Fused peak_rank_fusion(const std::vector<RankedList> &lists);
 
-// The shipped cut, config.DEFAULT_CUT (CutConfig: rmargin, or a fixed k).
+// The shipped cut, CutConfig() (rmargin; the paper's rule and a fixed k are bench rules, not here).
 struct CutConfig {
     std::string rule = "rmargin";
-    int k_min = 1, k_max = 10, fixed_k = 10;
+    int k_min = 1, k_max = 10;
     double range_margin = 0.7;
     int range_depth = 15;
     double list_range_margin = 0.8;  // < 0: none (range_margin)
@@ -41,10 +41,9 @@ struct Cut {
     int pool = -1;  // -1: None
 };
 Cut rmargin_cut(const std::vector<float> &scores, double margin, int k_min, int k_max, int depth);
-Cut apply_cut(const CutConfig &config, const std::vector<float> &scores);
 Cut apply_list_cut(const CutConfig &config, const std::vector<float> &scores, bool anchor);
-// cut_turn: per list with the kept tools' union leading the fused order (several lists, an adaptive
-// rule), else on the fused list; `order` receives the new order of fused positions.
+// cut_turn: per list with the kept tools' union leading the fused order (several lists), else on
+// the fused list; `order` receives the new order of fused positions.
 Cut cut_turn(const CutConfig &config, const std::vector<RankedList> &lists, const Fused &fused, std::vector<int> &order);
 
 // The learned head (runtime/stages/head.py): its JSON model, its features and the order it gives.
