@@ -1,4 +1,4 @@
-// dialogue.cpp: input limits, history bounding and the history fold, as runtime/dialogue.py does them.
+// dialogue.cpp: input limits, history bounding and the history fold, as runtime/dialogue/ (messages.py, bounds.py, fold.py) does them.
 #include "dialogue.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// dialogue.h: the turn's input limits, the bounded history and the history fold (runtime/dialogue.py).
+// dialogue.h: the turn's input limits, the bounded history and the history fold (runtime/dialogue/: messages, bounds, fold).
 #pragma once
 
 #include <string>
