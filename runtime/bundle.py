@@ -28,6 +28,7 @@ FORMAT_VERSION = 1
 # v5: the reranker files carry graph_passes.first_token_last_layer (and tool vectors embedded in length groups)
 # v7: the learned head (models/head) joins the bundle
 # v9: golden.json gains the pipeline probes of every stage, schema_tokens.json the definition sizes (native core)
+#     and the embedder as GGUF (embedder/model.gguf, the embedder section's gguf) that the native core runs
 DEFAULT_BUNDLE_RECIPE = "default-v9"
 # the sections that stand for one artifact file each (a section's "file", relative to the folder)
 ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "reranker", "decomposer", "lexical", "head")
