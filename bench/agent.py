@@ -28,7 +28,9 @@ tool was handed over), and on the bfcl eval part ``args`` (see ``bfcl_args_match
 ``selection_ms`` (``Selector.select``; 0 for ``all`` and ``gold``), ``prefill_ms`` (the prompt's
 evaluation; the longest token prefix shared with the configuration's previous turn stays in the KV
 cache, as a deployment with prefix caching keeps a fixed system prompt and tool list), ``decode_ms``
-(from the first generated token to the call's end) and ``turn_ms``, their sum. Each configuration
+(from the first generated token to the call's end) and ``turn_ms``, their sum; ``llm_cpu_ms`` is the
+process CPU time of prefill and decode, the figure that stays put when other work shares the
+cores (one llama.cpp thread: near the wall time of an idle core). Each configuration
 starts with one untimed turn (its one-off prefix, e.g. the whole catalog for ``all``, is reported as
 ``warmup_prefill_ms``).
 """
@@ -202,9 +204,9 @@ def generate_call(runner: Any, tokens: Sequence[int], max_new_tokens: int) -> di
     lib, llm = import_llama_cpp(), runner.llm
     reused = min(_shared_prefix(llm.input_ids[:llm.n_tokens], tokens), len(tokens) - 1)
     llm.n_tokens = reused  # eval() drops the KV cells after this
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     llm.eval(list(tokens[reused:]))
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     out: list[int] = []
     text, stopped = "", "max_tokens"
     while len(out) < max_new_tokens:
@@ -219,9 +221,10 @@ def generate_call(runner: Any, tokens: Sequence[int], max_new_tokens: int) -> di
             stopped = "call"
             break
         llm.eval([tok])
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     return {"text": text, "generated_tokens": len(out), "stopped": stopped, "prompt_tokens": len(tokens),
-            "prefilled_tokens": len(tokens) - reused, "prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3}
+            "prefilled_tokens": len(tokens) - reused, "prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3,
+            "llm_cpu_ms": (c2 - c0) * 1e3}
 
 
 # -- parsing and scoring --------------------------------------------------------------------------
@@ -502,7 +505,7 @@ def _config_rows(part: str, name: str, prompts: Sequence[_Prompt], runner: Any, 
     for p, ok in zip(prompts, fit):
         if not ok:  # over the model's trained context: counted as a miss, nothing generated
             gen = {"text": "", "generated_tokens": 0, "stopped": "context", "prompt_tokens": len(p.tokens),
-                   "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0}
+                   "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0, "llm_cpu_ms": 0.0}
             rows.append({**_turn_row(part, name, p, gen, bench, answers), "fits": False})
             continue
         gen = generate_call(runner, p.tokens, config.max_new_tokens)
@@ -521,7 +524,8 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     scored_args = [r["args"] for r in rows if r["args"] is not None]
 
     def avg(key: str, among: Sequence[Mapping[str, Any]] = fit) -> float | None:
-        return float(np.mean([r[key] for r in among])) if among else None
+        values = [r[key] for r in among if key in r]  # llm_cpu_ms: absent from rows of older runs
+        return float(np.mean(values)) if values else None
 
     return {"turns": len(rows), "fit": len(fit), "accuracy": avg("correct", rows), "parse_rate": avg("parsed", rows),
             "tagged_rate": avg("tagged", rows), "gold_handed": avg("gold_handed", rows),
@@ -530,6 +534,7 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "prompt_tokens": avg("prompt_tokens", rows), "prefilled_tokens": avg("prefilled_tokens"),
             "generated_tokens": avg("generated_tokens"), "selection_ms": avg("selection_ms"),
             "prefill_ms": avg("prefill_ms"), "decode_ms": avg("decode_ms"), "turn_ms": avg("turn_ms"),
+            "llm_cpu_ms": avg("llm_cpu_ms"),
             "turn_ms_p50": float(np.median([r["turn_ms"] for r in fit])) if fit else None}
 
 
@@ -662,19 +667,19 @@ def _cell(value: Any, fmt: str) -> str:
 _COLUMNS = (("accuracy", ".3f"), ("parse_rate", ".3f"), ("tagged_rate", ".3f"), ("gold_handed", ".3f"),
             ("args", ".3f"), ("tools", ".1f"), ("schema_tokens", ".0f"), ("prompt_tokens", ".0f"),
             ("selection_ms", ".1f"), ("prefill_ms", ".0f"), ("decode_ms", ".0f"), ("turn_ms", ".0f"),
-            ("turn_ms_p50", ".0f"))
+            ("turn_ms_p50", ".0f"), ("llm_cpu_ms", ".0f"))
 
 
 def _part_table(part: Mapping[str, Any]) -> list[str]:
     lines = ["| configuration | accuracy | parse rate | tagged | gold handed | args (bfcl) | tools | schema tokens | "
-             "prompt tokens | selection ms | prefill ms | decode ms | turn ms | turn p50 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "prompt tokens | selection ms | prefill ms | decode ms | turn ms | turn p50 | LLM CPU ms |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c, s in sorted(part["configs"].items(), key=lambda kv: CONFIGS.index(kv[0])):
-        cells = [_cell(s[k], f) for k, f in _COLUMNS]
+        cells = [_cell(s.get(k), f) for k, f in _COLUMNS]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     for s in part["not_fitting"]:
         lines.append(f"| {s['config']} | does not fit: {s['prompt_tokens']} prompt tokens > {s['context']} | "
-                     + " | " * 11 + " |")
+                     + " | " * 12 + " |")
     return lines
 
 
