@@ -111,14 +111,23 @@ def fuzz_turns(seed: int, count: int) -> Iterator[tuple[str, list[dict[str, Any]
         query = _fuzz_text(rng, rng.randrange(0, 24))
         if i % 97 == 0:
             query = _fuzz_text(rng, 40) * rng.randrange(50, 200)  # long: the max_chars clip and the 16,000 limit
-        history = []
-        for _ in range(rng.choice((0, 0, 1, 2, 3, 5))):
+        history: list[Any] = []
+        for _ in range(rng.choice((0, 0, 1, 2, 3, 5, 40))):
             role = rng.choice(_ROLES) if rng.random() < 0.97 else "bogus"
-            content = _fuzz_text(rng, rng.randrange(0, 16))
+            content: Any = _fuzz_text(rng, rng.randrange(0, 16))
             if rng.random() < 0.03:
                 content = _fuzz_text(rng, 40) * rng.randrange(20, 150)
-            history.append({"role": role, "content": content})
+            history.append(_odd_message(rng, role, content) if rng.random() < 0.06 else {"role": role, "content": content})
         yield query, history
+
+
+def _odd_message(rng: random.Random, role: str, content: str) -> Any:
+    """A message of the benchmark format at its edges: null or missing content, a [role, content]
+    pair, a role or content of another JSON type, a message that is no object."""
+    return rng.choice([{"role": role, "content": None}, {"role": role}, {"content": content}, [role, content],
+                       [role, None], {"role": 3, "content": content}, {"role": None, "content": content},
+                       {"role": role, "content": 5}, {"role": role, "content": True}, "hello", 7, None, [role],
+                       {"content": content, "role": role}])
 
 
 # utterances that make the rules work hardest (each repeated to the 16,000-character limit, after 32
@@ -219,7 +228,7 @@ def write_parity(out: Path, *, work: Path, shared_data: Path | None = None, limi
         for query, history in fuzz_turns(seed, fuzz):
             emit({"part": "fuzz", **oracle.turn(query, history)})
             count("fuzz", "turns")
-            text = query + "".join(m["content"] for m in history)
+            text = query + "".join(m["content"] for m in history if isinstance(m, dict) and isinstance(m.get("content"), str))
             emit({"kind": "text", "part": "fuzz", "text": text, "ids": oracle.ids([text])[0]})
             count("fuzz", "texts")
         for text in _SIGMA_PROBES + [_fuzz_text(random.Random(seed + i), 12) for i in range(fuzz)]:

@@ -106,48 +106,30 @@ std::string validate_query(const std::string &utf8, const InputLimits &limits) {
     return unicode::encode_utf8(text);
 }
 
-std::vector<Turn> bounded_history(const std::vector<Turn> &history, const InputLimits &limits) {
-    static const char *const kRoles[] = {"user", "assistant", "system", "tool"};
-    const size_t total = history.size();
-    const size_t first = total > static_cast<size_t>(limits.max_history_turns) ? total - limits.max_history_turns : 0;
-    // _Clip: newest message first, each value two, each key its length, each string its characters
-    // (a role at least its last 64); older messages the budget does not reach are not read
-    long left = 4L * limits.max_history_chars;
-    struct Read {
-        size_t index;
-        std::u32string role, content;
-    };
-    std::vector<Read> read;
-    for (size_t j = total; j-- > first;) {
-        if (!read.empty() && left <= 0) break;
-        const std::string where = "history[" + std::to_string(j) + "]";
-        std::u32string role = unicode::decode_utf8(history[j].role, where + ".role");
-        std::u32string content = unicode::decode_utf8(history[j].content, where + ".content");
-        left -= 2;                        // the message object
-        left -= 4;                        // "role"
-        left -= 2;                        // its value
-        role = last_chars(role, std::max(left, 64L));
-        left -= static_cast<long>(role.size());
-        left -= 7;                        // "content"
-        left -= 2;                        // its value
-        content = last_chars(content, std::max(left, 0L));
-        left -= static_cast<long>(content.size());
-        read.push_back({j, std::move(role), std::move(content)});
-    }
-    std::reverse(read.begin(), read.end());
+namespace {
+
+const char *const kRoles[] = {"user", "assistant", "system", "tool"};
+
+// One message as _Clip left it: its role and content as read, or why validate_history refuses it.
+struct ReadMessage {
+    size_t index;
+    std::u32string role, content;
+    std::string error;  // empty: a valid message
+};
+
+// the last max_history_chars code points of the turns' text (older turns dropped, the oldest kept clipped)
+std::vector<Turn> keep_recent(std::vector<ReadMessage> &read, const InputLimits &limits) {
+    std::reverse(read.begin(), read.end());  // oldest first, as validate_history reads them
     std::vector<Turn> turns;
     turns.reserve(read.size());
-    for (const Read &r : read) {
+    for (const ReadMessage &r : read) {
+        if (!r.error.empty()) fail(MS_ERR_INPUT, r.error);
         std::string role = unicode::encode_utf8(r.role);
         if (role == "developer") role = "system";
         if (role == "function") role = "tool";
-        if (std::find(std::begin(kRoles), std::end(kRoles), role) == std::end(kRoles))
-            fail(MS_ERR_INPUT, "history[" + std::to_string(r.index) + "].role: unknown role '" + role +
-                                   "'; roles are user, assistant, system, tool, developer, function");
         turns.push_back({role, unicode::encode_utf8(collapse(r.content))});
     }
     turns = python_tail(turns, limits.max_history_turns);
-    // then the most recent max_history_chars characters of text
     std::vector<Turn> kept;
     long budget = limits.max_history_chars;
     for (size_t j = turns.size(); j-- > 0;) {
@@ -158,6 +140,112 @@ std::vector<Turn> bounded_history(const std::vector<Turn> &history, const InputL
     }
     std::reverse(kept.begin(), kept.end());
     return kept;
+}
+
+std::string unknown_role(size_t index, const std::string &role) {
+    return "history[" + std::to_string(index) + "].role: unknown role " + role +
+           "; roles are user, assistant, system, tool, developer, function";
+}
+
+bool known_role(const std::u32string &role) {
+    std::string r = unicode::encode_utf8(role);
+    return r == "developer" || r == "function" || std::find(std::begin(kRoles), std::end(kRoles), r) != std::end(kRoles);
+}
+
+const char *json_type(const nlohmann::json &v) {
+    if (v.is_boolean()) return "bool";
+    if (v.is_number_integer()) return "int";
+    if (v.is_number()) return "float";
+    return v.type_name();
+}
+
+}  // namespace
+
+std::vector<Turn> bounded_history(const std::vector<Turn> &history, const InputLimits &limits) {
+    const size_t total = history.size();
+    const size_t first = total > static_cast<size_t>(limits.max_history_turns) ? total - limits.max_history_turns : 0;
+    // _Clip: newest message first, each value two, each key its length, each string its characters
+    // (a role at least its last 64); older messages the budget does not reach are not read
+    long left = 4L * limits.max_history_chars;
+    std::vector<ReadMessage> read;
+    for (size_t j = total; j-- > first;) {
+        if (!read.empty() && left <= 0) break;
+        const std::string where = "history[" + std::to_string(j) + "]";
+        ReadMessage r{j, unicode::decode_utf8(history[j].role, where + ".role"),
+                      unicode::decode_utf8(history[j].content, where + ".content"), ""};
+        left -= 2 + 4 + 2;  // the message object, "role", its value
+        r.role = last_chars(r.role, std::max(left, 64L));
+        left -= static_cast<long>(r.role.size());
+        left -= 7 + 2;  // "content", its value
+        r.content = last_chars(r.content, std::max(left, 0L));
+        left -= static_cast<long>(r.content.size());
+        if (!known_role(r.role)) r.error = unknown_role(j, "'" + unicode::encode_utf8(r.role) + "'");
+        read.push_back(std::move(r));
+    }
+    return keep_recent(read, limits);
+}
+
+std::vector<Turn> bounded_history_json(const nlohmann::json &history, const InputLimits &limits) {
+    if (history.is_null()) return {};
+    if (!history.is_array()) fail(MS_ERR_INPUT, std::string("history must be a list of messages, got ") + json_type(history));
+    const size_t total = history.size();
+    const size_t first = total > static_cast<size_t>(limits.max_history_turns) ? total - limits.max_history_turns : 0;
+    long left = 4L * limits.max_history_chars;
+    std::vector<ReadMessage> read;
+    for (size_t j = total; j-- > first;) {
+        if (!read.empty() && left <= 0) break;
+        const std::string where = "history[" + std::to_string(j) + "]";
+        const nlohmann::json &m = history[j];
+        ReadMessage r{j, U"", U"", ""};
+        const nlohmann::json *role = nullptr, *content = nullptr;
+        if (m.is_object()) {
+            for (auto it = m.begin(); it != m.end(); ++it)
+                if (it.key() != "role" && it.key() != "content")
+                    fail(MS_ERR_UNSUPPORTED, where + "." + it.key().substr(0, 60) +
+                                                 ": this core reads messages of role and content only (other message shapes are the Python runtime's)");
+            left -= 2;  // the message object
+            if (m.contains("role")) role = &m["role"], left -= 4;
+        } else if (m.is_array() && m.size() == 2 && m[0].is_string()) {  // a [role, content] pair
+            role = &m[0];
+        } else {
+            left -= 2 + (m.is_string() ? std::min<long>(static_cast<long>(m.get_ref<const std::string &>().size()), std::max(left, 0L)) : 0);
+            r.error = where + ": a message is {'role': ..., 'content': ...}, got " + json_type(m);
+            read.push_back(std::move(r));
+            continue;
+        }
+        if (role) {
+            if (m.is_object()) left -= 2;  // its value (a pair's role string is charged alone)
+            if (role->is_string()) {
+                r.role = last_chars(unicode::decode_utf8(role->get<std::string>(), where + ".role"), std::max(left, 64L));
+                left -= static_cast<long>(r.role.size());
+            }
+        }
+        if (m.is_object() && m.contains("content")) content = &m["content"], left -= 7;
+        if (m.is_array()) content = &m[1];
+        if (content) {
+            left -= 2;
+            if (content->is_string()) {
+                r.content = last_chars(unicode::decode_utf8(content->get<std::string>(), where + ".content"), std::max(left, 0L));
+                left -= static_cast<long>(r.content.size());
+            } else if (content->is_array() || content->is_object()) {
+                fail(MS_ERR_UNSUPPORTED, where + ".content: this core reads string content only (content parts and MCP results are the Python runtime's)");
+            }
+        }
+        // validate_history's checks, in its order
+        std::string role_name = role && role->is_string() ? unicode::encode_utf8(r.role) : std::string();
+        if (role_name == "developer") role_name = "system";
+        if (!role || !role->is_string() || !known_role(r.role)) {
+            r.error = unknown_role(j, role && role->is_string() ? "'" + role_name + "'" : role ? role->dump().substr(0, 40) : "None");
+        } else if (!content) {
+            r.error = where + ".content must be a string or a list of content parts (missing)";
+        } else if (content->is_null() && (role_name == "user" || role_name == "system")) {
+            r.error = where + ".content must be a string or a list of content parts, got null";
+        } else if (!content->is_null() && !content->is_string()) {
+            r.error = where + ".content: content must be a string or a list of content parts, got " + json_type(*content);
+        }
+        read.push_back(std::move(r));
+    }
+    return keep_recent(read, limits);
 }
 
 std::vector<Turn> recent_turns(const std::vector<Turn> &history, const std::string &mode, int turns) {

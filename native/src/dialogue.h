@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "json.h"
+
 namespace ms {
 
 // One message of the benchmark format {role, content}; the Python runtime's other shapes (OpenAI
@@ -27,6 +29,13 @@ std::string validate_query(const std::string &utf8, const InputLimits &);
 // max_history_chars code points (older turns dropped, the oldest kept one clipped at its start).
 // A bad message is MS_ERR_INPUT naming history[i] by its index in `history`.
 std::vector<Turn> bounded_history(const std::vector<Turn> &, const InputLimits &);
+
+// bounded_history over the request's raw "history" JSON (null or a list), read as the Python runtime
+// reads the benchmark format: messages {role, content} or [role, content] pairs, content a string or
+// null (an assistant's or tool's); only the messages the budget reaches are read and checked, so junk
+// in an older one is never refused. A bad message is MS_ERR_INPUT naming history[i] and its field;
+// another message shape (tool_calls, content parts, MCP results: Python-only) is MS_ERR_UNSUPPORTED.
+std::vector<Turn> bounded_history_json(const nlohmann::json &history, const InputLimits &);
 
 // retrieval_text: the utterance, then the earlier turns a history mode keeps ("none", "user",
 // "questions", "all"), most recent first, joined by " | ". An unknown mode is MS_ERR_ARGUMENT.

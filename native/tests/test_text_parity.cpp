@@ -129,13 +129,11 @@ int main(int argc, char **argv) {
             if (ids != row["ids"].get<std::vector<int32_t>>()) mismatch(c, part, "token ids of a text", row);
         } else if (kind == "turn") {
             ++c.turns;
-            std::vector<ms::Turn> history;
-            for (const ms::json &m : row["history"]) history.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
             bool expect_error = !row["error"].is_null();
             try {
                 if (!row["query"].is_string()) ms::fail(MS_ERR_INPUT, "query: the utterance must be a string");
                 std::string query = ms::validate_query(row["query"].get<std::string>(), limits);
-                std::vector<ms::Turn> turns = ms::bounded_history(history, limits);
+                std::vector<ms::Turn> turns = ms::bounded_history_json(row["history"], limits);
                 std::vector<std::string> tasks = ms::decompose_rules(query, turns);
                 std::vector<std::string> texts = ms::selection_texts(query, turns, tasks, true, mode, history_turns,
                                                                      limits.max_subtasks);
