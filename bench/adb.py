@@ -1,13 +1,18 @@
-"""Latency on an Android phone over ADB: find the device, describe it, push the bundle, run the
-lean latency runner there (one process per run, so every run has its own cold start), pull the
-results back and merge them into the ``magicselector-latency/1`` schema of a local run.
+"""Latency on an Android phone over ADB: find the device, describe it, push the bundle and the
+static ARM64 runner, run it there (one process per run, so every run has its own cold start), pull
+the results back and merge them into the ``magicselector-latency/1`` schema of a local run.
 
     from magicselector.bench.adb import DeviceLatencyOptions, run_latency_on_device
     results = run_latency_on_device("path/to/bundle", DeviceLatencyOptions(runs=5, warmup=2, out_dir="bench-out"))
 
-The phone needs a Python that ``adb shell`` can start, with the lean runtime installed
-(``pip install magicselector``); see ``android_demo/README.md``. The remote Python command, working
-folder and environment are parameters. Only the ``adb`` client (platform-tools) is needed here.
+By default the phone needs nothing: the runner is ``magicselector-native-latency`` from
+``magicselector native build --target arm64`` (a static aarch64-linux-musl executable, built on
+first use when ``native_runner`` names none), pushed to ``REMOTE_DIR/bin`` like the bundle (only
+when its sha256 differs). It writes raw per-turn samples; :func:`native_results` turns them into the
+schema with the same percentiles and schema-token code as a local run. With ``python_cmd`` set, the
+Python runner (``python -m magicselector.bench.latency_runner``) runs instead, on a device whose
+Python has the lean runtime (see ``android_demo/README.md``). Only the ``adb`` client
+(platform-tools) is needed here.
 
 Layers, each usable alone: :class:`Adb` runs ``adb [-s SERIAL] ...`` with timeouts and turns failures
 into :class:`DeviceError`; :func:`list_devices` / :func:`pick_device` parse ``adb devices -l``;
@@ -35,6 +40,7 @@ from magicselector.errors import MagicSelectorError
 
 DEFAULT_REMOTE_DIR = "/data/local/tmp/magicselector"
 RUNNER_MODULE = "magicselector.bench.latency_runner"
+NATIVE_RUNNER = "magicselector-native-latency"  # native/cli/latency.cpp
 MEM_PROBES = ("runner", "proc", "dumpsys")
 
 # adb's own error lines (never the remote command's output): the device is gone or not usable.
@@ -531,6 +537,127 @@ def remote_preflight(adb: Adb, python: RemotePython, default_workdir: str,
                           "install a version that ships the latency runner")
     return info
 
+# -- the native runner -------------------------------------------------------------------------------
+_EM_AARCH64 = 183
+
+
+def _check_arm64_executable(path: Path) -> None:
+    """Refuse anything but an ARM64 ELF executable before it is pushed (a host build would fail on
+    the phone with a bare 'not executable: 64-bit ELF file')."""
+    try:
+        head = path.read_bytes()[:20] if path.stat().st_size < 64 else path.open("rb").read(20)
+    except OSError as e:
+        raise DeviceError(f"native_runner {path}: cannot read it ({e.strerror})") from None
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] != 1 or int.from_bytes(head[18:20], "little") != _EM_AARCH64:
+        raise DeviceError(f"native_runner {path}: not an ARM64 (aarch64) ELF executable; build it with "
+                          "`magicselector native build --target arm64`")
+
+
+def find_native_runner(path: str | os.PathLike | None = None, *, name: str = NATIVE_RUNNER,
+                       build_if_missing: bool = True, log: Callable[[str], None] | None = _print_stderr) -> Path:
+    """A static ARM64 executable of the native build (``name``: the latency runner, or
+    ``magicselector-native`` for the demo): ``path``, else the arm64 build's in the cache
+    (``magicselector native build --target arm64``), built now when it is not there (the first build
+    takes minutes: llama.cpp under zig's clang)."""
+    from magicselector.export.native import build_native, default_build_dir
+
+    if path is not None:
+        exe = Path(path)
+        if not exe.is_file():
+            raise DeviceError(f"native_runner {exe}: no such file")
+    else:
+        exe = default_build_dir("arm64") / "bin" / name
+        if not exe.is_file():
+            if not build_if_missing:
+                raise DeviceError(f"no ARM64 runner at {exe}: run `magicselector native build --target arm64`")
+            say = log or (lambda line: None)
+            say(f"[adb] no ARM64 runner at {exe}: building it (magicselector native build --target arm64)")
+            build_native("arm64", log=say)
+            if not exe.is_file():
+                raise DeviceError(f"the arm64 build did not produce {exe}")
+    _check_arm64_executable(exe)
+    return exe
+
+
+def push_runner(adb: Adb, local: str | os.PathLike, remote_dir: str) -> dict[str, Any]:
+    """Push an executable to ``remote_dir/bin`` (under its own name) unless the same bytes are there;
+    make it executable."""
+    from magicselector.files import sha256_file
+
+    rel = f"bin/{Path(local).name}"
+    digest = sha256_file(local)
+    remote = remote_sha256(adb, remote_dir, [rel]) or {}
+    remote_path = posixpath.join(remote_dir, rel)
+    pushed = remote.get(rel) != digest
+    if pushed:
+        adb.shell(f"mkdir -p {shlex.quote(posixpath.dirname(remote_path))}", timeout_s=30)
+        adb.push(local, remote_path, timeout_s=max(120.0, Path(local).stat().st_size / 2e6))
+    adb.shell(f"chmod 755 {shlex.quote(remote_path)}", timeout_s=30)
+    return {"remote": remote_path, "sha256": digest, "pushed": pushed, "bytes": Path(local).stat().st_size}
+
+
+def workload_requests(turns: str | os.PathLike | None, limit: int | None) -> tuple[list[dict[str, Any]], str, str | None]:
+    """(the requests one pass runs, the workload's name, its file's sha256) for the native runner:
+    ``latency.WORKLOAD`` or a ``--turns`` file read as the Python runner reads it."""
+    from magicselector.bench.latency import WORKLOAD, load_turns
+    from magicselector.files import sha256_file
+
+    if turns is None:
+        rows, name, digest = WORKLOAD, "phone", None
+    else:
+        rows = load_turns(turns, limit)
+        name = str(turns) + (f" ({limit} rows, seed 0)" if limit else "")
+        digest = sha256_file(turns)
+    return [{"query": t["utterance"], "history": list(t.get("history") or [])} for t in rows], name, digest
+
+
+def native_results(raw: Mapping[str, Any], bundle_dir: str | os.PathLike, *, workload_name: str = "phone",
+                   workload_sha256: str | None = None, catalog: Any = None) -> dict[str, Any]:
+    """One ``magicselector-native-latency`` run's raw samples as a ``magicselector-latency/1`` dict:
+    stage percentiles with ``latency.percentiles`` and the schema tokens handed per turn with
+    ``handed_tokens.HandedTokens`` over the bundle's catalog, as a local run computes them. The native
+    core times ``decompose``, ``embed`` (tokenizer and model), ``retrieve_and_cut`` (search, BM25,
+    fusion, cut, head, budget) and ``total``."""
+    from types import SimpleNamespace
+
+    from magicselector.bench.handed_tokens import HandedTokens
+    from magicselector.bench.latency import ISA_FLAGS, SCHEMA, STAGE_ORDER, artifact_sizes, percentiles
+    from magicselector.bundle import Bundle
+    from magicselector.config import SelectorConfig
+
+    bundle = Bundle.open(bundle_dir, verify=False)
+    if catalog is None:
+        from magicselector.sections import read_catalog
+
+        catalog = read_catalog(bundle, bundle.manifest["catalog"]["file"], verify=False)
+    samples = raw["samples"]
+    stages = {s: percentiles(samples[s]) for s in STAGE_ORDER if s in samples}
+    stages.update({s: percentiles(v) for s, v in samples.items() if s not in stages})
+    handed = HandedTokens(catalog)
+    for turn in raw["first_pass"]:
+        handed.add(SimpleNamespace(ids=turn["ids"], ranked_ids=turn["ranked_10"]))
+    cpu = raw.get("cpu") or {}
+    parts = cpu.get("cpu_parts") or []
+    shipped, options = SelectorConfig(), raw.get("options") or {}
+    texts = [int(t["texts"]) for t in raw["first_pass"]]
+    device = {"platform": "-".join(str(cpu.get(k) or "") for k in ("system", "release", "machine")),
+              "system": cpu.get("system"), "release": cpu.get("release"), "machine": cpu.get("machine"),
+              "cpu_model": cpu.get("model_name") or cpu.get("hardware")
+              or (f"ARM CPU parts {', '.join(parts)}" if parts else "unknown"),
+              "isa": sorted(set(str(cpu.get("features") or "").split()) & ISA_FLAGS), "runner": NATIVE_RUNNER}
+    config = {"bundle": str(bundle_dir), "runs": raw["runs"], "warmup": raw["warmup"], "threads": raw["threads"],
+              "cool_down_s": 0.0, "history_mode": options.get("history", shipped.history),
+              "candidates": options.get("candidates", shipped.candidates), "cut": "rmargin",
+              "decomposer": options.get("decompose", shipped.decompose), "verify": raw["verify"],
+              "turns": raw["turns"], "workload": {"name": workload_name, "sha256": workload_sha256},
+              "rerank": False, "rerank_skip_margin": None, "reranked_share": 0.0,
+              "texts_per_turn": (sum(texts) / len(texts)) if texts else None, "tokens": None,
+              "fresh_process": True, "runner": "native", "runner_wall_s": raw.get("wall_s")}
+    return {"schema": SCHEMA, "device": device, "config": config,
+            "cold_start_ms": float(raw["cold_start_ms"]), "cold_start_breakdown": dict(raw["cold_start_breakdown"]),
+            "peak_rss_mb": float(raw["peak_rss_mb"]), "rss_mb": float(raw["rss_mb"]),
+            "artifacts": artifact_sizes(bundle.manifest), "stages": stages, "handed_tokens": handed.summary()}
+
 
 def _merge_stage(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One stage over several runs. Runs report percentiles, not samples: p50/p90/p99 are the median
@@ -632,6 +759,9 @@ class DeviceLatencyOptions:
     the results go. cool_down_s / cool_down_below_c: before every run but the first, wait until the
     hottest thermal zone is below ``cool_down_below_c`` or ``cool_down_s`` has passed (0: no wait).
     pin_big_cores: start the runner under ``taskset`` on the cores above the slowest cluster.
+    native_runner: the static ARM64 ``magicselector-native-latency`` to push (None: the arm64 build's,
+    built on first use). python_cmd: None (the default) runs that native runner, which needs nothing
+    on the device; a shell fragment that starts Python there runs the Python runner instead.
     python_cmd / workdir / remote_env: how ``adb shell`` starts Python (``RemotePython``).
     remote_dir: the device folder for the bundle and the runs. adb_path: the ``adb`` client.
     runner_module: the module run with ``python -m``. history_mode / decompose / rerank /
@@ -650,7 +780,8 @@ class DeviceLatencyOptions:
     cool_down_s: float = 0.0
     pin_big_cores: bool = False
     passes_per_run: int = 1
-    python_cmd: str = "python"
+    python_cmd: str | None = None
+    native_runner: str | os.PathLike | None = None
     workdir: str | None = None
     remote_env: Mapping[str, str] | None = None
     remote_dir: str = DEFAULT_REMOTE_DIR
@@ -674,6 +805,33 @@ class DeviceLatencyOptions:
             raise DeviceError("need runs >= 1, warmup >= 0, threads >= 1, passes_per_run >= 1")
         if self.mem_probe not in MEM_PROBES:
             raise DeviceError(f"mem_probe must be one of {MEM_PROBES}, got {self.mem_probe!r}")
+        if self.runner == "native" and (self.rerank or self.rerank_skip_margin is not None):
+            raise DeviceError("the cross-encoder runs in the Python runtime only: the native runner selects "
+                              "without it (leave rerank off, or pass python_cmd for a device with Python)")
+        if self.runner == "native" and self.decompose in ("llm", "auto"):
+            raise DeviceError(f"decompose {self.decompose!r}: the LLM decomposer runs in the Python runtime only "
+                              "(the native runner runs 'rules' and 'none')")
+
+    @property
+    def runner(self) -> str:
+        """``native`` (nothing needed on the device) or ``python`` (``python_cmd`` given)."""
+        return "python" if self.python_cmd else "native"
+
+    def native_options(self) -> dict[str, Any]:
+        """The ``--options`` of the native runner: the settings given (None: the shipped ones)."""
+        out: dict[str, Any] = {}
+        if self.history_mode:
+            out["history"] = self.history_mode
+        if self.decompose:
+            out["decompose"] = self.decompose
+        return out
+
+    def native_argv(self, remote_runner: str, remote_bundle: str, remote_out: str, remote_turns: str) -> list[str]:
+        """The native runner's command line on the device."""
+        argv = [remote_runner, remote_bundle, "--turns", remote_turns, "--out", remote_out,
+                "--runs", str(self.passes_per_run), "--warmup", str(self.warmup), "--threads", str(self.threads)]
+        opts = self.native_options()
+        return argv + (["--options", json.dumps(opts, separators=(",", ":"))] if opts else [])
 
     def runner_argv(self, remote_bundle: str, remote_out: str, remote_turns: str | None) -> list[str]:
         """The runner's command line on the device (``latency_runner.runner_argv``)."""
@@ -687,17 +845,22 @@ class DeviceLatencyOptions:
 
 @dataclass
 class _Session:
-    """One device prepared for the runs: the bundle pushed, the Python checked, the harness record."""
+    """One device prepared for the runs: the bundle and the runner pushed (or the Python checked),
+    the harness record."""
 
     adb: Adb
     info: DeviceInfo
     device: dict[str, Any]
-    python: RemotePython
+    python: RemotePython | None     # None: the native runner
     remote_bundle: str
     remote_runs: str
     remote_turns: str | None
     mask: str | None
     harness: dict[str, Any]
+    remote_runner: str | None = None
+    workload_name: str = "phone"
+    workload_sha256: str | None = None
+    catalog: Any = None
 
 
 def _say(opts: DeviceLatencyOptions) -> Callable[[str], None]:
@@ -713,10 +876,24 @@ def _push(adb: Adb, bundle_dir, opts: DeviceLatencyOptions, say) -> tuple[str, s
     say(f"[adb] bundle at {remote_bundle}: pushed {len(pushed['pushed'])} file(s), "
         f"{len(pushed['skipped'])} unchanged")
     remote_turns = None
-    if opts.turns is not None:  # the runner reads the turns file on the device
+    if opts.turns is not None and opts.runner == "python":  # the runner reads the turns file on the device
         remote_turns = posixpath.join(opts.remote_dir, "turns.jsonl")
         adb.push(opts.turns, remote_turns)
     return remote_bundle, remote_runs, remote_turns, pushed
+
+
+def _push_native(adb: Adb, opts: DeviceLatencyOptions, out: Path, runner: Path, say
+                 ) -> tuple[str, str, dict[str, Any], str, str | None]:
+    """The runner and the workload's requests on the device; (runner, requests file, what was pushed,
+    workload name, its sha256)."""
+    got = push_runner(adb, runner, opts.remote_dir)
+    say(f"[adb] runner at {got['remote']}: " + ("pushed" if got["pushed"] else "unchanged"))
+    requests, name, digest = workload_requests(opts.turns, opts.turns_limit)
+    local = out / "requests.jsonl"
+    local.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in requests), encoding="utf-8")
+    remote_turns = posixpath.join(opts.remote_dir, "requests.jsonl")
+    adb.push(local, remote_turns, timeout_s=120)
+    return got["remote"], remote_turns, got, name, digest
 
 
 def _harness_record(opts: DeviceLatencyOptions, bundle_dir, info: DeviceInfo, device: Mapping[str, Any],
@@ -726,15 +903,18 @@ def _harness_record(opts: DeviceLatencyOptions, bundle_dir, info: DeviceInfo, de
     from magicselector.files import sha256_file
 
     o = opts
-    return {"serial": info.serial, "remote_dir": o.remote_dir, "remote_bundle": remote_bundle,
+    runner = remote_py.get("native_runner") if o.runner == "native" else None
+    return {"serial": info.serial, "bundle_local": str(bundle_dir), "runner": o.runner, "native_runner": runner, "remote_dir": o.remote_dir,
+            "remote_bundle": remote_bundle,
             "python_cmd": o.python_cmd, "workdir": o.workdir or o.remote_dir, "remote_env": dict(o.remote_env or {}),
-            "remote_python": remote_py, "runner_module": o.runner_module,
+            "remote_python": remote_py if o.runner == "python" else None, "runner_module": o.runner_module,
             "pinned_cores": device.get("big_cores") if mask else None, "taskset_mask": mask,
             "cool_down_s": o.cool_down_s, "cool_down_below_c": o.cool_down_below_c, "mem_probe": o.mem_probe,
             "runs_requested": o.runs, "push": pushed,
             "resume_key": {"serial": info.serial,
                            "bundle_manifest_sha256": sha256_file(Path(bundle_dir) / "manifest.json"),
                            "runner_module": o.runner_module, "python_cmd": o.python_cmd, "warmup": o.warmup,
+                           "runner": o.runner, "native_runner_sha256": runner["sha256"] if runner else None,
                            "threads": o.threads, "passes_per_run": o.passes_per_run, "decompose": o.decompose,
                            "rerank": o.rerank, "rerank_skip_margin": o.rerank_skip_margin,
                            "history_mode": o.history_mode, "taskset_mask": mask, "mem_probe": o.mem_probe,
@@ -744,23 +924,33 @@ def _harness_record(opts: DeviceLatencyOptions, bundle_dir, info: DeviceInfo, de
                      "are medians of the per-run percentiles, mean is n-weighted, min/max/n exact"}
 
 
-def _prepare_session(bundle_dir, opts: DeviceLatencyOptions) -> _Session:
-    """The device picked and described, the bundle pushed, its Python checked."""
+def _prepare_session(bundle_dir, opts: DeviceLatencyOptions, out: Path) -> _Session:
+    """The device picked and described, the bundle and the runner pushed (or its Python checked)."""
     say = _say(opts)
+    runner = find_native_runner(opts.native_runner, log=say) if opts.runner == "native" else None
     info = pick_device(opts.serial, opts.adb_path)
     adb = Adb(info.serial, adb_path=opts.adb_path)
     device = {**describe_device(adb), "adb": info.to_dict()}
     say(f"[adb] {info.serial}: {device.get('manufacturer') or ''} {device.get('model') or info.model or '?'}, "
         f"{device.get('soc') or '?'}, Android {device.get('android_release') or '?'} (SDK {device.get('sdk')}), "
         f"{device.get('cores')} cores, big cores {device.get('big_cores')}")
+    if runner is not None and device.get("abi") and not str(device["abi"]).startswith("arm64"):
+        raise DeviceError(f"{adb.who} reports ABI {device['abi']}; the native runner is a static ARM64 "
+                          "(arm64-v8a) executable")
     remote_bundle, remote_runs, remote_turns, pushed = _push(adb, bundle_dir, opts, say)
-    python = RemotePython(opts.python_cmd, opts.workdir, opts.remote_env)
-    remote_py = remote_preflight(adb, python, opts.remote_dir, opts.runner_module)
+    extra: dict[str, Any] = {}
+    if runner is not None:
+        remote_runner, remote_turns, got, name, digest = _push_native(adb, opts, out, runner, say)
+        python, remote_py = None, {"native_runner": {**got, "local": str(runner)}}
+        extra = {"remote_runner": remote_runner, "workload_name": name, "workload_sha256": digest}
+    else:
+        python = RemotePython(opts.python_cmd or "python", opts.workdir, opts.remote_env)
+        remote_py = remote_preflight(adb, python, opts.remote_dir, opts.runner_module)
     mask = device.get("big_cores_mask") if opts.pin_big_cores else None
     if opts.pin_big_cores and not mask:
         raise DeviceError(f"cannot pin to big cores on {adb.who}: no cpufreq information")
     harness = _harness_record(opts, bundle_dir, info, device, remote_bundle, remote_py, mask, pushed)
-    return _Session(adb, info, device, python, remote_bundle, remote_runs, remote_turns, mask, harness)
+    return _Session(adb, info, device, python, remote_bundle, remote_runs, remote_turns, mask, harness, **extra)
 
 
 def _probe_peak(stdout: str, mem_probe: str) -> tuple[float | None, str | None]:
@@ -777,11 +967,18 @@ def _probe_peak(stdout: str, mem_probe: str) -> tuple[float | None, str | None]:
 
 
 def _run_script(s: _Session, opts: DeviceLatencyOptions, remote_out: str) -> str:
-    argv = opts.runner_argv(s.remote_bundle, remote_out, s.remote_turns)
-    command = f"{s.python.command} {' '.join(shlex.quote(a) for a in argv)}"
+    if s.python is None:
+        assert s.remote_runner is not None and s.remote_turns is not None
+        argv = opts.native_argv(s.remote_runner, s.remote_bundle, remote_out, s.remote_turns)
+        command = " ".join(shlex.quote(a) for a in argv)
+        where = f"cd {shlex.quote(opts.remote_dir)} || exit 97"
+    else:
+        argv = opts.runner_argv(s.remote_bundle, remote_out, s.remote_turns)
+        command = f"{s.python.command} {' '.join(shlex.quote(a) for a in argv)}"
+        where = s.python.prefix(opts.remote_dir)
     if s.mask:
         command = f"taskset {s.mask} {command}"
-    prefix = f"{s.python.prefix(opts.remote_dir)}; rm -f {shlex.quote(remote_out)}"
+    prefix = f"{where}; rm -f {shlex.quote(remote_out)}"
     return (f"{prefix}; {command}" if opts.mem_probe == "runner"
             else _wrap_with_probe(prefix, command, opts.mem_probe, opts.mem_poll_s))
 
@@ -795,7 +992,8 @@ def _one_run(s: _Session, opts: DeviceLatencyOptions, i: int, out: Path) -> tupl
     cool = None
     if opts.cool_down_s > 0 and i > 1:
         cool = wait_for_cool_down(s.adb, opts.cool_down_s, opts.cool_down_below_c)
-    remote_out = posixpath.join(s.remote_runs, f"run-{i}.json")
+    raw_name = f"run-{i}.raw.json" if s.python is None else f"run-{i}.json"
+    remote_out = posixpath.join(s.remote_runs, raw_name)
     script = _run_script(s, opts, remote_out)
     say(f"[adb] run {i}/{opts.runs}" + (f" (cooled {cool['waited_s']:.0f} s to {cool['hottest_after_c']} C)"
                                         if cool else ""))
@@ -808,8 +1006,18 @@ def _one_run(s: _Session, opts: DeviceLatencyOptions, i: int, out: Path) -> tupl
     wall = time.perf_counter() - t0
     (out / "runs" / f"run-{i}.log").write_text(proc.stderr, encoding="utf-8")
     local_out = out / "runs" / f"run-{i}.json"
-    s.adb.pull(remote_out, local_out, timeout_s=120)
-    data = json.loads(local_out.read_text(encoding="utf-8"))
+    s.adb.pull(remote_out, out / "runs" / raw_name, timeout_s=120)
+    data = json.loads((out / "runs" / raw_name).read_text(encoding="utf-8"))
+    if s.python is None:  # the native runner's raw samples, computed into the schema here
+        if s.catalog is None:
+            from magicselector.bundle import Bundle
+            from magicselector.sections import read_catalog
+
+            b = Bundle.open(s.harness["bundle_local"], verify=False)
+            s.catalog = read_catalog(b, b.manifest["catalog"]["file"], verify=False)
+        data = native_results(data, s.harness["bundle_local"], workload_name=s.workload_name,
+                              workload_sha256=s.workload_sha256, catalog=s.catalog)
+        _write_json(local_out, data)
     problems = validate_results(data)
     if problems:
         raise DeviceError(f"run {i}: the runner's results do not follow the schema: {problems}")
@@ -836,7 +1044,8 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, options: DeviceLatencyO
                           ) -> dict[str, Any]:
     """Measure latency on an Android device: ``options.runs`` fresh runner processes, merged.
 
-    Each run is one ``python -m magicselector.bench.latency_runner`` process on the device with
+    Each run is one ``magicselector-native-latency`` process on the device (or, with ``python_cmd``,
+    one ``python -m magicselector.bench.latency_runner``) with
     ``--runs passes_per_run --warmup warmup --threads threads``, so every run measures a cold start
     and ``passes_per_run`` timed passes over the runner's workload (see ``DeviceLatencyOptions``
     for every setting).
@@ -857,7 +1066,7 @@ def run_latency_on_device(bundle_dir: str | os.PathLike, options: DeviceLatencyO
     say = _say(opts)
     out = Path(opts.out_dir)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    s = _prepare_session(bundle_dir, opts)
+    s = _prepare_session(bundle_dir, opts, out)
     partial = out / "partial.json"
     results, meta = _finished_runs(partial, out, s.harness["resume_key"]) if opts.resume else ([], [])
     results, meta = results[:opts.runs], meta[:opts.runs]
