@@ -545,7 +545,8 @@ def _check_arm64_executable(path: Path) -> None:
     """Refuse anything but an ARM64 ELF executable before it is pushed (a host build would fail on
     the phone with a bare 'not executable: 64-bit ELF file')."""
     try:
-        head = path.read_bytes()[:20] if path.stat().st_size < 64 else path.open("rb").read(20)
+        with path.open("rb") as f:
+            head = f.read(20)
     except OSError as e:
         raise DeviceError(f"native_runner {path}: cannot read it ({e.strerror})") from None
     if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] != 1 or int.from_bytes(head[18:20], "little") != _EM_AARCH64:
