@@ -128,7 +128,44 @@ _SCHEMA_KEYS = ("inputSchema", "input_schema", "parameters")  # where a tool's i
 
 def _parse_tool(entry: Any, where: str, domain: str | None, check_schemas: bool, *, decoded: bool) -> Tool:
     """``parse_tool``; ``decoded``: ``entry`` is what ``json.loads`` returned (dicts with string keys,
-    lists and JSON scalars, no cycles), so its bounds are first tried with ``_decoded_bounds``."""
+    lists and JSON scalars, no cycles), so its bounds are first tried with ``_decoded_bounds``.
+    The fields are checked in a fixed order, so the first bad one is the one named."""
+    name = _tool_name(entry, where)
+    schema_key = "inputSchema" if "inputSchema" in entry else next((k for k in _SCHEMA_KEYS if k in entry), None)
+    keys = _decoded_bounds(entry, schema_key) if decoded and type(entry) is dict else None
+    if keys is None:
+        keys = {}
+        if not _check_bounds(entry, f"{where}: tool {name!r}"):
+            entry = _plain_json(entry)  # nested mappings that are not dicts (MappingProxyType, UserDict) as dicts
+    at = f"{where}: tool {name!r}"
+    description = _description(entry.get("description", ""), at)
+    schema = _input_schema(entry[schema_key] if schema_key is not None else {}, at)
+    tool_id = _tool_id(entry.get("id", name), at)
+    title, annotations, output_schema, server = _optional_fields(entry, at)
+    extra = _extra(entry, at)
+    if check_schemas and schema:  # a tool without parameters may leave its schema out
+        _check_plain_schema(schema, f"{at}: inputSchema", keys.get(schema_key or ""))
+        if output_schema is not None:
+            _check_plain_schema(output_schema, f"{at}: outputSchema", keys.get("outputSchema"))
+    dom = entry.get("domain", domain)
+    return Tool(id=tool_id, name=name, description=description.strip(), parameters=dict(schema),
+                domain=dom if isinstance(dom, str) else None, title=title or None,
+                annotations=dict(annotations) if annotations is not None else None,
+                output_schema=dict(output_schema) if output_schema is not None else None,
+                server=server or None, extra=extra or None)
+
+
+def _extra(entry: Mapping[str, Any], at: str) -> dict[str, Any]:
+    """The MCP fields Tool does not model, kept as they are (``execution`` and ``_meta`` objects)."""
+    extra = {k: v for k, v in entry.items() if k not in _KNOWN_KEYS}
+    for key in ("execution", "_meta"):  # MCP: objects when present
+        if key in extra and type(extra[key]) is not dict:
+            raise CatalogError(f"{at}: {key!r} must be a JSON object")
+    return extra
+
+
+def _tool_name(entry: Any, where: str) -> str:
+    """The entry's ``name``, once the entry is known to be an object."""
     if type(entry) is not dict and not isinstance(entry, _abc.Mapping):
         raise CatalogError(f"{where}: a tool must be a JSON object, got {type(entry).__name__}")
     name = entry.get("name")
@@ -140,63 +177,57 @@ def _parse_tool(entry: Any, where: str, domain: str | None, check_schemas: bool,
     if not _NAME_RE.match(name):
         raise CatalogError(f"{where}: tool name {name!r} has characters a tool name cannot have (control "
                            "characters or line breaks)")
-    schema_key = "inputSchema" if "inputSchema" in entry else next((k for k in _SCHEMA_KEYS if k in entry), None)
-    keys = _decoded_bounds(entry, schema_key) if decoded and type(entry) is dict else None
-    if keys is None:
-        keys = {}
-        if not _check_bounds(entry, f"{where}: tool {name!r}"):
-            entry = _plain_json(entry)  # nested mappings that are not dicts (MappingProxyType, UserDict) as dicts
-    description = entry.get("description", "")
+    return name
+
+
+def _description(description: Any, at: str) -> str:
     if description is None:
-        description = ""
+        return ""
     if not isinstance(description, str):
-        raise CatalogError(f"{where}: tool {name!r}: 'description' must be a string")
+        raise CatalogError(f"{at}: 'description' must be a string")
     if len(description) > MAX_DESCRIPTION_CHARS:
-        raise CatalogError(f"{where}: tool {name!r}: 'description' is {len(description):,} characters long "
+        raise CatalogError(f"{at}: 'description' is {len(description):,} characters long "
                            f"(at most {MAX_DESCRIPTION_CHARS:,})")
-    schema = entry[schema_key] if schema_key is not None else {}
+    return description
+
+
+def _input_schema(schema: Any, at: str) -> dict[str, Any]:
     if schema is None:
-        schema = {}
-    if type(schema) is not dict:  # entry is plain JSON here: its mappings are dicts
-        raise CatalogError(f"{where}: tool {name!r}: 'inputSchema'/'parameters' must be a JSON object")
+        return {}
+    if type(schema) is not dict:  # the entry is plain JSON here: its mappings are dicts
+        raise CatalogError(f"{at}: 'inputSchema'/'parameters' must be a JSON object")
     props = schema.get("properties")
     if props is not None and type(props) is not dict:
-        raise CatalogError(f"{where}: tool {name!r}: schema 'properties' must be an object")
+        raise CatalogError(f"{at}: schema 'properties' must be an object")
     if "type" in schema and not isinstance(schema["type"], (str, list)):
-        raise CatalogError(f"{where}: tool {name!r}: schema 'type' must be a string")
-    tool_id = entry.get("id", name)
+        raise CatalogError(f"{at}: schema 'type' must be a string")
+    return schema
+
+
+def _tool_id(tool_id: Any, at: str) -> str:
     if not isinstance(tool_id, str) or not tool_id:
-        raise CatalogError(f"{where}: tool {name!r}: 'id' must be a non-empty string")
+        raise CatalogError(f"{at}: 'id' must be a non-empty string")
     if len(tool_id) > MAX_ID_CHARS or _CONTROL_RE.search(tool_id):
-        raise CatalogError(f"{where}: tool {name!r}: 'id' must be at most {MAX_ID_CHARS} printable characters")
+        raise CatalogError(f"{at}: 'id' must be at most {MAX_ID_CHARS} printable characters")
+    return tool_id
+
+
+def _optional_fields(entry: Mapping[str, Any], at: str) -> tuple[Any, Any, Any, Any]:
+    """(title, annotations, outputSchema, server), each None when absent."""
     title = entry.get("title")
     if title is not None and not isinstance(title, str):
-        raise CatalogError(f"{where}: tool {name!r}: 'title' must be a string")
+        raise CatalogError(f"{at}: 'title' must be a string")
     if title is not None and len(title) > MAX_TITLE_CHARS:
-        raise CatalogError(f"{where}: tool {name!r}: 'title' is longer than {MAX_TITLE_CHARS:,} characters")
-    annotations = entry.get("annotations")
+        raise CatalogError(f"{at}: 'title' is longer than {MAX_TITLE_CHARS:,} characters")
+    annotations, output_schema = entry.get("annotations"), entry.get("outputSchema")
     if annotations is not None and type(annotations) is not dict:
-        raise CatalogError(f"{where}: tool {name!r}: 'annotations' must be a JSON object")
-    output_schema = entry.get("outputSchema")
+        raise CatalogError(f"{at}: 'annotations' must be a JSON object")
     if output_schema is not None and type(output_schema) is not dict:
-        raise CatalogError(f"{where}: tool {name!r}: 'outputSchema' must be a JSON object")
+        raise CatalogError(f"{at}: 'outputSchema' must be a JSON object")
     server = entry.get("server")
     if server is not None and not isinstance(server, str):
-        raise CatalogError(f"{where}: tool {name!r}: 'server' must be a string")
-    dom = entry.get("domain", domain)
-    extra = {k: v for k, v in entry.items() if k not in _KNOWN_KEYS}
-    for key in ("execution", "_meta"):  # MCP: objects when present
-        if key in extra and type(extra[key]) is not dict:
-            raise CatalogError(f"{where}: tool {name!r}: {key!r} must be a JSON object")
-    if check_schemas and schema:  # a tool without parameters may leave its schema out
-        _check_plain_schema(schema, f"{where}: tool {name!r}: inputSchema", keys.get(schema_key or ""))
-        if output_schema is not None:
-            _check_plain_schema(output_schema, f"{where}: tool {name!r}: outputSchema", keys.get("outputSchema"))
-    return Tool(id=tool_id, name=name, description=description.strip(), parameters=dict(schema),
-                domain=dom if isinstance(dom, str) else None, title=title or None,
-                annotations=dict(annotations) if annotations is not None else None,
-                output_schema=dict(output_schema) if output_schema is not None else None,
-                server=server or None, extra=extra or None)
+        raise CatalogError(f"{at}: 'server' must be a string")
+    return title, annotations, output_schema, server
 
 
 def check_tool(tool: Any, catalog: Any = None, *, where: str = "tool") -> Tool:
