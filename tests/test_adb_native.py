@@ -104,6 +104,24 @@ def test_the_arm64_runner_measures_on_the_phone_and_survives_an_unplug(fake, run
     assert again["config"]["adb"]["push"]["pushed"] == [] and not again["config"]["adb"]["native_runner"]["pushed"]
 
 
+def test_a_phone_unplugged_while_the_runner_runs(fake, runner, bundle_dir, turns_file, tmp_path,  # noqa: F811
+                                                 monkeypatch):
+    """The cable comes out while the runner is mid-pass on the phone: adb's shell dies (exit 255, no
+    message), the harness finds the device gone and says so, keeping the runs it has."""
+    fake.add("R58M30ABCDE")
+    monkeypatch.setenv("FAKE_ADB_UNPLUG_DURING_S", "1.5")  # qemu needs seconds to open the bundle
+    monkeypatch.setenv("FAKE_ADB_DISCONNECT_MATCH", "--turns")
+    out = tmp_path / "out"
+    with pytest.raises(DeviceDisconnected, match="disconnected during run 1 of 2; 0 results kept"):
+        run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=2, warmup=0, out_dir=out, native_runner=runner,
+                                                               turns=turns_file, progress=None))
+    kept = json.loads((out / "partial.json").read_text())
+    assert not kept["complete"] and kept["failed_run"] == 1 and kept["runs"] == []
+    from magicselector.bench.adb import list_devices
+
+    assert list_devices() == []
+
+
 def test_the_demo_runs_the_dialogue_with_the_arm64_cli(fake, runner, bundle_dir, capsys):  # noqa: F811
     cli = arm64_bin("magicselector-native")
     if cli is None:
