@@ -129,15 +129,34 @@ class SelectorConfig:
     head: bool = True
 
     def __post_init__(self) -> None:
-        if self.history not in HISTORY_MODES:
-            raise InputError(f"history must be one of {HISTORY_MODES}, got {self.history!r}")
-        if self.candidates < 1:
-            raise InputError("candidates must be >= 1")
-        if not isinstance(self.history_turns, numbers.Integral) or self.history_turns < 1:
-            raise InputError(f"history_turns must be an integer >= 1, got {self.history_turns!r}")
+        self._check_retrieval()
+        self._check_rerank()
+        if self.threads < 1:
+            raise InputError("threads must be >= 1")
+        if self.decompose not in DECOMPOSE_MODES:
+            raise InputError(f"decompose must be one of {DECOMPOSE_MODES}, got {self.decompose!r}")
         for name, group in _GROUPS.items():
             if not isinstance(getattr(self, name), group):
                 raise InputError(f"{name} must be an {group.__name__}, got {type(getattr(self, name)).__name__}")
+        if not isinstance(self.head, bool):
+            raise InputError(f"head must be True or False, got {self.head!r}")
+        from .stages.budget import Budget
+
+        Budget(self.max_tools, self.max_schema_tokens)  # InputError naming the field
+
+    def _check_retrieval(self) -> None:
+        if self.history not in HISTORY_MODES:
+            raise InputError(f"history must be one of {HISTORY_MODES}, got {self.history!r}")
+        if not isinstance(self.history_turns, numbers.Integral) or self.history_turns < 1:
+            raise InputError(f"history_turns must be an integer >= 1, got {self.history_turns!r}")
+        if self.candidates < 1:
+            raise InputError("candidates must be >= 1")
+        if not 0.0 <= self.lexical_weight <= 1.0:
+            raise InputError("lexical_weight must be within [0, 1]")
+        if self.lexical_candidates < 1:
+            raise InputError("lexical_candidates must be >= 1")
+
+    def _check_rerank(self) -> None:
         if self.rerank_candidates < 1:
             raise InputError("rerank_candidates must be >= 1")
         if self.rerank_skip_margin is not None and not (isinstance(self.rerank_skip_margin, numbers.Real)
@@ -145,16 +164,3 @@ class SelectorConfig:
             raise InputError(f"rerank_skip_margin must be a number >= 0 or None, got {self.rerank_skip_margin!r}")
         if not 0.0 <= self.rerank_weight <= 1.0:
             raise InputError("rerank_weight must be within [0, 1]")
-        if self.threads < 1:
-            raise InputError("threads must be >= 1")
-        if self.decompose not in DECOMPOSE_MODES:
-            raise InputError(f"decompose must be one of {DECOMPOSE_MODES}, got {self.decompose!r}")
-        if not 0.0 <= self.lexical_weight <= 1.0:
-            raise InputError("lexical_weight must be within [0, 1]")
-        if self.lexical_candidates < 1:
-            raise InputError("lexical_candidates must be >= 1")
-        if not isinstance(self.head, bool):
-            raise InputError(f"head must be True or False, got {self.head!r}")
-        from .stages.budget import Budget
-
-        Budget(self.max_tools, self.max_schema_tokens)  # InputError naming the field
