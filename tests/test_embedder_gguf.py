@@ -98,7 +98,7 @@ def test_a_changed_shipped_gguf_stops_the_default_bundle(tmp_path):
 def test_the_rebuild_reads_every_bert_weight_from_the_int8_graph():
     from safetensors.numpy import load_file
 
-    from magicselector.export.bundle import minilm_checkpoint
+    from magicselector.export.checkpoints import minilm_checkpoint
     from magicselector.export.gguf import bert_state_from_int8_onnx
 
     state, record = bert_state_from_int8_onnx(SHIPPED_ONNX)
@@ -165,7 +165,7 @@ def test_a_checkpoint_converts_to_a_gguf_that_embeds_like_pytorch(tmp_path):
     import torch
     from transformers import AutoModel
 
-    from magicselector.export.bundle import minilm_checkpoint
+    from magicselector.export.checkpoints import minilm_checkpoint
     from magicselector.export.gguf import GgufEmbedder, convert_embedder_checkpoint
     from magicselector.export.onnx import ExportError
     from magicselector.stages.embed import TextTokenizer
@@ -217,7 +217,8 @@ def test_the_parity_experiment_compares_every_text_a_turn_embeds(tiny_benchmark,
 def test_a_gguf_far_from_the_bundles_embedder_stops_the_export(tmp_path):
     """bundle build checks the checkpoint's GGUF against the embedder file it ships beside: the base
     MiniLM is not the fine-tuned shipped embedder, so the build stops instead of shipping both."""
-    from magicselector.export.bundle import export_embedder_gguf, minilm_checkpoint
+    from magicselector.export.bundle import export_embedder_gguf
+    from magicselector.export.checkpoints import minilm_checkpoint
     from magicselector.export.onnx import ExportError
 
     with pytest.raises(ExportError, match="GGUF embedder parity too low: worst cosine 0.[0-8]"):

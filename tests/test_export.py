@@ -23,7 +23,7 @@ QUERIES = ["wake me up at 6:30 tomorrow", "turn the wifi off", "text Sam that I'
 
 
 def _minilm() -> Path:
-    from magicselector.export.bundle import minilm_checkpoint
+    from magicselector.export.checkpoints import minilm_checkpoint
 
     return minilm_checkpoint()
 

@@ -28,7 +28,8 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
     from transformers import AutoTokenizer
 
     from magicselector.catalog import load_phone_catalog
-    from magicselector.export.bundle import (PROBE_QUERIES, export_reranker, minilm_checkpoint, rerank_probe_groups,
+    from magicselector.export.checkpoints import minilm_checkpoint
+    from magicselector.export.bundle import (PROBE_QUERIES, export_reranker, rerank_probe_groups,
                                              save_reranker_dir)
     from magicselector.train.reranker import load_cross_encoder
 

@@ -41,7 +41,8 @@ def _log(path: Path) -> list[list[str]]:
 def test_tiny_run_learns_mines_gold_free_negatives_and_exports(tiny_benchmark, tmp_path, monkeypatch):
     from transformers import AutoModel
 
-    from magicselector.export.bundle import export_embedder, minilm_checkpoint
+    from magicselector.export.bundle import export_embedder
+    from magicselector.export.checkpoints import minilm_checkpoint
     from magicselector.stages.embed import TextEmbedder, TextTokenizer
 
     data = _with_tasks(tiny_benchmark)
@@ -216,7 +217,7 @@ def test_teacher_parts_are_checked():
 
 
 def test_a_tiny_run_with_a_teacher_records_it_and_embeds_each_text_once(tiny_benchmark, tmp_path):
-    from magicselector.export.bundle import minilm_checkpoint
+    from magicselector.export.checkpoints import minilm_checkpoint
     from magicselector.train.losses import TeacherKLInfoNCELoss
     from magicselector.train.teacher import EmbeddingTeacher
 

@@ -406,7 +406,7 @@ def main(argv=None) -> int:
         _check_reranker_source(ap, args)
 
     from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
-    from magicselector.export.bundle import minilm_checkpoint
+    from magicselector.export.checkpoints import minilm_checkpoint
     from magicselector.export.onnx import export_encoder_onnx
     from magicselector.stages.embed import TextEmbedder, TextTokenizer
 
