@@ -196,7 +196,9 @@ int main(int argc, char **argv) {
     requests.note(ms_select(nullptr, "{}", &out), "NULL selector", ms_last_error());
     requests.note(ms_select(sel, nullptr, &out), "NULL request", ms_last_error());
     requests.note(ms_select(sel, "{\"query\": \"x\"}", nullptr), "NULL out", ms_last_error());
-    requests.note(ms_open(nullptr, nullptr, &sel), "NULL dir", ms_last_error());
+    ms_selector *none = nullptr;
+    requests.note(ms_open(nullptr, nullptr, &none), "NULL dir", ms_last_error());
+    requests.note(ms_open(bundle.c_str(), nullptr, nullptr), "NULL out", ms_last_error());
     ms_close(sel);
     ms_close(nullptr);
     ms_free(nullptr);
@@ -275,5 +277,6 @@ int main(int argc, char **argv) {
     std::printf("bundle files tried:");
     for (const auto &kv : tried) std::printf(" %s:%d", kv.first.c_str(), kv.second);
     std::printf("\n");
+    std::fflush(stdout);  // before the leak checker's report at exit
     return requests.failures + bundles.failures ? 1 : 0;
 }
