@@ -539,6 +539,8 @@ def remote_preflight(adb: Adb, python: RemotePython, default_workdir: str,
 
 # -- the native runner -------------------------------------------------------------------------------
 _EM_AARCH64 = 183
+# the ARM flags of latency.ISA_FLAGS: under qemu-user /proc/cpuinfo is the x86 host's, which an ARM64 runner never uses
+_ARM_ISA = frozenset({"asimd", "asimddp", "i8mm", "sve", "sve2", "bf16"})
 
 
 def _check_arm64_executable(path: Path) -> None:
@@ -645,7 +647,9 @@ def native_results(raw: Mapping[str, Any], bundle_dir: str | os.PathLike, *, wor
               "system": cpu.get("system"), "release": cpu.get("release"), "machine": cpu.get("machine"),
               "cpu_model": cpu.get("model_name") or cpu.get("hardware")
               or (f"ARM CPU parts {', '.join(parts)}" if parts else "unknown"),
-              "isa": sorted(set(str(cpu.get("features") or "").split()) & ISA_FLAGS), "runner": NATIVE_RUNNER}
+              "isa": sorted(set(str(cpu.get("features") or "").split()) & ISA_FLAGS & (
+                  _ARM_ISA if cpu.get("machine") == "aarch64" else ISA_FLAGS)), "runner": NATIVE_RUNNER,
+              "int8_target": "arm64" if cpu.get("machine") == "aarch64" else None}
     config = {"bundle": str(bundle_dir), "runs": raw["runs"], "warmup": raw["warmup"], "threads": raw["threads"],
               "cool_down_s": 0.0, "history_mode": options.get("history", shipped.history),
               "candidates": options.get("candidates", shipped.candidates), "cut": "rmargin",
@@ -1018,6 +1022,8 @@ def _one_run(s: _Session, opts: DeviceLatencyOptions, i: int, out: Path) -> tupl
             s.catalog = read_catalog(b, b.manifest["catalog"]["file"], verify=False)
         data = native_results(data, s.harness["bundle_local"], workload_name=s.workload_name,
                               workload_sha256=s.workload_sha256, catalog=s.catalog)
+        pinned = s.harness.get("pinned_cores")
+        data["device"]["cores_usable"] = len(pinned) if pinned else s.device.get("cores")
         _write_json(local_out, data)
     problems = validate_results(data)
     if problems:
