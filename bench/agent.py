@@ -712,6 +712,8 @@ def plot_accuracy_tokens(reports: Sequence[Mapping[str, Any]], path: str | Path)
     from .plots import _plt, _save
 
     plt = _plt()
+    from matplotlib import ticker
+
     parts = list(dict.fromkeys(p for r in reports for p in r["parts"]))
     fig, axes = plt.subplots(1, len(parts), figsize=(4.2 * len(parts), 3.6), squeeze=False)
     for ax, part in zip(axes[0], parts):
@@ -723,6 +725,8 @@ def plot_accuracy_tokens(reports: Sequence[Mapping[str, Any]], path: str | Path)
             for c, x, y in zip(configs, xs, ys):
                 ax.annotate(c, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())  # log minor labels overlap on a short range
         ax.set(title=part, xlabel="prompt tokens (mean)", ylabel="first call's function-name accuracy", ylim=(0, 1.02))
         ax.legend(fontsize=7)
     return _save(plt, fig, path)
