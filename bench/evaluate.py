@@ -28,7 +28,8 @@ from magicselector.config import SelectorConfig
 from magicselector.dialogue import retrieval_text, validate_history, validate_query
 from magicselector.errors import InputError
 from magicselector.files import cache_home
-from magicselector.selector import Selector, bounded_history
+from magicselector.dialogue import bounded_history
+from magicselector.selector import Selector
 from magicselector.stages.cut import CutRule
 from magicselector.stages.index import ToolIndex
 

@@ -46,7 +46,7 @@ from magicselector.config import SelectorConfig
 from magicselector.dialogue import retrieval_text
 from magicselector.errors import InputError
 from magicselector.formats import tool_definitions
-from magicselector.selector import bounded_history
+from magicselector.dialogue import bounded_history
 from magicselector.tokens import schema_tokens
 
 from magicselector.data.datasets import Benchmark, load_benchmark

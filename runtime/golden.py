@@ -6,7 +6,8 @@ decomposer's sub-tasks, the retrieval texts, their token ids and vectors, each r
 dense search and lexical (BM25) hits, the lists fused with BM25, the peak-rank fusion, the cut (with
 each list's cut), the learned head's features and probabilities, the budget's choice and the final
 selection. Each stage is computed here by calling the stage functions on the previous stage's plain
-output, and the result must equal ``Selector.select``'s (else the bundle is not written).
+output (``PipelineParts``: the bundle's parts without a Selector, which sits above the bundle writer),
+and ``bundle verify`` checks that it equals ``Selector.select``'s.
 
 Numbers: float32 stages (vectors, search, lexical and fused scores) are written as the shortest
 decimal that reads back as the same float32, so a port that parses them as float32 feeds exactly
@@ -22,15 +23,56 @@ four formats and estimating tokens itself.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 import numpy as np
 
+from .config import SelectorConfig
+from .decompose import Decomposer, build_decomposer
 from .errors import BundleError
+from .plan import RetrievalPlan, plan_turn
 
 if TYPE_CHECKING:
     from .catalog import Catalog
-    from .selector import Selector
+    from .stages.head import HeadModel
+    from .stages.index import ToolIndex
+    from .stages.lexical import LexicalIndex
+
+
+class Pipeline(Protocol):
+    """What the probes read of a pipeline: a ``Selector`` is one, ``PipelineParts`` another."""
+
+    @property
+    def config(self) -> SelectorConfig: ...
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def embedder(self) -> Any: ...
+    @property
+    def index(self) -> ToolIndex: ...
+    @property
+    def lexical(self) -> LexicalIndex: ...
+    @property
+    def head(self) -> HeadModel | None: ...
+    def plan(self, query: str, history: Iterable[Any] | None = ()) -> RetrievalPlan: ...
+
+
+@dataclass(frozen=True)
+class PipelineParts:
+    """A bundle's parts under a config, as the bundle writer holds them (no Selector: the Selector
+    builds the default bundle on first use, so the writer cannot import it)."""
+
+    catalog: Catalog
+    embedder: Any
+    index: ToolIndex
+    lexical: LexicalIndex
+    head: HeadModel | None = None
+    config: SelectorConfig = field(default_factory=SelectorConfig)
+    decomposer: Decomposer = field(default_factory=lambda: build_decomposer("rules"))
+
+    def plan(self, query: str, history: Iterable[Any] | None = ()) -> RetrievalPlan:
+        return plan_turn(self.config, self.decomposer, query, history)
 
 PIPELINE_FORMAT = "magicselector-golden-pipeline/1"
 SCHEMA_TOKENS_FORMAT = "magicselector-schema-tokens/1"
@@ -117,22 +159,22 @@ def catalog_digest(catalog: Catalog) -> str:
     return hashlib.sha256("\n".join(catalog.ids).encode("utf-8")).hexdigest()
 
 
-def pipeline_probes(selector: Selector, turns: Sequence[dict[str, Any]] = PIPELINE_TURNS) -> dict[str, Any]:
+def pipeline_probes(selector: Pipeline, turns: Sequence[dict[str, Any]] = PIPELINE_TURNS) -> dict[str, Any]:
     """The ``pipeline`` block of golden.json for ``selector`` (its config must be the shipped one's
-    shape: rules decomposer, no rerank). Raises BundleError where a stage-by-stage run disagrees
-    with ``Selector.select``."""
+    shape: rules decomposer, no rerank). Given a ``Selector``, raises BundleError where a
+    stage-by-stage run disagrees with ``Selector.select``."""
     if selector.config.rerank:
         raise BundleError("golden pipeline probes: the shipped path has no rerank; probe a Selector without it")
     cases = []
     for turn in turns:
         case = _probe(selector, turn)
-        _agrees_with_select(selector, turn, case)
+        _agrees_with_select(selector, turn["query"], turn.get("history", []), turn, case)
         cases.append(case)
     return {"format": PIPELINE_FORMAT, "config": _config(selector), "catalog_ids_sha256": catalog_digest(selector.catalog),
             "tolerances": dict(TOLERANCES), "turns": cases}
 
 
-def _config(selector: Selector) -> dict[str, Any]:
+def _config(selector: Pipeline) -> dict[str, Any]:
     from .stages.cut import CutConfig
 
     cfg, cut = selector.config, selector.config.cut
@@ -148,7 +190,7 @@ def _config(selector: Selector) -> dict[str, Any]:
                        "max_history_chars": cfg.limits.max_history_chars, "max_subtasks": cfg.limits.max_subtasks}}
 
 
-def _probe(selector: Selector, turn: dict[str, Any]) -> dict[str, Any]:
+def _probe(selector: Pipeline, turn: dict[str, Any]) -> dict[str, Any]:
     """One probe turn, stage by stage: the decomposer and the models, then ``replay`` of the rest."""
     plan = selector.plan(turn["query"], turn.get("history", []))  # the decomposer and the history fold
     subtasks, texts, history_list = plan.subtasks, plan.texts, plan.history_list
@@ -165,7 +207,7 @@ def _probe(selector: Selector, turn: dict[str, Any]) -> dict[str, Any]:
             **replay(selector, texts, np.asarray(fed, dtype=np.float32), history_list, inputs)}
 
 
-def replay(selector: Selector, texts: Sequence[str], vectors: np.ndarray, history_list: int | None,
+def replay(selector: Pipeline, texts: Sequence[str], vectors: np.ndarray, history_list: int | None,
            inputs: dict[str, Any]) -> dict[str, Any]:
     """Every stage after the embedder on these retrieval texts and their vectors, as ``Selector.select``
     runs them: dense search, BM25, their fusion, peak-rank fusion, the cut, the head, the budget."""
@@ -225,7 +267,7 @@ def replay(selector: Selector, texts: Sequence[str], vectors: np.ndarray, histor
     }
 
 
-def tool_tokens(selector: Selector, tool_id: str, format: str) -> int:
+def tool_tokens(selector: Pipeline, tool_id: str, format: str) -> int:
     """The definition size of one tool of the selector's catalog in ``format``."""
     from .formats import tool_definition
     from .tokens import schema_tokens
@@ -233,15 +275,20 @@ def tool_tokens(selector: Selector, tool_id: str, format: str) -> int:
     return schema_tokens(tool_definition(selector.catalog.get(tool_id), format))
 
 
-def _agrees_with_select(selector: Selector, turn: dict[str, Any], case: dict[str, Any]) -> None:
-    sel = selector.select(turn["query"], turn.get("history", []), max_tools=turn.get("max_tools"),
-                          max_schema_tokens=turn.get("max_schema_tokens"), format=turn.get("format", "mcp"))
+def _agrees_with_select(selector: Pipeline, query: str, history: Any, budget: dict[str, Any],
+                        case: dict[str, Any]) -> None:
+    """Where ``selector`` composes the stages itself (a ``Selector``), its answer must be the stages'."""
+    select = getattr(selector, "select", None)
+    if select is None:
+        return
+    sel = select(query, history, max_tools=budget.get("max_tools"), max_schema_tokens=budget.get("max_schema_tokens"),
+                 format=budget.get("format", "mcp"))
     if sel.ids != case["selection"]["ids"] or sel.k != case["selection"]["k"] or list(sel.subtasks) != case["subtasks"]:
-        raise BundleError(f"golden pipeline probe {turn['query']!r:.60}: the stages give {case['selection']['ids']} "
+        raise BundleError(f"golden pipeline probe {query!r:.60}: the stages give {case['selection']['ids']} "
                           f"but Selector.select gives {sel.ids}")
 
 
-def check_pipeline(selector: Selector, block: dict[str, Any]) -> dict[str, Any]:
+def check_pipeline(selector: Pipeline, block: dict[str, Any]) -> dict[str, Any]:
     """Re-run every probe turn's stages with ``selector`` (the later ones from the written vectors)
     and compare within ``block['tolerances']``; raises BundleError naming the turn and stage."""
     if block.get("format") != PIPELINE_FORMAT:
@@ -264,6 +311,8 @@ def check_pipeline(selector: Selector, block: dict[str, Any]) -> dict[str, Any]:
         if worst_cos < tol["vector_cosine_min"]:
             raise BundleError(f"{where}: vectors differ (cosine {worst_cos:.5f} < {tol['vector_cosine_min']})")
         compare_replay(where, replay(selector, case["texts"], fed, case["history_list"], case["input"]), case, tol)
+        if np.all(np.sum(got * fed, axis=1) >= 1.0 - 1e-6):  # the same vectors: the composed select must agree
+            _agrees_with_select(selector, case["input"]["query"], case["input"]["history"], case["input"], case)
     return {"golden_pipeline_turns": len(block["turns"]), "golden_pipeline_min_cosine": round(worst_cos, 6)}
 
 
@@ -311,8 +360,7 @@ def shipped_pipeline_probes(catalog: Catalog, embedder: Any, index: Any, lexical
                             ) -> dict[str, Any]:
     """``pipeline_probes`` of a bundle being built: the shipped ``SelectorConfig()`` over its parts
     (``head_file``: the bundle's head.json, None where it has none)."""
-    from .selector import Selector
     from .stages.head import HeadModel
 
     head = HeadModel.from_bytes(head_file.read_bytes(), str(head_file)) if head_file is not None else None
-    return pipeline_probes(Selector(catalog, embedder, index, lexical=lexical, head=head))
+    return pipeline_probes(PipelineParts(catalog, embedder, index, lexical, head))

@@ -11,13 +11,12 @@ import numpy as np
 from .bundle import Bundle
 from .catalog import Catalog, Tool, tool_text
 from .live_catalog import LiveCatalog
+from .plan import RetrievalPlan, plan_turn
 from .config import SelectorConfig
-from .dialogue import Turn, bounded_history, retrieval_text, validate_query
 from .errors import BundleError, InputError
 from .stages.budget import Budget, spend_budget
 from .stages.cut import Cut, cut_turn
-from .decompose import (BUILT_IN, DecomposeTrace, Decomposer, Decomposition, LlmSettings, PassthroughDecomposer,
-                        build_decomposer)
+from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
 from .stages.embed import Embedder
 from .stages.fuse import RankedList, peak_rank_fusion
 from .stages.head import HeadModel, head_cut, head_features
@@ -51,20 +50,6 @@ class SelectedTool:
 
         return {"list": self.list, "text": self.subtask, "rank": self.rank, "dense": part(self.dense),
                 "lexical": part(self.lexical), "probability": part(self.probability)}
-
-
-@dataclass(frozen=True)
-class RetrievalPlan:
-    """What a turn retrieves with (``Selector.plan``): the checked utterance, the bounded history,
-    the decomposition, the sub-tasks (capped), the texts (one retrieval list each) and which of
-    them is the history-folded utterance (None: none)."""
-
-    query: str
-    turns: list[Turn]
-    decomposition: Decomposition
-    subtasks: list[str]
-    texts: list[str]
-    history_list: int | None
 
 
 @dataclass(frozen=True)
@@ -291,27 +276,9 @@ class Selector:
 
     # -- selection ----------------------------------------------------------------------------
     def plan(self, query: str, history: Iterable[Any] | None = ()) -> RetrievalPlan:
-        """What ``select(query, history)`` retrieves with, before any model runs: the checked
-        utterance and bounded history, the decomposition (the decomposer runs) and the texts, one
-        retrieval list each: the utterance (the anchor list, ToolQP), its sub-tasks and, where the
-        Selector decomposes under a history mode, the history-folded utterance (``history_list``).
-        Without decomposition the folded utterance is the one sub-task. The history fold happens
-        here and nowhere else (``dialogue.retrieval_text``)."""
-        limits = self.config.limits
-        query = validate_query(query, limits.max_query_chars)
-        turns = bounded_history(history, limits.max_history_turns, limits.max_history_chars)
-        decomposition = self.decomposer.decompose(query, turns)
-        folds = self.config.history != "none" and bool(turns)
-        if isinstance(self.decomposer, PassthroughDecomposer):
-            folded = retrieval_text(query, turns, self.config.history, self.config.history_turns) if folds else query
-            return RetrievalPlan(query, turns, decomposition, [folded], list(dict.fromkeys([query, folded])), None)
-        subtasks = (list(decomposition.tasks) or [query])[: limits.max_subtasks]
-        texts = list(dict.fromkeys([query, *subtasks]))
-        if folds and self.config.decompose != "none":
-            folded = retrieval_text(query, turns, self.config.history, self.config.history_turns)
-            if folded not in texts:
-                return RetrievalPlan(query, turns, decomposition, subtasks, [*texts, folded], len(texts))
-        return RetrievalPlan(query, turns, decomposition, subtasks, texts, None)
+        """What ``select(query, history)`` retrieves with, before any model runs (``plan.plan_turn``:
+        the checked utterance and bounded history, the decomposition and the retrieval texts)."""
+        return plan_turn(self.config, self.decomposer, query, history)
 
     def retrieval_texts(self, query: str, history: Iterable[Any] | None = None) -> list[str]:
         """The texts ``select(query, history)`` embeds, one retrieval list each, in its order

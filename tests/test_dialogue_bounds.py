@@ -11,7 +11,7 @@ import pytest
 
 from magicselector import InputError
 from magicselector.dialogue import Turn, validate_history
-from magicselector.selector import bounded_history
+from magicselector.dialogue import bounded_history
 
 MAX = 16_000  # InputLimits.max_history_chars
 

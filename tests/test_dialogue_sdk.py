@@ -9,7 +9,7 @@ import pytest
 from conftest import needs
 from magicselector import InputError
 from magicselector.dialogue import Turn, as_mapping, plain, validate_history
-from magicselector.selector import bounded_history
+from magicselector.dialogue import bounded_history
 
 openai = pytest.importorskip("openai", reason=needs("dev"))
 anthropic = pytest.importorskip("anthropic", reason=needs("dev"))

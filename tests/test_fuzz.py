@@ -484,7 +484,7 @@ bounded_message = st.one_of(
 @example(hist=[{"role": "tool", "content": {"content": [], "structuredContent": _deep(9, "x" * 1_000_000)}}],
          repeat=1, max_chars=16_000)
 def test_bounded_histories_read_little_and_refuse_clearly(selector, hist, repeat, max_chars):
-    from magicselector.selector import bounded_history
+    from magicselector.dialogue import bounded_history
 
     history = hist * repeat
     out = refused_or_result(lambda: bounded_history(history, 32, max_chars), "history", seconds=5)

@@ -15,7 +15,7 @@ import pytest
 from magicselector import (Bundle, BundleError, CatalogError, InputError, InputLimits, Selector, SelectorConfig, Tool,
                            load_catalog)
 from magicselector.dialogue import Turn
-from magicselector.selector import bounded_history
+from magicselector.dialogue import bounded_history
 
 
 # -- utterances and histories ---------------------------------------------------------------------
