@@ -393,7 +393,10 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                 from magicselector.bundle_check import verify_bundle
 
                 log("verifying the bundle (hashes, loading, golden vectors)")
-                verify_bundle(root)
+                if fmt == "pte":  # ExecuTorch can take the process down: a crash must fail the build, not end it
+                    verify_in_child(root, name=str(out))
+                else:
+                    verify_bundle(root)
 
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"], catalog=cat,
                                 embedder_meta=emb["meta"], embedder_gguf=emb["gguf"], reranker=rr, decomposer=dec,
@@ -406,3 +409,28 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                                 target=quant_target if emb["meta"].get("quantization", {}).get("type")
                                 == "dynamic-int8" else None)
     return manifest
+
+
+def verify_in_child(root: str | Path, name: str | None = None) -> None:
+    """``verify_bundle(root)`` in a child Python process; its failure, or its death by a signal
+    (a native crash in a model runtime), raises BundleError naming the bundle (``name``, default ``root``)."""
+    import signal
+    import subprocess
+
+    from magicselector.errors import BundleError
+
+    code = ("import sys\nfrom magicselector.bundle_check import verify_bundle\nfrom magicselector.errors import "
+            "MagicSelectorError\ntry:\n    verify_bundle(sys.argv[1])\nexcept MagicSelectorError as e:\n"
+            "    print(e, file=sys.stderr)\n    sys.exit(1)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True)
+    if proc.returncode == 0:
+        return
+    if proc.returncode < 0:
+        try:
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = f"signal {-proc.returncode}"
+        raise BundleError(f"{name or root}: verifying the bundle crashed the model runtime ({sig}); the bundle was not "
+                          "written (rebuild with --model-format onnx, or report the crash)")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    raise BundleError(lines[-1] if lines else f"{root}: bundle verification failed (exit {proc.returncode})")

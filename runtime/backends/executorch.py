@@ -58,6 +58,10 @@ class _Program:
                               "rebuild the bundle") from None
         if "forward" not in names:
             raise BundleError(f"{name}: the ExecuTorch program has no forward method")
+        # executorch's loader reads the bytes in place without holding a reference to them: the
+        # program, its methods and the bytes must live as long as this object, or execute reads
+        # freed memory (the segfault of a bundle's verify step, which loads models from bytes)
+        self._data, self._program = data, program
         self.forward = program.load_method("forward")
         self.max_seq_len = int(self._constant(program, names, "max_seq_len", 512))
         self.max_batch = int(self._constant(program, names, "max_batch", 64))
