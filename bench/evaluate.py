@@ -290,6 +290,8 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         "by_category": {c: _summarise(rs, config.k, config.adaptive, token_cost) for c, rs in sorted(by_cat.items())},
         "config": report_config(config, sel_config, asked) | {
             "bundle": str(base.bundle.path) if base.bundle else None, "tools": len(bench.catalog),
+            # what ran: asked for and held by the bundle (a head-less bundle cuts without one)
+            "head": bool(sel_config.head and selector.head is not None),
             "seconds": round(time.perf_counter() - t0, 2)},
     }
     report["per_query"] = per_query_rows(rows)

@@ -375,7 +375,8 @@ def _bundle_description(base: Any, path: Path) -> dict[str, Any]:
     return {"path": str(path), "recipe": manifest.get("recipe"), "target": manifest.get("target"),
             "manifest_sha256": hashlib.sha256(bundle.manifest_bytes).hexdigest()[:16] if bundle is not None else None,
             "embedder": embedder,
-            "reranker": (f"{rr.get('layers')}-layer cross-encoder" if rr else None) if base.reranker is not None else None}
+            "reranker": (f"{rr.get('layers')}-layer cross-encoder" if rr else None) if base.reranker is not None else None,
+            "head": base.head is not None}
 
 
 def _shipped_line(s: dict[str, Any]) -> str:
@@ -405,8 +406,11 @@ def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
              f"- Date: {report['date']}; {report['seconds']:.0f} s in all.",
              f"- CPU: {isa_summary(report['device'])}; {report['config']['threads']} inference thread(s).",
              f"- Bundle: `{b['path']}` (recipe {b['recipe']}, target {b['target']}, manifest sha256 "
-             f"{b['manifest_sha256']}…; embedder {b['embedder']}; reranker: {b['reranker'] or 'none'}).",
+             f"{b['manifest_sha256']}…; embedder {b['embedder']}; reranker: {b['reranker'] or 'none'}; "
+             f"learned head: {'yes' if b.get('head', True) else 'none'}).",
              f"- Command: `{command or 'magicselector bench quality'}`.",
+             *([] if b.get("head", True) else ["- The bundle has no learned head: the `shipped` and `shipped, no head` "
+                                                "rows run the same configuration."]),
              f"- Shipped configuration (`SelectorConfig()` when this ran): {_shipped_line(report['shipped'])}.",
              f"- Queries: a seeded sample of {limit if limit is not None else 'all'} per set "
              f"(seed {report['config']['seed']}, as `magicselector eval --limit`); every row of a set scores the same "

@@ -105,7 +105,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     return 0
 
 
-_CUSTOM_BUILD = ("embedder", "decomposer", "catalog", "model_format")
+_CUSTOM_BUILD = ("embedder", "decomposer", "catalog", "model_format", "head")
 
 
 def cmd_bundle_build(args: argparse.Namespace) -> int:
@@ -164,7 +164,7 @@ def _build_custom_bundle(args: argparse.Namespace, custom: list[str]) -> int:
                              reranker=None if args.no_reranker else args.reranker, decomposer=args.decomposer,
                              fmt=args.model_format or "onnx", preset=args.preset, quant=args.quant or "q8_0",
                              verify=not args.no_verify, signing_key=_signing_key(args.signing_key),
-                             target=args.target, release=args.release)
+                             target=args.target, release=args.release, head=args.head)
 
 
 def cmd_bundle_verify(args: argparse.Namespace) -> int:
@@ -328,8 +328,11 @@ def _add_bundle_build_parser(bp) -> None:
                                      "qint8_per_tensor (default: the target's); quantizes again (export extra)")
     sp.add_argument("--embedder", metavar="PATH", help="a custom bundle's embedder: Hugging Face checkpoint "
                     "folder, or a ready .onnx / .pte with tokenizer.json beside it (default: the packaged MiniLM)")
-    sp.add_argument("--catalog", metavar="PATH", help="a custom bundle's tools: MCP JSON, tools.jsonl or a "
-                                                      "folder (default: the phone catalog)")
+    sp.add_argument("--catalog", metavar="PATH", help="a custom bundle's tools (required with --embedder): MCP "
+                                                      "JSON, tools.jsonl or a folder; the default bundle holds the "
+                                                      "phone catalog")
+    sp.add_argument("--head", metavar="FILE", help="a custom bundle's learned head: the head.json `train head` "
+                                                   "writes (default: none; the default bundle carries the shipped one)")
     sp.add_argument("--decomposer", metavar="PATH", help="a decomposer: causal-LM checkpoint folder (converted "
                                                          "to GGUF) or a .gguf (default: none in the bundle)")
     sp.add_argument("--model-format", choices=["onnx", "pte"], default=None,
@@ -340,7 +343,8 @@ def _add_bundle_build_parser(bp) -> None:
     sp.add_argument("--no-verify", action="store_true", help="a custom bundle: skip the final bundle verify")
     rr = sp.add_mutually_exclusive_group()
     rr.add_argument("--reranker", metavar="PATH", help="a cross-encoder: checkpoint folder, reranker folder, or a "
-                                                       "ready .onnx / .pte (default: the shipped INT8 reranker)")
+                                                       "ready .onnx / .pte (default bundle: the shipped INT8 reranker; "
+                                                       "a custom bundle has a rerank stage only when given one)")
     rr.add_argument("--retrain-reranker", action="store_true",
                     help="train the cross-encoder again with its model card's recipe (an hour or more) "
                          "instead of using the shipped INT8 reranker")

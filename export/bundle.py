@@ -339,8 +339,11 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                   min_reranker_spearman: float = MIN_RERANKER_SPEARMAN,
                   min_decomposer_first_token: float | None = None, verify: bool = True,
                   log: Callable[[str], None] = print, signing_key: Any = None,
-                  target: str | None = None, release: int | None = None, gguf: bool | None = None) -> dict[str, Any]:
+                  target: str | None = None, release: int | None = None, gguf: bool | None = None,
+                  head: str | Path | None = None) -> dict[str, Any]:
     """``magicselector bundle build --embedder ...``: export every model, check parity, write and verify the bundle.
+    ``head``: a learned-head file as ``magicselector train head`` writes it (``head.json``), checked
+    before any export and carried as the bundle's ``head`` section (None: the bundle has no head).
     ONNX models are quantized for ``target`` (``host`` or None: this CPU) unless ``preset`` says otherwise.
     The embedder checkpoint is also written as GGUF for the native core (``gguf``, as
     ``export_embedder_for`` takes it).
@@ -368,6 +371,8 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
     for role, path in (("embedder", embedder), ("reranker", reranker), ("decomposer", decomposer)):
         if path is not None and not Path(path).exists():
             raise ExportError(f"{path}: no such {role} checkpoint or model file")
+    if head is not None:  # a bad head fails before minutes of export work, as build_bundle would after them
+        check_head_file(head)
     cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
     if len(cat) == 0:
         raise ExportError(f"{catalog}: the catalog holds no tools")
@@ -404,7 +409,7 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                                 extra={"export": {"format": fmt, "preset": preset, "decomposer_quant":
                                                   quant if decomposer is not None else None,
                                                   "seconds": round(time.perf_counter() - t0, 1)}},
-                                build_check=check, signing_key=signing_key, release=release,
+                                build_check=check, signing_key=signing_key, release=release, head=head,
                                 # a prebuilt or ExecuTorch embedder was not quantized here for any target
                                 target=quant_target if emb["meta"].get("quantization", {}).get("type")
                                 == "dynamic-int8" else None)
@@ -434,3 +439,18 @@ def verify_in_child(root: str | Path, name: str | None = None) -> None:
                           "written (rebuild with --model-format onnx, or report the crash)")
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     raise BundleError(lines[-1] if lines else f"{root}: bundle verification failed (exit {proc.returncode})")
+
+
+def check_head_file(path: str | Path) -> None:
+    """A learned-head file (``head.json`` of ``magicselector train head``) that the runtime loads;
+    else ExportError naming ``--head``."""
+    from magicselector.errors import MagicSelectorError
+    from magicselector.stages.head import HeadModel
+
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError(f"--head {path}: no such head file (magicselector train head writes head.json)")
+    try:
+        HeadModel.from_bytes(path.read_bytes(), str(path))
+    except MagicSelectorError as e:
+        raise ExportError(f"--head {e}") from None  # the message names the file and the field

@@ -14,7 +14,7 @@ def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | P
                       reranker: str | Path | None = None, decomposer: str | Path | None = None,
                       fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
                       verify: bool = True, signing_key: str | None = None, target: str | None = None,
-                      release: int | None = None) -> int:
+                      release: int | None = None, head: str | Path | None = None) -> int:
     """Export every model, check parity, write and verify the bundle (signed with ``signing_key``,
     when given); print a JSON summary."""
     from .bundle import export_bundle
@@ -26,12 +26,13 @@ def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | P
 
     manifest = export_bundle(out, embedder=embedder, reranker=reranker, decomposer=decomposer,
                              catalog=catalog, fmt=fmt, preset=preset, quant=quant, verify=verify, log=log,
-                             signing_key=signing_key, target=target, release=release)
+                             signing_key=signing_key, target=target, release=release, head=head)
     summary = {"out": str(out), "files": {k: v["size"] for k, v in manifest["files"].items()}}
     for section in ("embedder", "reranker", "decomposer"):
         sec = manifest.get(section)
         if sec:
             summary[section] = {"file": sec["file"], "quantization": sec.get("quantization"),
                                 "shapes": sec.get("shapes"), "parity": sec.get("parity")}
+    summary["head"] = manifest.get("head")  # None: the bundle has no learned head
     print(json.dumps(summary, indent=2, default=str))
     return 0
