@@ -129,8 +129,10 @@ int main(int argc, char **argv) {
             double norm = 0;
             for (float x : together[i]) norm += double(x) * x;
             check(std::fabs(norm - 1.0) < 1e-4, "vector not L2-normalized for '" + cases[i].text + "'");
-            const auto alone = embedder->embed({cases[i].ids});
-            check(alone.at(0) == together[i], "a text's vector depends on the texts beside it: '" + cases[i].text + "'");
+            if (i < 4) {  // a few suffice (each costs a run; under qemu, a slow one)
+                const auto alone = embedder->embed({cases[i].ids});
+                check(alone.at(0) == together[i], "a text's vector depends on the texts beside it: '" + cases[i].text + "'");
+            }
             if (!cases[i].llama.empty()) {
                 const double same = cosine(together[i], cases[i].llama);
                 worst_llama = std::min(worst_llama, same);
