@@ -352,7 +352,6 @@ def export_decomposer(source: str | Path, workdir: str | Path, quant: str = "q8_
 
 EMBEDDER_GGUF_QUANT = "q8_0"  # the shipped GGUF's quantization (docs/bench/gguf-embedder.md says why)
 EMBEDDER_GGUF_QUANTS = ("f32", "f16", "q8_0")  # what the converter writes directly (--outtype)
-LLAMA_POOLING_MEAN = 1  # llama_cpp.LLAMA_POOLING_TYPE_MEAN
 # parity floor of a written GGUF (worst cosine with the embedder it was made beside). The INT8 ONNX
 # model quantizes its activations per run, which alone moves a text's vector by this much from
 # the same weights in FP32 (docs/bench/gguf-embedder.md), so the floor is set under that.
@@ -564,12 +563,11 @@ class GgufEmbedder:
     ``Embedder`` a Selector can run (``embed(texts)``), as the native core runs the bundle."""
 
     def __init__(self, path: str | Path, threads: int = 1, n_ctx: int = 512, tokenizer: Any = None) -> None:
-        from magicselector.backends.llama import load_llama
+        from magicselector.backends.llama import load_llama_embedder
         from magicselector.files import sha256_file
 
         self.path = Path(path)
-        self.llm = load_llama(path, n_ctx=n_ctx, threads=threads, embedding=True, pooling_type=LLAMA_POOLING_MEAN,
-                              n_batch=n_ctx, n_ubatch=n_ctx)
+        self.llm = load_llama_embedder(path, threads=threads, n_ctx=n_ctx)
         self.dim = int(self.llm.n_embd())
         self.tokenizer = tokenizer
         # with_catalog caches tool vectors by this key: never another model's or tokenizer's vectors
@@ -585,22 +583,9 @@ class GgufEmbedder:
 
     def embed_ids(self, sequences: Sequence[Sequence[int]]) -> Any:
         """One unit vector per token-id sequence, each run alone (a batch of one)."""
-        import numpy as np
-        import llama_cpp
+        from magicselector.backends.llama import embed_token_ids
 
-        out = np.zeros((len(sequences), self.dim), dtype=np.float32)
-        batch, ctx = self.llm._batch, self.llm._ctx
-        for row, ids in enumerate(sequences):
-            if not 0 < len(ids) <= self.llm.n_batch:
-                raise ExportError(f"sequence {row}: {len(ids)} tokens; the embedder takes 1 to {self.llm.n_batch}")
-            batch.reset()
-            batch.add_sequence(list(map(int, ids)), 0, True)
-            ctx.kv_cache_clear()
-            ctx.decode(batch)
-            vec = np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_seq(ctx.ctx, 0), shape=(self.dim,))
-            out[row] = vec / max(float(np.linalg.norm(vec)), 1e-12)
-        batch.reset()
-        return out
+        return embed_token_ids(self.llm, sequences)
 
 
 def embedder_gguf_parity(gguf: str | Path, onnx_path: str | Path, tokenizer: str | Path, texts: Sequence[str],

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from magicselector.catalog import load_phone_catalog, tool_text
-from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, gguf_file_name, int8_file_name
+from magicselector.default_bundle import (EMBEDDER_META, SHIPPED_EMBEDDER_DIR, gguf_file_name, gguf_golden_file_name,
+                                          int8_file_name)
+from magicselector.errors import MagicSelectorError
 from magicselector.files import sha256_file
 from magicselector.targets import TARGETS
 
@@ -171,9 +173,29 @@ def export_shipped_gguf(folder: str | Path = SHIPPED_EMBEDDER_DIR, quant: str = 
         "command": f"python3 -m magicselector.export.shipped_embedder --gguf --out {shlex.quote(str(folder))}",
     }
     (folder / EMBEDDER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_gguf_golden(folder, log=log)
     log(f"wrote {folder / name} ({meta['gguf']['size_bytes'] / 1e6:.1f} MB): worst cosine with {source} "
         f"{parity['min_cosine']:.4f}, mean {parity['mean_cosine']:.4f}")
     return meta
+
+
+def write_gguf_golden(folder: str | Path = SHIPPED_EMBEDDER_DIR, log: Callable[[str], None] = print) -> Path:
+    """Write the folder's GGUF golden vectors (``model-<quant>.golden.json``: the golden texts run in
+    llama.cpp one per decode, fed the folder tokenizer's ids), which the default bundle copies into
+    golden.json's ``gguf_embeddings`` for the native core's check; returns the file written."""
+    from magicselector.bundle_writer import gguf_golden_embeddings
+    from magicselector.stages.embed import TextTokenizer
+
+    folder = Path(folder)
+    meta = _read_meta(folder)
+    if not meta or not isinstance(meta.get("gguf"), dict):
+        raise ExportError(f"{folder}: {EMBEDDER_META} records no GGUF (write one with --gguf)")
+    tokenizer = TextTokenizer(folder / meta.get("tokenizer", "tokenizer.json"), int(meta.get("max_length", MAX_LENGTH)))
+    golden = gguf_golden_embeddings(folder / meta["gguf"]["file"], tokenizer)
+    out = folder / gguf_golden_file_name(meta["gguf"]["file"])
+    out.write_text(json.dumps(golden) + "\n", encoding="utf-8")
+    log(f"wrote {out}: {len(golden['embeddings'])} golden vectors of {meta['gguf']['file']}")
+    return out
 
 
 def quantize_per_target(fp32: Path, work: Path, targets: Sequence[str],
@@ -318,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gguf", action="store_true",
                         help="only (re)write the GGUF of the INT8 files already in --out (no checkpoint; needs "
                              "llama-cpp-python for the converter and the parity check)")
+    parser.add_argument("--gguf-golden", action="store_true",
+                        help="only (re)write the GGUF's golden vectors beside it (needs llama-cpp-python)")
     parser.add_argument("--apply-graph-passes", action="store_true",
                         help="rewrite the INT8 files already in --out with the export's graph passes (no checkpoint)")
     args = parser.parse_args(argv)
@@ -326,6 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[embedder {time.perf_counter() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
 
+    if args.gguf_golden:
+        try:
+            print(json.dumps({"out": str(write_gguf_golden(args.out, log=log))}))
+        except (ExportError, MagicSelectorError) as e:
+            print(f"magicselector: error: {e}", file=sys.stderr)
+            return 2
+        return 0
     if args.gguf:
         if args.checkpoint or args.apply_graph_passes:
             print("magicselector: error: --gguf rebuilds the GGUF from the INT8 files in --out; drop --checkpoint "

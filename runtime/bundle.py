@@ -29,7 +29,8 @@ FORMAT_VERSION = 1
 # v7: the learned head (models/head) joins the bundle
 # v9: golden.json gains the pipeline probes of every stage, schema_tokens.json the definition sizes (native core)
 #     and the embedder as GGUF (embedder/model.gguf, the embedder section's gguf) that the native core runs
-DEFAULT_BUNDLE_RECIPE = "default-v9"
+# v10: golden.json gains gguf_embeddings, the GGUF's own vectors in llama.cpp (the native embedder's exact check)
+DEFAULT_BUNDLE_RECIPE = "default-v10"
 # the sections that stand for one artifact file each (a section's "file", relative to the folder)
 ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "reranker", "decomposer", "lexical", "head")
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings: kilobytes; refuse to read a huge one

@@ -49,6 +49,8 @@ def _verify(path: str | Path) -> dict[str, Any]:
         if min(cos) < 1.0 - float(golden.get("embedding_tolerance", 0.02)):
             raise BundleError(f"golden embeddings differ: worst cosine {min(cos):.4f}")
         checks.update(golden_tokenizer=len(golden["tokenizer"]), golden_embeddings_min_cosine=round(min(cos), 5))
+        if golden.get("gguf_embeddings"):
+            checks.update(_check_golden_gguf(bundle, golden["gguf_embeddings"]))
         if golden.get("pipeline"):
             checks.update(check_pipeline(selector, golden["pipeline"]))
         checks.update(_check_schema_tokens(bundle, selector))
@@ -125,6 +127,27 @@ def _check_golden_reranker(selector: Selector, golden: dict[str, Any]) -> dict[s
                           f"(score range {span:.4f})")
     return {"golden_reranker_pairs": len(e), "golden_reranker_spearman": round(rho, 5),
             "golden_reranker_max_abs_diff": round(worst, 6)}
+
+
+def _check_golden_gguf(bundle: Bundle, golden: dict[str, Any]) -> dict[str, Any]:
+    """Run the GGUF embedder in llama.cpp on the golden ids, one text per decode, against its own
+    golden vectors (where llama-cpp-python is installed)."""
+    gguf = (bundle.section("embedder") or {}).get("gguf")
+    if not isinstance(gguf, dict):
+        raise BundleError("golden.json has gguf_embeddings but the manifest's embedder names no gguf")
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return {"golden_gguf_embeddings": "skipped: llama-cpp-python is not installed (pip install 'magicselector[llm]')"}
+    from .backends.llama import embed_token_ids, load_llama_embedder
+
+    cases = golden["embeddings"]
+    got = embed_token_ids(load_llama_embedder(bundle.file(gguf["file"])), [c["input_ids"] for c in cases])
+    cos = [float(np.dot(g, np.asarray(c["vector"], dtype=np.float32))) for g, c in zip(got, cases)]
+    floor = float(golden["cosine_min"])
+    if min(cos) < floor:
+        raise BundleError(f"golden GGUF embeddings differ: worst cosine {min(cos):.5f} < {floor}")
+    return {"golden_gguf_embeddings_min_cosine": round(min(cos), 6)}
 
 
 def _check_golden_decomposer(bundle: Bundle, golden: dict[str, Any]) -> dict[str, Any]:

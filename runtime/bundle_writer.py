@@ -92,10 +92,21 @@ def choose_index_dtype(recall: dict[str, float], floor: float = 0.99) -> str:
     return "i8" if recall.get("i8", 0.0) >= floor else "f16"
 
 
+GOLDEN_TEXTS = ("turn on bluetooth and play some jazz", "set_alarm: Create a new alarm", "hi")
+GGUF_GOLDEN_FORMAT = "magicselector-gguf-golden/1"
+# The GGUF in llama.cpp fed the same ids one text per decode gives the same vectors up to float
+# rounding and thread-count reduction order, so its own golden vectors are held tight.
+GGUF_GOLDEN_COSINE_MIN = 0.999
+# The GGUF against the INT8 ONNX vectors of the pipeline probes: two engines, the ONNX one
+# quantizing activations per batch (0.967 against itself in another batch; the GGUF's worst on the
+# development turn texts 0.973): docs/bench/native.md, "Golden vectors".
+CROSS_ENGINE_COSINE_MIN = 0.97
+
+
 def golden_vectors(embedder: TextEmbedder, tokenizer: TextTokenizer) -> dict[str, Any]:
     """Probe inputs with expected outputs, for ports of the runtime to other languages (the
     ``pipeline`` block of every stage on probe turns is added by ``golden.pipeline_probes``)."""
-    texts = ["turn on bluetooth and play some jazz", "set_alarm: Create a new alarm", "hi"]
+    texts = list(GOLDEN_TEXTS)
     enc = tokenizer.encode(texts)
     emb = embedder.embed(texts)
     return {
@@ -104,6 +115,45 @@ def golden_vectors(embedder: TextEmbedder, tokenizer: TextTokenizer) -> dict[str
         "embeddings": [{"text": t, "vector": emb[i].round(6).tolist()} for i, t in enumerate(texts)],
         "embedding_tolerance": 0.02,
     }
+
+
+def token_ids(tokenizer: TextTokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's token ids as the tokenizer gives them, padding dropped."""
+    enc = tokenizer.encode(list(texts))
+    return [row[mask == 1].tolist() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
+
+
+def gguf_golden_embeddings(gguf: str | Path, tokenizer: TextTokenizer, threads: int = 1) -> dict[str, Any]:
+    """The GGUF embedder's own golden vectors: ``GOLDEN_TEXTS`` tokenized by the bundle's tokenizer
+    and run in llama.cpp (llama-cpp-python) one text per decode, as the native core runs them.
+    Written next to the shipped GGUF and into golden.json's ``gguf_embeddings``."""
+    from .backends.llama import embed_token_ids, import_llama_cpp, load_llama_embedder
+    from .files import sha256_file
+
+    ids = token_ids(tokenizer, GOLDEN_TEXTS)
+    vectors = embed_token_ids(load_llama_embedder(gguf, threads=threads), ids)
+    version = getattr(import_llama_cpp(), "__version__", "unknown")
+    return {"format": GGUF_GOLDEN_FORMAT, "gguf_sha256": sha256_file(gguf),
+            "engine": f"llama.cpp (llama-cpp-python {version}): one text per decode, mean pooled, L2-normalised",
+            "cosine_min": GGUF_GOLDEN_COSINE_MIN, "cross_engine_cosine_min": CROSS_ENGINE_COSINE_MIN,
+            "embeddings": [{"text": t, "input_ids": i, "vector": v.astype(np.float64).round(6).tolist()}
+                           for t, i, v in zip(GOLDEN_TEXTS, ids, vectors)]}
+
+
+def check_gguf_golden(golden: Any, gguf_sha256: str, tokenizer: TextTokenizer, where: str) -> dict[str, Any]:
+    """``golden`` (``gguf_golden_embeddings``'s record, read from ``where``) if it belongs to the
+    GGUF of ``gguf_sha256`` and this tokenizer's ids of ``GOLDEN_TEXTS``; BundleError otherwise."""
+    if not isinstance(golden, dict) or golden.get("format") != GGUF_GOLDEN_FORMAT:
+        raise BundleError(f"{where}: not {GGUF_GOLDEN_FORMAT} golden vectors")
+    if golden.get("gguf_sha256") != gguf_sha256:
+        raise BundleError(f"{where}: gguf_sha256 is not the GGUF's; regenerate it: "
+                          "python3 -m magicselector.export.shipped_embedder --gguf-golden")
+    cases = golden.get("embeddings")
+    if not isinstance(cases, list) or [c.get("text") for c in cases if isinstance(c, dict)] != list(GOLDEN_TEXTS):
+        raise BundleError(f"{where}: embeddings are not the golden texts {list(GOLDEN_TEXTS)}")
+    if [c.get("input_ids") for c in cases] != token_ids(tokenizer, GOLDEN_TEXTS):
+        raise BundleError(f"{where}: input_ids are not this tokenizer's")
+    return golden
 
 
 def resolve_release(out: str | Path, release: int | None) -> int:
@@ -189,6 +239,8 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         lexical = LexicalIndex.from_catalog(catalog)
         lexical.save(root / "lexical.npz")
         golden = golden_vectors(embedder, tokenizer)
+        if embedder_gguf is not None:
+            golden["gguf_embeddings"] = _gguf_golden(root / GGUF_EMBEDDER_FILE, embedder_gguf, tokenizer)
         rr_section = dec_section = None
         if reranker:
             rr_section = _add_reranker(root, reranker, catalog, golden, log)
@@ -228,6 +280,16 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             log(f"signing the manifest (key {sign_staged(root, key)['fingerprint']})")
             crash_point("signed")
         return manifest
+
+
+def _gguf_golden(gguf: Path, embedder_gguf: dict[str, Any], tokenizer: TextTokenizer) -> dict[str, Any]:
+    """The GGUF's golden vectors: the ones written beside it (``embedder_gguf["golden"]``, checked to
+    be its own), else computed (llama-cpp-python, which converting a GGUF needs anyway)."""
+    from .files import sha256_file
+
+    if embedder_gguf.get("golden") is not None:
+        return check_gguf_golden(embedder_gguf["golden"], sha256_file(gguf), tokenizer, f"{embedder_gguf['file']} golden")
+    return gguf_golden_embeddings(gguf, tokenizer)
 
 
 def _add_head(root: Path, src: Path) -> dict[str, Any]:

@@ -35,6 +35,11 @@ def gguf_file_name(quant: str) -> str:
     return f"model-{quant}.gguf"
 
 
+def gguf_golden_file_name(gguf_name: str) -> str:
+    """The file beside a shipped GGUF holding its own golden vectors (``bundle_writer.gguf_golden_embeddings``)."""
+    return gguf_name.removesuffix(".gguf") + ".golden.json"
+
+
 def shipped_embedder(target: str | None = None, folder: str | Path = SHIPPED_EMBEDDER_DIR) -> dict[str, Any]:
     """The shipped embedder for ``target`` (``host`` or None: this CPU's) as ``build_bundle`` takes it:
     ``{"onnx": model file, "tokenizer": tokenizer.json, "meta": manifest fields, "gguf": the GGUF
@@ -93,7 +98,13 @@ def _shipped_gguf(folder: Path, info: dict[str, Any]) -> dict[str, Any] | None:
                           "or regenerate it: python3 -m magicselector.export.shipped_embedder --gguf")
     meta = {k: entry[k] for k in ("quantization", "pooling", "normalize", "size_bytes", "from", "converter", "parity")
             if k in entry}
-    return {"file": str(path), "meta": meta}
+    golden_path = folder / gguf_golden_file_name(entry["file"])
+    try:
+        golden = json.loads(golden_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{golden_path}: the GGUF's golden vectors are unreadable ({e}); regenerate them: "
+                          "python3 -m magicselector.export.shipped_embedder --gguf-golden") from None
+    return {"file": str(path), "meta": meta, "golden": golden}
 
 
 # what a per-target reranker folder's metadata says of the model as a whole, copied into the manifest

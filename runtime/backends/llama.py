@@ -132,6 +132,37 @@ def greedy(llm: Any, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int
     return out
 
 
+LLAMA_POOLING_MEAN = 1  # llama_cpp.LLAMA_POOLING_TYPE_MEAN
+
+
+def load_llama_embedder(path: str | Path, *, threads: int = 1, n_ctx: int = 512) -> Any:
+    """A BERT GGUF loaded for embeddings as the native core runs it: mean pooling, one batch of
+    ``n_ctx`` tokens."""
+    return load_llama(path, n_ctx=n_ctx, threads=threads, embedding=True, pooling_type=LLAMA_POOLING_MEAN,
+                      n_batch=n_ctx, n_ubatch=n_ctx)
+
+
+def embed_token_ids(llm: Any, sequences: Sequence[Sequence[int]]) -> np.ndarray:
+    """One mean-pooled, L2-normalised vector per token-id sequence from ``load_llama_embedder``'s
+    model, each sequence decoded alone (as the native core's embedder does, so the two agree to
+    float rounding)."""
+    llama_cpp = import_llama_cpp()
+    dim = int(llm.n_embd())
+    out = np.zeros((len(sequences), dim), dtype=np.float32)
+    batch, ctx = llm._batch, llm._ctx
+    for row, ids in enumerate(sequences):
+        if not 0 < len(ids) <= llm.n_batch:
+            raise ModelError(f"sequence {row}: {len(ids)} tokens; the embedder takes 1 to {llm.n_batch}")
+        batch.reset()
+        batch.add_sequence(list(map(int, ids)), 0, True)
+        ctx.kv_cache_clear()
+        ctx.decode(batch)
+        vec = np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_seq(ctx.ctx, 0), shape=(dim,))
+        out[row] = vec / max(float(np.linalg.norm(vec)), 1e-12)
+    batch.reset()
+    return out
+
+
 class Grammar:
     """A compiled GBNF grammar bound to a model's vocabulary (a llama.cpp grammar sampler)."""
 
