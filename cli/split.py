@@ -14,15 +14,17 @@ def cmd_split(args: argparse.Namespace) -> int:
     from magicselector.data.splits import SHARED_SETS, ToolSplitConfig, default_shared_data, write_tool_disjoint_splits
 
     sources = [Path(s) for s in args.sources]
-    if args.shared:
-        shared = default_shared_data()
+    if args.shared or args.shared_data is not None:  # --shared-data DIR: the public sets from DIR
+        shared = Path(args.shared_data) if args.shared_data is not None else default_shared_data()
+        flag = "--shared-data" if args.shared_data is not None else "--shared"
         for name in SHARED_SETS:
             if not (shared / name).is_dir():
-                raise InputError(f"{shared / name}: --shared needs the public set {name!r} there "
-                                 "(the shared data beside this checkout)")
+                raise InputError(f"{shared / name}: {flag} needs the public set {name!r} there"
+                                 + ("" if args.shared_data is not None else
+                                    " (the shared data beside this checkout; another folder: --shared-data DIR)"))
             sources.append(shared / name)
     if not sources:
-        raise InputError("split: name source folders, or pass --shared")
+        raise InputError("split: name source folders, or pass --shared (or --shared-data DIR)")
     config = ToolSplitConfig(eval_fraction=args.eval_fraction, seed=args.seed)
     summary = write_tool_disjoint_splits(sources, args.out, config, overwrite=args.force,
                                          note=lambda line: print(line, file=sys.stderr, flush=True))
@@ -43,6 +45,8 @@ def register(subparsers) -> None:
     sp.add_argument("--shared", action="store_true",
                     help="also split the public sets in the shared data beside this checkout (../shared/data: "
                          "bfcl, metatool)")
+    sp.add_argument("--shared-data", metavar="DIR",
+                    help="the public sets' folder (bfcl/, metatool/), as bench quality takes it; implies --shared")
     sp.add_argument("--out", required=True, metavar="DIR", help="output folder: one sub-folder per source")
     sp.add_argument("--eval-fraction", type=float, default=0.3,
                     help="share of the tools in the eval part (default 0.3)")
