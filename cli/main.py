@@ -493,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]  # what `serve --workers` starts again
+    _quiet_torch_import_logs()
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here at the latest, not at interpreter exit
@@ -505,6 +506,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+# torchao (imported by transformers and executorch) logs a warning for each CUDA kernel library it
+# cannot load, and registers enums that torch's _pytree then warns about: noise on a CPU host, on
+# stderr of every train/export command. The command line is the application, so it sets the levels
+# (before torch is imported: nothing is imported here); the library leaves logging to its callers.
+TORCH_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def _quiet_torch_import_logs() -> None:
+    import logging
+
+    for name in TORCH_IMPORT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _quiet_closed_stdout() -> None:

@@ -174,8 +174,8 @@ def export_encoder_pte(checkpoint: str | Path, output: str | Path, kind: str = "
     run time; ``calibration_texts`` (strings, or (query, text) pairs) only drive the observers'
     one pass, which PT2E requires.
     """
+    _quiet()  # before executorch imports torchao, which logs at import
     _require_executorch()
-    _quiet()
     import torch
 
     if quantize not in ("fp32", "int8"):
