@@ -610,8 +610,8 @@ def better_than_shipped(mean: Mapping[str, Mapping[str, float]]) -> list[str]:
     s = mean.get("shipped")
     if s is None:
         return []
-    return [c for c, m in mean.items() if c not in ("shipped", "gold") and m["accuracy"] > s["accuracy"]
-            and m["turn_ms"] <= s["turn_ms"]]
+    return [c for c, m in mean.items() if c not in ("shipped", "gold") and m["accuracy"] > s["accuracy"] + 1e-9
+            and m["turn_ms"] <= s["turn_ms"]]  # 1e-9: means of equal counts differ in the last bit
 
 
 def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen", config: AgentConfig = AgentConfig(),

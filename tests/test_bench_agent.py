@@ -92,6 +92,9 @@ def test_summary_rates_and_the_comparison_with_the_shipped_cut():
     mean = {"shipped": {"accuracy": 0.5, "turn_ms": 100.0}, "fixed-5": {"accuracy": 0.6, "turn_ms": 90.0},
             "fixed-10": {"accuracy": 0.7, "turn_ms": 150.0}, "gold": {"accuracy": 0.9, "turn_ms": 50.0}}
     assert better_than_shipped(mean) == ["fixed-5"]
+    tie = {"shipped": {"accuracy": (0.7 + 0.3 + 0.2) / 3, "turn_ms": 100.0},
+           "fixed-5": {"accuracy": (0.7 + 0.4 + 0.1) / 3, "turn_ms": 90.0}}
+    assert tie["fixed-5"]["accuracy"] != tie["shipped"]["accuracy"] and better_than_shipped(tie) == []
 
 
 def test_bad_settings_name_the_field():
