@@ -8,6 +8,10 @@
 #define MS_SHA256_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define MS_SHA256_ARM 1
+#include <arm_neon.h>
+#include <sys/auxv.h>
 #endif
 
 namespace ms {
@@ -92,12 +96,42 @@ bool cpu_has_sha_ni() {
 }
 #endif
 
+#ifdef MS_SHA256_ARM
+// The ARMv8 SHA-256 instructions (sha256h / sha256h2 / sha256su0 / sha256su1), state as ABCD / EFGH.
+__attribute__((target("+sha2"))) void sha256_blocks_armv8(uint32_t h[8], const unsigned char *p, std::size_t blocks) {
+    uint32x4_t abcd = vld1q_u32(&h[0]), efgh = vld1q_u32(&h[4]);
+    for (; blocks; --blocks, p += 64) {
+        const uint32x4_t abcd_saved = abcd, efgh_saved = efgh;
+        uint32x4_t w[4];  // group i of the schedule lives in w[i % 4]
+        for (int j = 0; j < 4; ++j) w[j] = vreinterpretq_u32_u8(vrev32q_u8(vld1q_u8(p + 16 * j)));
+        for (int i = 0; i < 16; ++i) {
+            const uint32x4_t wk = vaddq_u32(w[i & 3], vld1q_u32(&kSha256K[4 * i]));
+            if (i < 12) w[i & 3] = vsha256su1q_u32(vsha256su0q_u32(w[i & 3], w[(i + 1) & 3]), w[(i + 2) & 3], w[(i + 3) & 3]);
+            const uint32x4_t before = abcd;
+            abcd = vsha256hq_u32(abcd, efgh, wk);
+            efgh = vsha256h2q_u32(efgh, before, wk);
+        }
+        abcd = vaddq_u32(abcd, abcd_saved);
+        efgh = vaddq_u32(efgh, efgh_saved);
+    }
+    vst1q_u32(&h[0], abcd);
+    vst1q_u32(&h[4], efgh);
+}
+
+bool cpu_has_sha2() {
+    return (getauxval(AT_HWCAP) & (1ul << 6)) != 0;  // HWCAP_SHA2 (Linux and Android, arm64)
+}
+#endif
+
 using Sha256Blocks = void (*)(uint32_t *, const unsigned char *, std::size_t);
 
 Sha256Blocks sha256_blocks(bool cpu_instructions) {
 #ifdef MS_SHA256_X86
     static const bool has_sha_ni = cpu_has_sha_ni();  // asked once; a constant of the machine
     if (cpu_instructions && has_sha_ni) return sha256_blocks_shani;
+#elif defined(MS_SHA256_ARM)
+    static const bool has_sha2 = cpu_has_sha2();  // asked once; a constant of the machine
+    if (cpu_instructions && has_sha2) return sha256_blocks_armv8;
 #else
     (void)cpu_instructions;
 #endif
@@ -153,6 +187,8 @@ void blake2b_compress(uint64_t h[8], const unsigned char *block, uint64_t counte
 bool sha256_cpu_instructions() {
 #ifdef MS_SHA256_X86
     return sha256_blocks(true) == sha256_blocks_shani;
+#elif defined(MS_SHA256_ARM)
+    return sha256_blocks(true) == sha256_blocks_armv8;
 #else
     return false;
 #endif

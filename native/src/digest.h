@@ -10,7 +10,7 @@ namespace ms {
 // SHA-256 (FIPS 180-4) fed in pieces; `hex()` is the lowercase digest, as hashlib's hexdigest().
 class Sha256 {
 public:
-    // `cpu_instructions`: the CPU's SHA-256 instructions where it has them (x86 SHA-NI), else the
+    // `cpu_instructions`: the CPU's SHA-256 instructions where it has them (x86 SHA-NI, ARMv8 SHA2), else the
     // portable rounds; false always takes the portable rounds (the test compares the two).
     explicit Sha256(bool cpu_instructions = true) : cpu_instructions_(cpu_instructions) {}
     void update(const void *data, std::size_t size);
@@ -24,7 +24,7 @@ private:
     bool cpu_instructions_ = true;
 };
 
-// Whether Sha256 runs on this CPU's SHA-256 instructions (x86 SHA-NI); the portable rounds otherwise.
+// Whether Sha256 runs on this CPU's SHA-256 instructions (x86 SHA-NI, ARMv8 SHA2); the portable rounds otherwise.
 bool sha256_cpu_instructions();
 
 // The lowercase hex SHA-256 of `size` bytes.

@@ -1,4 +1,4 @@
-// test_digest.cpp: SHA-256 on the CPU's instructions (x86 SHA-NI, where present) gives the portable rounds' digests and the FIPS 180-4 examples, whatever the input's length and how it is fed in pieces.
+// test_digest.cpp: SHA-256 on the CPU's instructions (x86 SHA-NI, ARMv8 SHA2, where present) gives the portable rounds' digests and the FIPS 180-4 examples, whatever the input's length and how it is fed in pieces.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
