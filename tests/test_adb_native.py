@@ -15,6 +15,7 @@ import pytest
 
 from magicselector.bench.adb import (DeviceDisconnected, DeviceError, DeviceLatencyOptions, NATIVE_RUNNER,
                                      run_latency_on_device)
+from conftest import native_build
 from test_adb_harness import FakeDevices, fake  # noqa: F401  (the fake phone and its fixture)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,10 +28,8 @@ TURNS = [{"query": "turn on bluetooth", "history": []},
 def arm64_bin(name: str) -> Path | None:
     """An executable of the arm64 build (``magicselector native build --target arm64``, or the build
     folder in $MAGICSELECTOR_NATIVE_ARM64_BUILD)."""
-    from magicselector.export.native import default_build_dir
-
     env = os.environ.get("MAGICSELECTOR_NATIVE_ARM64_BUILD")
-    exe = (Path(env) if env else default_build_dir("arm64")) / "bin" / name
+    exe = (Path(env) if env else native_build("arm64")) / "bin" / name
     return exe if exe.is_file() else None
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import native_build
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def host_build() -> Path | None:
     """The host build folder of ``magicselector native build`` (or $MAGICSELECTOR_NATIVE_BUILD)."""
-    from magicselector.export.native import default_build_dir
-
     env = os.environ.get("MAGICSELECTOR_NATIVE_BUILD")
-    build = Path(env) if env else default_build_dir("host")
+    build = Path(env) if env else native_build("host")
     return build if (build / "lib" / "libmagicselector_core.a").is_file() else None
 
 

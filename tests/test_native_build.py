@@ -97,13 +97,14 @@ def _run_native_tests(target: str, tmp_path: Path, *extra: str) -> str:
 
 
 @pytest.mark.slow
-def test_host_build_passes_its_native_tests(tmp_path, capsys):
+def test_host_build_passes_its_native_tests_under_asan_and_ubsan(tmp_path, capsys, monkeypatch):
     if shutil.which("cmake") is None:
         pytest.skip("the native build needs CMake >= 3.25 on PATH")
-    _run_native_tests("host", tmp_path)
+    monkeypatch.setenv("ASAN_OPTIONS", "detect_leaks=1")  # a leak fails the test too
+    _run_native_tests("host", tmp_path, "--sanitize")
     out = capsys.readouterr().out
     assert "test_embed" in out and "100% tests passed" in out
-    build = build_native("host", log=lambda m: None)  # configured and built already: nothing to do
+    build = build_native("host", sanitize=True, log=lambda m: None)  # configured and built already: nothing to do
     assert build.tests and all(p.is_file() for p in build.libraries)
     assert _elf_header(build.tests[0])[0] == 62  # EM_X86_64
 

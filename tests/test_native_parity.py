@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import native_build
+
 
 def native_binary() -> Path | None:
     """The host build of ``magicselector native build`` (or MAGICSELECTOR_NATIVE_BIN), None when there is none."""
-    from magicselector.export.native import default_build_dir
-
     env = os.environ.get("MAGICSELECTOR_NATIVE_BIN")
-    exe = Path(env) if env else default_build_dir("host") / "bin" / "magicselector-native"
+    exe = Path(env) if env else native_build("host") / "bin" / "magicselector-native"
     return exe if exe.is_file() and os.access(exe, os.X_OK) else None
 
 

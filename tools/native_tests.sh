@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The native lane: the native core built from the pinned sdists and tested against files the Python
+# The native tests as a lane of their own, for a developer (CI runs the same through pytest: tests/test_native_build.py): the native core built from the pinned sdists and tested against files the Python
 # runtime writes (magicselector native test): the host build with AddressSanitizer and
 # UndefinedBehaviorSanitizer (leak checks on), then the static ARM64 build, its tests run under
 # qemu-aarch64-static. A skipped native test fails the lane (--strict). Needs the native extra (zig),
