@@ -194,7 +194,7 @@ def _probe(selector: Pipeline, turn: dict[str, Any]) -> dict[str, Any]:
     """One probe turn, stage by stage: the decomposer and the models, then ``replay`` of the rest."""
     plan = selector.plan(turn["query"], turn.get("history", []))  # the decomposer and the history fold
     subtasks, texts, history_list = plan.subtasks, plan.texts, plan.history_list
-    tokenizer = selector.embedder.tokenizer  # type: ignore[attr-defined]
+    tokenizer = selector.embedder.tokenizer
     enc = tokenizer.encode(texts)
     token_ids = [enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist() for i in range(len(texts))]
     vectors = np.asarray(selector.embedder.embed(texts), dtype=np.float32)
@@ -302,7 +302,7 @@ def check_pipeline(selector: Pipeline, block: dict[str, Any]) -> dict[str, Any]:
         plan = selector.plan(case["input"]["query"], case["input"]["history"])
         _same(where, "subtasks", plan.subtasks, case["subtasks"])
         _same(where, "texts", plan.texts, case["texts"])
-        enc = selector.embedder.tokenizer.encode(case["texts"])  # type: ignore[attr-defined]
+        enc = selector.embedder.tokenizer.encode(case["texts"])
         _same(where, "token_ids", [enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist()
                                    for i in range(len(case["texts"]))], case["token_ids"])
         fed = np.asarray(case["vectors"], dtype=np.float32)
