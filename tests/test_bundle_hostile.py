@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import needs
 from hypothesis import given, settings, strategies as st
 
 from magicselector import Selector
@@ -90,7 +92,7 @@ def test_a_fifo_in_place_of_a_listed_file_is_refused_at_once_without_verify(copy
 
 
 def test_a_fifo_is_refused_at_once_in_a_signed_bundle(copy, tmp_path):
-    pytest.importorskip("cryptography")
+    pytest.importorskip("cryptography", reason=needs("sign"))
     from magicselector.bundle_writer import sign_bundle
     from magicselector.signing import generate_keypair
 
@@ -164,7 +166,7 @@ def test_the_shipped_lexical_index_passes_the_bound(bundle_dir):
 
 
 def test_an_onnx_model_with_external_data_does_not_load_from_its_bytes(tmp_path, monkeypatch):
-    onnx = pytest.importorskip("onnx")
+    onnx = pytest.importorskip("onnx", reason=needs("export"))
     from onnx import TensorProto, helper, numpy_helper
 
     from magicselector.backends.onnx import OnnxModel

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs
+
 from magicselector.cli import main
 
 
@@ -22,7 +24,7 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def signed(bundle_dir, tmp_path_factory):
-    pytest.importorskip("cryptography")
+    pytest.importorskip("cryptography", reason=needs("sign"))
     from magicselector.bundle_writer import sign_bundle
     from magicselector.signing import generate_keypair
 
@@ -61,7 +63,7 @@ def test_eval_takes_public_key_and_min_release(signed, tiny_benchmark):
 
 @pytest.mark.slow
 def test_serve_takes_public_key_and_min_release(signed):
-    pytest.importorskip("mcp")
+    pytest.importorskip("mcp", reason=needs("serve"))
     bundle, key, other, release = signed
     for flags, message in ((["--public-key", other], "signature"),
                            (["--min-release", str(release + 1)], "older than the oldest this app accepts")):

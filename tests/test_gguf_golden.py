@@ -6,6 +6,8 @@ import json
 import numpy as np
 import pytest
 
+from conftest import needs
+
 from magicselector.bundle_writer import GOLDEN_TEXTS, check_gguf_golden, gguf_golden_embeddings
 from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, gguf_golden_file_name
 from magicselector.errors import BundleError
@@ -28,7 +30,7 @@ def test_shipped_golden_belongs_to_the_shipped_gguf_and_tokenizer():
 
 
 def test_shipped_golden_is_what_llama_cpp_gives_now():
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp", reason=needs("llm"))
     meta, golden, tokenizer = shipped()
     now = gguf_golden_embeddings(SHIPPED_EMBEDDER_DIR / meta["gguf"]["file"], tokenizer)
     cos = [float(np.dot(a["vector"], b["vector"])) for a, b in zip(now["embeddings"], golden["embeddings"])]
@@ -54,7 +56,7 @@ def test_default_bundle_carries_the_shipped_golden(bundle_dir):
 
 
 def test_bundle_verify_checks_the_gguf_vectors(bundle_dir):
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp", reason=needs("llm"))
     from magicselector.bundle import Bundle
     from magicselector.bundle_check import _check_golden_gguf, verify_bundle
 

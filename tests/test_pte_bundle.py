@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs
+
 pytest.importorskip("torch", reason="needs the train extra: pip install -e .[train]")
 pytest.importorskip("transformers", reason="needs the train extra: pip install -e .[train]")
-pytest.importorskip("executorch", reason="needs executorch: bash tools/install_release_deps.sh")
+pytest.importorskip("executorch", reason=needs("release"))
 
 from magicselector.train.embedder import EmbedderTrainConfig, train_embedder  # noqa: E402
 

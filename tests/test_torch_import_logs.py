@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("torchao", reason="the noise comes from torchao (installed with the release deps)")
+from conftest import needs
+
+pytest.importorskip("torchao", reason=needs("release"))
 
 
 def test_the_command_line_quiets_torchao_import_logs():

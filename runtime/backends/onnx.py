@@ -3,7 +3,6 @@ checked bytes, created at once), its threads and input names."""
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -43,8 +42,10 @@ def _empty_folder() -> str:
     import atexit
     import tempfile
 
+    import shutil
+
     folder = tempfile.mkdtemp(prefix="magicselector-no-external-data-")
-    atexit.register(os.rmdir, folder)
+    atexit.register(shutil.rmtree, folder, True)  # gone already (a tmp cleaner): nothing to say at exit
     return folder
 
 
