@@ -34,7 +34,7 @@ def _sha256(path: Path) -> str:
 
 
 def test_an_sdist_whose_hash_is_not_the_pin_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setenv("MAGICSELECTOR_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MAGICSELECTOR_NATIVE_CACHE", str(tmp_path / "home" / "native"))  # not the shared build cache
     sdist = _sdist(tmp_path / "usearch-9.9.9.tar.gz", {"usearch-9.9.9/include/usearch/index.hpp": b"// not usearch\n"})
     with pytest.raises(ExportError, match="sha256 .* pinned at"):
         fetch_source(("usearch", "9.9.9", "0" * 64), sdist=sdist, log=lambda m: None)
@@ -42,7 +42,7 @@ def test_an_sdist_whose_hash_is_not_the_pin_is_refused(tmp_path, monkeypatch):
 
 
 def test_an_sdist_is_unpacked_once_and_only_the_folders_the_build_reads(tmp_path, monkeypatch):
-    monkeypatch.setenv("MAGICSELECTOR_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MAGICSELECTOR_NATIVE_CACHE", str(tmp_path / "home" / "native"))  # not the shared build cache
     sdist = _sdist(tmp_path / "usearch-9.9.9.tar.gz", {"usearch-9.9.9/include/usearch/index.hpp": b"// header\n",
                                                        "usearch-9.9.9/python/lib.cpp": b"// binding\n"})
     got = fetch_source(("usearch", "9.9.9", _sha256(sdist)), sdist=sdist, log=lambda m: None)
@@ -53,7 +53,7 @@ def test_an_sdist_is_unpacked_once_and_only_the_folders_the_build_reads(tmp_path
 
 
 def test_an_sdist_member_climbing_out_of_its_folder_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setenv("MAGICSELECTOR_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MAGICSELECTOR_NATIVE_CACHE", str(tmp_path / "home" / "native"))  # not the shared build cache
     sdist = _sdist(tmp_path / "usearch-9.9.9.tar.gz", {"usearch-9.9.9/include/../../../evil.hpp": b"x"})
     with pytest.raises(ExportError, match="unsafe path"):
         fetch_source(("usearch", "9.9.9", _sha256(sdist)), sdist=sdist, log=lambda m: None)
