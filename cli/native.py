@@ -45,7 +45,7 @@ def _add_build_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--sanitize", action="store_true",
                     help="host only: our code with AddressSanitizer and UndefinedBehaviorSanitizer")
     sp.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel compile jobs (default: CPU count)")
-    sp.add_argument("--out", metavar="DIR", help="build folder (default: ~/.cache/magicselector/native/build/TARGET)")
+    sp.add_argument("--out", metavar="DIR", help="build folder (default: ~/.cache/magicselector/native/build/TARGET-CHECKOUT, one per checkout)")
     sp.add_argument("--arm-cpu", default=DEFAULT_ARM_CPU, metavar="CPU",
                     help=f"arm64: the CPU zig compiles for (default {DEFAULT_ARM_CPU}: Armv8.2-A with the dot "
                          "product, phones since about 2018; 'generic' runs on every ARM64 core, Cortex-A53 "

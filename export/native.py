@@ -135,7 +135,10 @@ def fetch_source(pin: tuple[str, str, str], log: Callable[[str], None] = print,
     is refused."""
     name, version, sha256 = pin
     target = native_cache() / "src" / f"{name}-{version}"
-    if (target / ".complete").is_file():
+    marker = target / ".complete"
+    # the marker records the hash the folder was unpacked from: a folder from another archive under the
+    # same name (a pin moved, a hand-made folder) is unpacked again, not trusted
+    if marker.is_file() and marker.read_text().split()[2:3] == [sha256]:
         return target
     keep, skip = ((_LLAMA_KEEP, _LLAMA_SKIP) if name == LLAMA_CPP_PYTHON[0] else (_USEARCH_KEEP, ()))
     with tempfile.TemporaryDirectory(prefix="magicselector-native-sdist-") as tmp:
@@ -199,7 +202,24 @@ def _cmake() -> str:
 
 
 def default_build_dir(target: str, sanitize: bool = False) -> Path:
-    return native_cache() / "build" / (target + ("-sanitize" if sanitize else ""))
+    """The cache's build folder for ``target``, one per checkout: CMake binds a build folder to the
+    source folder that configured it, so two checkouts sharing the cache (a CI clone beside a
+    developer's tree) would otherwise refuse each other's builds."""
+    checkout = hashlib.sha256(str(native_source_dir().resolve()).encode()).hexdigest()[:10]
+    return native_cache() / "build" / f"{target}{'-sanitize' if sanitize else ''}-{checkout}"
+
+
+def _stale_cmake_cache(build_dir: Path) -> str | None:
+    """The source folder a build folder's CMakeCache.txt was configured from, when it is not this
+    checkout's (CMake would refuse it with a message naming neither the fix nor the folder)."""
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.is_file():
+        return None
+    for line in cache.read_text(errors="replace").splitlines():
+        if line.startswith("CMAKE_HOME_DIRECTORY:"):
+            home = line.split("=", 1)[-1].strip()
+            return home if Path(home).resolve() != native_source_dir().resolve() else None
+    return None
 
 
 def configure_args(target: str, build_dir: Path, *, sanitize: bool = False, arm_cpu: str = DEFAULT_ARM_CPU,
@@ -233,10 +253,14 @@ def build_native(target: str, out: str | Path | None = None, sanitize: bool = Fa
                  arm_cpu: str = DEFAULT_ARM_CPU, test_bundle: str | Path | None = None,
                  test_data: str | Path | None = None, log: Callable[[str], None] = print) -> NativeBuild:
     """Configure and build the native core for ``target`` ("host" or "arm64") in ``out`` (default: the
-    cache's ``native/build/TARGET[-sanitize]``); returns the paths of the executable, the libraries an
-    app links and the test executables. ``test_bundle`` / ``test_data`` are the native tests' argv."""
+    cache's ``native/build/TARGET[-sanitize]-CHECKOUT``, one per checkout); returns the paths of the
+    executable, the libraries an app links and the test executables. ``test_bundle`` / ``test_data`` are the native tests' argv."""
     build_dir = Path(out) if out is not None else default_build_dir(target, sanitize)
     build_dir.mkdir(parents=True, exist_ok=True)
+    stale = _stale_cmake_cache(build_dir)
+    if stale is not None:
+        raise ExportError(f"build folder {build_dir} was configured from another checkout ({stale}); "
+                          "give another --out or delete that folder")
     t0 = time.perf_counter()
     configure = configure_args(target, build_dir, sanitize=sanitize, arm_cpu=arm_cpu, test_bundle=test_bundle,
                                test_data=test_data, log=log)

@@ -48,8 +48,25 @@ def test_an_sdist_is_unpacked_once_and_only_the_folders_the_build_reads(tmp_path
     got = fetch_source(("usearch", "9.9.9", _sha256(sdist)), sdist=sdist, log=lambda m: None)
     assert (got / "include" / "usearch" / "index.hpp").read_bytes() == b"// header\n"
     assert not (got / "python").exists()
-    # the second call finds the unpacked folder and neither fetches nor checks an archive again
-    assert fetch_source(("usearch", "9.9.9", "0" * 64), sdist=tmp_path / "absent.tar.gz", log=lambda m: None) == got
+    # the second call finds the folder unpacked from the pinned hash and neither fetches nor reads an archive
+    pin = ("usearch", "9.9.9", _sha256(sdist))
+    assert fetch_source(pin, sdist=tmp_path / "absent.tar.gz", log=lambda m: None) == got
+    # a folder unpacked from another archive is not trusted under a new pin: the archive is checked again
+    with pytest.raises(ExportError, match="sha256 .* pinned at"):
+        fetch_source(("usearch", "9.9.9", "0" * 64), sdist=sdist, log=lambda m: None)
+
+
+def test_a_build_folder_another_checkout_configured_is_refused_naming_both(tmp_path, monkeypatch):
+    import magicselector.export.native as native
+
+    monkeypatch.setenv("MAGICSELECTOR_NATIVE_CACHE", str(tmp_path / "home" / "native"))
+    ours = native.default_build_dir("host")
+    monkeypatch.setattr(native, "native_source_dir", lambda: tmp_path / "other" / "native")
+    assert native.default_build_dir("host") != ours  # one build folder per checkout in the shared cache
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "CMakeCache.txt").write_text("CMAKE_HOME_DIRECTORY:INTERNAL=/elsewhere/native\n")
+    with pytest.raises(ExportError, match="configured from another checkout .*/elsewhere/native"):
+        build_native("host", out=tmp_path / "b", log=lambda m: None)
 
 
 def test_an_sdist_member_climbing_out_of_its_folder_is_refused(tmp_path, monkeypatch):
