@@ -69,26 +69,35 @@ def as_mapping(value: Any) -> Mapping[str, Any] | None:
         return value
     if isinstance(value, _PLAIN) or isinstance(value, type):
         return None
-    cls = type(value)
-    fields = getattr(cls, "model_fields", None)
-    if isinstance(fields, Mapping) and callable(getattr(value, "model_dump", None)):
+    if callable(getattr(value, "model_dump", None)):
+        return _model_view(value)
+    if dataclasses.is_dataclass(value):
+        return _Fields(value, [f.name for f in dataclasses.fields(value)])
+    return _attribute_view(value)
+
+
+def _model_view(value: Any) -> Mapping[str, Any] | None:
+    """An object with ``model_dump()``: a pydantic model by its set fields, read lazily; another
+    through what ``model_dump()`` returns."""
+    fields = getattr(type(value), "model_fields", None)
+    if isinstance(fields, Mapping):
         extra = getattr(value, "__pydantic_extra__", None) or {}
         keys = [k for k in itertools.chain(fields, extra) if isinstance(k, str) and getattr(value, k, None) is not None]
         return _Fields(value, dict.fromkeys(keys))
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        try:
-            dumped = dump()
-        except Exception:  # an object we cannot read is refused by type where it is used
-            return None
-        return dumped if isinstance(dumped, Mapping) else None
-    if dataclasses.is_dataclass(value):
-        return _Fields(value, [f.name for f in dataclasses.fields(value)])
+    try:
+        dumped = value.model_dump()
+    except Exception:  # an object we cannot read is refused by type where it is used
+        return None
+    return dumped if isinstance(dumped, Mapping) else None
+
+
+def _attribute_view(value: Any) -> Mapping[str, Any] | None:
+    """A plain object by its public attributes that are not None; None for a callable or an object
+    without ``__dict__``."""
     attrs = getattr(value, "__dict__", None)
-    if isinstance(attrs, dict) and not callable(value):
-        return _Fields(value, [k for k in attrs if isinstance(k, str) and not k.startswith("_")
-                               and attrs[k] is not None])
-    return None
+    if not isinstance(attrs, dict) or callable(value):
+        return None
+    return _Fields(value, [k for k in attrs if isinstance(k, str) and not k.startswith("_") and attrs[k] is not None])
 
 
 def plain(value: Any) -> Any:
@@ -136,6 +145,76 @@ def _name(value: Any, where: str) -> str:
     return value
 
 
+_CALL_BLOCKS = ("tool_use", "tool_result", "mcp_tool_use", "mcp_tool_result")
+_USE_BLOCKS = ("tool_use", "mcp_tool_use")
+_RESULT_BLOCKS = ("tool_result", "mcp_tool_result")
+# Where a message's tool_use / tool_result blocks are collected; other roles' content may hold none.
+_BLOCK_ROLES = ("user", "assistant")
+
+
+def _checked_turn(turn: Turn, where: str) -> Turn:
+    """A ``Turn`` passed as it is, checked and with its content cleaned."""
+    if turn.role not in ROLES or not isinstance(turn.content, str) or not isinstance(turn.tools, (tuple, list)) \
+            or not all(isinstance(n, str) for n in turn.tools):
+        raise InputError(f"{where}: a Turn needs a role in {ROLES}, string content and a tuple of tool names")
+    return Turn(turn.role, _clean(turn.content), tuple(turn.tools))
+
+
+def _role(msg: Mapping[str, Any], where: str) -> str:
+    """The message's role, aliases read as the role they stand for; its content checked present
+    where the role needs one."""
+    role = msg.get("role")
+    role = _ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
+    if role not in ROLES:
+        raise InputError(f"{where}.role: unknown role {reprlib.repr(msg.get('role'))}; roles are "
+                         f"{ROLES + tuple(_ROLE_ALIASES)}")
+    if "content" not in msg and not (role == "assistant" and (msg.get("tool_calls") or msg.get("function_call"))):
+        raise InputError(f"{where}.content must be a string or a list of content parts (missing)")
+    if msg.get("content") is None and role in ("user", "system"):
+        raise InputError(f"{where}.content must be a string or a list of content parts, got null")
+    return str(role)
+
+
+def _object_keys(content: Mapping[Any, Any]) -> list[str]:
+    """The first keys of an object, for an error message (a key that is not a string as its repr)."""
+    return sorted(reprlib.repr(k) if not isinstance(k, str) else k for k in itertools.islice(content, 64))[:6]
+
+
+def _text_part(part: Mapping[str, Any], kind: str, at: str) -> str:
+    field = _TEXT_PARTS[kind]
+    value = part.get(field)
+    if not isinstance(value, str):
+        raise InputError(f"{at}.{field}: a {kind} part needs a string {field!r}")
+    return _clean(value)
+
+
+def _resource_text(part: Mapping[str, Any], at: str) -> str:
+    """An MCP embedded resource: its text, if it has one."""
+    res = as_mapping(part.get("resource"))
+    if not isinstance(res, Mapping):
+        raise InputError(f"{at}.resource: an embedded resource must be an object")
+    return _clean(res["text"]) if isinstance(res.get("text"), str) else ""
+
+
+def _structured_text(result: Mapping[str, Any], where: str) -> str:
+    """An MCP tool result's ``structuredContent`` as its JSON text."""
+    try:
+        data = json.dumps(result["structuredContent"], ensure_ascii=False,
+                          default=lambda o: plain(o) if as_mapping(o) is not None else f"<{type(o).__name__}>")
+    except (TypeError, ValueError, RecursionError) as e:
+        raise InputError(f"{where}.structuredContent: not JSON data ({str(e)[:80]})") from None
+    return _clean(data)
+
+
+def _check_tool_result(block: Mapping[str, Any], at: str) -> None:
+    if block["type"] not in _RESULT_BLOCKS:
+        raise InputError(f"{at}: a {block['type']} block belongs in an assistant message")
+    if not isinstance(block.get("tool_use_id"), str):
+        raise InputError(f"{at}.tool_use_id: a tool_result needs the id of its tool_use")
+    if "is_error" in block and not isinstance(block["is_error"], bool):
+        raise InputError(f"{at}.is_error: must be true or false")
+
+
 class _Reader:
     """Reads one history into Turns, remembering which tool each call id named."""
 
@@ -153,45 +232,44 @@ class _Reader:
         if not isinstance(content, (list, tuple)):
             content = as_mapping(content) or content
         if isinstance(content, Mapping):
-            if "type" in content:  # one content block (MCP prompt and sampling messages)
-                return self.text_of([content], where, blocks)
-            if "content" in content:  # an MCP CallToolResult
-                return self.mcp_result(content, where)
-            keys = sorted(reprlib.repr(k) if not isinstance(k, str) else k for k in itertools.islice(content, 64))
-            raise InputError(f"{where}: content must be a string, a list of content parts or an MCP tool "
-                             f"result, got an object with keys {keys[:6]}")
+            return self.object_text(content, where, blocks)
         if not isinstance(content, (list, tuple)):
             raise InputError(f"{where}: content must be a string or a list of content parts, "
                              f"got {type(content).__name__}")
-        texts = []
-        for j, part in enumerate(content):
-            at = f"{where}[{j}]"
-            if isinstance(part, str):
-                texts.append(_clean(part))
-                continue
-            part = as_mapping(part) or part
-            if not isinstance(part, Mapping):
-                raise InputError(f"{at}: a content part must be an object with a 'type', got {type(part).__name__}")
-            kind = part.get("type")
-            if not isinstance(kind, str):
-                raise InputError(f"{at}.type: a content part needs a string 'type'")
-            if kind in _TEXT_PARTS:
-                value = part.get(_TEXT_PARTS[kind])
-                if not isinstance(value, str):
-                    raise InputError(f"{at}.{_TEXT_PARTS[kind]}: a {kind} part needs a string {_TEXT_PARTS[kind]!r}")
-                texts.append(_clean(value))
-            elif kind in ("tool_use", "tool_result", "mcp_tool_use", "mcp_tool_result"):
-                if blocks is None:
-                    raise InputError(f"{at}: a {kind} block cannot appear here")
-                blocks.append((at, part))
-            elif kind == "resource":  # an MCP embedded resource: its text, if it has one
-                res = as_mapping(part.get("resource"))
-                if not isinstance(res, Mapping):
-                    raise InputError(f"{at}.resource: an embedded resource must be an object")
-                if isinstance(res.get("text"), str):
-                    texts.append(_clean(res["text"]))
-            # any other part type (images, audio, files, thinking, new block types) carries no text
+        texts = [self.part_text(part, f"{where}[{j}]", blocks) for j, part in enumerate(content)]
         return " ".join(t for t in texts if t)
+
+    def object_text(self, content: Mapping[str, Any], where: str,
+                    blocks: list[tuple[str, Mapping[str, Any]]] | None) -> str:
+        """Content that is one object: a content block (MCP prompt and sampling messages) or an MCP
+        CallToolResult."""
+        if "type" in content:
+            return self.text_of([content], where, blocks)
+        if "content" in content:
+            return self.mcp_result(content, where)
+        raise InputError(f"{where}: content must be a string, a list of content parts or an MCP tool "
+                         f"result, got an object with keys {_object_keys(content)}")
+
+    def part_text(self, part: Any, at: str, blocks: list[tuple[str, Mapping[str, Any]]] | None) -> str:
+        """One content part's text ("" for a part that carries none); a tool block goes to ``blocks``."""
+        if isinstance(part, str):
+            return _clean(part)
+        part = as_mapping(part) or part
+        if not isinstance(part, Mapping):
+            raise InputError(f"{at}: a content part must be an object with a 'type', got {type(part).__name__}")
+        kind = part.get("type")
+        if not isinstance(kind, str):
+            raise InputError(f"{at}.type: a content part needs a string 'type'")
+        if kind in _TEXT_PARTS:
+            return _text_part(part, kind, at)
+        if kind in _CALL_BLOCKS:
+            if blocks is None:
+                raise InputError(f"{at}: a {kind} block cannot appear here")
+            blocks.append((at, part))
+        elif kind == "resource":
+            return _resource_text(part, at)
+        # any other part type (images, audio, files, thinking, new block types) carries no text
+        return ""
 
     def mcp_result(self, result: Mapping[str, Any], where: str) -> str:
         blocks = result.get("content")
@@ -201,12 +279,7 @@ class _Reader:
             raise InputError(f"{where}.isError: must be true or false")
         text = self.text_of(blocks, f"{where}.content")
         if not text and result.get("structuredContent") is not None:
-            try:
-                data = json.dumps(result["structuredContent"], ensure_ascii=False,
-                                  default=lambda o: plain(o) if as_mapping(o) is not None else f"<{type(o).__name__}>")
-            except (TypeError, ValueError, RecursionError) as e:
-                raise InputError(f"{where}.structuredContent: not JSON data ({str(e)[:80]})") from None
-            text = _clean(data)
+            text = _structured_text(result, where)
         return text
 
     # -- calls --------------------------------------------------------------------------------
@@ -227,6 +300,26 @@ class _Reader:
         self.remember(call.get("id"), name)
         return name
 
+    def listed_calls(self, msg: Mapping[str, Any], where: str) -> list[str]:
+        """The tools an assistant message's Chat Completions ``tool_calls`` name."""
+        calls = msg.get("tool_calls")
+        if calls is None:
+            return []
+        if not isinstance(calls, (list, tuple)):
+            raise InputError(f"{where}.tool_calls: must be a list of tool calls")
+        return [self.call_name(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
+
+    def used_tools(self, blocks: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
+        """The tools an assistant message's tool_use blocks call."""
+        names = []
+        for at, block in blocks:
+            if block["type"] not in _USE_BLOCKS:
+                raise InputError(f"{at}: a {block['type']} block belongs in a user message")
+            name = _name(block.get("name"), f"{at}.name")
+            self.remember(block.get("id"), name)
+            names.append(name)
+        return names
+
     def remember(self, call_id: Any, name: str) -> None:
         if isinstance(call_id, str):
             self.call_names[call_id] = name
@@ -239,10 +332,7 @@ class _Reader:
     def add(self, turn: Any, i: int) -> None:
         where = f"history[{i}]"
         if isinstance(turn, Turn):
-            if turn.role not in ROLES or not isinstance(turn.content, str) or not isinstance(turn.tools, (tuple, list)) \
-                    or not all(isinstance(n, str) for n in turn.tools):
-                raise InputError(f"{where}: a Turn needs a role in {ROLES}, string content and a tuple of tool names")
-            self.turns.append(Turn(turn.role, _clean(turn.content), tuple(turn.tools)))
+            self.turns.append(_checked_turn(turn, where))
             return
         if not isinstance(turn, (list, tuple)):
             turn = as_mapping(turn) or turn
@@ -255,57 +345,43 @@ class _Reader:
         raise InputError(f"{where}: a message is {{'role': ..., 'content': ...}}, got {reprlib.repr(turn)}")
 
     def message(self, msg: Mapping[str, Any], where: str) -> None:
-        role = msg.get("role")
-        role = _ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
-        if role not in ROLES:
-            raise InputError(f"{where}.role: unknown role {reprlib.repr(msg.get('role'))}; roles are "
-                             f"{ROLES + tuple(_ROLE_ALIASES)}")
-        if "content" not in msg and not (role == "assistant" and (msg.get("tool_calls") or msg.get("function_call"))):
-            raise InputError(f"{where}.content must be a string or a list of content parts (missing)")
-        content = msg.get("content")
-        if content is None and role in ("user", "system"):
-            raise InputError(f"{where}.content must be a string or a list of content parts, got null")
+        role = _role(msg, where)
         blocks: list[tuple[str, Mapping[str, Any]]] = []
-        text = self.text_of(content, f"{where}.content", blocks if role in ("user", "assistant") else None)
+        text = self.text_of(msg.get("content"), f"{where}.content", blocks if role in _BLOCK_ROLES else None)
         if role == "assistant":
-            names = []
-            calls = msg.get("tool_calls")
-            if calls is not None:
-                if not isinstance(calls, (list, tuple)):
-                    raise InputError(f"{where}.tool_calls: must be a list of tool calls")
-                names += [self.call_name(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
-            if msg.get("function_call") is not None:  # the legacy single call
-                fc = as_mapping(msg["function_call"])
-                if not isinstance(fc, Mapping):
-                    raise InputError(f"{where}.function_call: must be an object with a 'name'")
-                names.append(_name(fc.get("name"), f"{where}.function_call.name"))
-            for at, block in blocks:
-                if block["type"] not in ("tool_use", "mcp_tool_use"):
-                    raise InputError(f"{at}: a {block['type']} block belongs in a user message")
-                name = _name(block.get("name"), f"{at}.name")
-                self.remember(block.get("id"), name)
-                names.append(name)
-            self.turns.append(Turn("assistant", text, tuple(dict.fromkeys(names))))
+            self.assistant(msg, where, text, blocks)
         elif role == "tool":
-            self.turns.append(Turn("tool", text, self.answered(msg.get("tool_call_id"))
-                                   or ((msg["name"],) if isinstance(msg.get("name"), str) and msg["name"] else ())))
+            named = (msg["name"],) if isinstance(msg.get("name"), str) and msg["name"] else ()
+            self.turns.append(Turn("tool", text, self.answered(msg.get("tool_call_id")) or named))
         elif role == "user" and blocks:
-            results: list[str] = []
-            answered: list[str] = []
-            for at, block in blocks:
-                if block["type"] not in ("tool_result", "mcp_tool_result"):
-                    raise InputError(f"{at}: a {block['type']} block belongs in an assistant message")
-                if not isinstance(block.get("tool_use_id"), str):
-                    raise InputError(f"{at}.tool_use_id: a tool_result needs the id of its tool_use")
-                if "is_error" in block and not isinstance(block["is_error"], bool):
-                    raise InputError(f"{at}.is_error: must be true or false")
-                results.append(self.text_of(block.get("content"), f"{at}.content"))
-                answered += self.answered(block["tool_use_id"])
-            self.turns.append(Turn("tool", " ".join(r for r in results if r), tuple(dict.fromkeys(answered))))
-            if text:
-                self.turns.append(Turn("user", text))
+            self.tool_results(blocks, text)
         else:
             self.turns.append(Turn(role, text))
+
+    def assistant(self, msg: Mapping[str, Any], where: str, text: str,
+                  blocks: list[tuple[str, Mapping[str, Any]]]) -> None:
+        """An assistant message: its text and the tools it calls, by ``tool_calls``, the legacy
+        ``function_call`` and tool_use blocks."""
+        names = self.listed_calls(msg, where)
+        if msg.get("function_call") is not None:  # the legacy single call
+            fc = as_mapping(msg["function_call"])
+            if not isinstance(fc, Mapping):
+                raise InputError(f"{where}.function_call: must be an object with a 'name'")
+            names.append(_name(fc.get("name"), f"{where}.function_call.name"))
+        names += self.used_tools(blocks)
+        self.turns.append(Turn("assistant", text, tuple(dict.fromkeys(names))))
+
+    def tool_results(self, blocks: list[tuple[str, Mapping[str, Any]]], text: str) -> None:
+        """A user message carrying Anthropic tool_result blocks: a tool turn, then its text as a user turn."""
+        results: list[str] = []
+        answered: list[str] = []
+        for at, block in blocks:
+            _check_tool_result(block, at)
+            results.append(self.text_of(block.get("content"), f"{at}.content"))
+            answered += self.answered(block["tool_use_id"])
+        self.turns.append(Turn("tool", " ".join(r for r in results if r), tuple(dict.fromkeys(answered))))
+        if text:
+            self.turns.append(Turn("user", text))
 
     def item(self, item: Mapping[str, Any], where: str) -> None:
         """An OpenAI Responses API input item without a role."""
@@ -339,6 +415,3 @@ def validate_history(history: Iterable[Any] | None) -> list[Turn]:
             check_text(t.content, f"history[{i}].content")
             check_text(" ".join(t.tools), f"history[{i}]: a tool name")
     return reader.turns
-
-
-# the 8 hex digits a wire name ends in when its catalog name had to change (magicselector.names)
