@@ -111,33 +111,26 @@ def _renumbered(error: InputError, offset: int) -> InputError:
                              count=1))
 
 
-def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: int) -> list[Turn]:
-    """A history as the Turns one selection reads, bounded in cost whatever its size or shape: the
-    last ``max_turns`` messages, read newest first within ``_RAW_FACTOR * max_chars`` (every
-    character of text, tool names, ids, arguments, keys and nested values, and two per value;
-    older messages the budget does not reach are not read), then the most recent ``max_chars``
-    characters of text and tool names (older turns dropped, the oldest kept one clipped at its
-    start)."""
-    offset = 0
+def _is_messages(history: Any) -> bool:
+    """Whether ``history`` is an iterable of messages (not a string or an object, which the reader refuses)."""
+    return history is not None and not isinstance(history, (str, bytes, Mapping)) and isinstance(history, Iterable)
+
+
+def _last_messages(history: Any, max_turns: int) -> tuple[Any, int]:
+    """The last ``max_turns`` messages of a sequence or an iterator (anything else as it is), and how
+    many were left out before them."""
     if isinstance(history, Sequence) and not isinstance(history, (str, bytes)) and len(history) > max_turns:
         offset = len(history) - max_turns
-        history = history[offset:]
-    elif history is not None and not isinstance(history, (str, bytes, Sequence, Mapping)) \
-            and isinstance(history, Iterable):
+        return history[offset:], offset
+    if _is_messages(history) and not isinstance(history, Sequence):
         tail = collections.deque(enumerate(history), maxlen=max_turns)  # a generator: keep only its tail
-        offset = tail[0][0] if tail else 0
-        history = [message for _, message in tail]
-    if history is not None and not isinstance(history, (str, bytes, Mapping)) and isinstance(history, Iterable):
-        messages = list(history)
-        try:
-            history = _clip_messages(messages, max_chars * _RAW_FACTOR)
-        except InputError as e:
-            raise _renumbered(e, offset) from None
-        offset += len(messages) - len(history)
-    try:
-        turns = validate_history(history)[-max_turns:]
-    except InputError as e:  # name the message by its index in the caller's history
-        raise _renumbered(e, offset) from None
+        return [message for _, message in tail], (tail[0][0] if tail else 0)
+    return history, 0
+
+
+def _tail_turns(turns: list[Turn], max_chars: int) -> list[Turn]:
+    """The most recent ``max_chars`` characters of text and tool names: older turns dropped, the
+    oldest kept one clipped at its start."""
     kept: list[Turn] = []
     budget = max_chars
     for turn in reversed(turns):
@@ -154,3 +147,25 @@ def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: in
         budget -= len(content)
         kept.append(Turn(turn.role, content, tuple(reversed(tools))))
     return kept[::-1]
+
+
+def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: int) -> list[Turn]:
+    """A history as the Turns one selection reads, bounded in cost whatever its size or shape: the
+    last ``max_turns`` messages, read newest first within ``_RAW_FACTOR * max_chars`` (every
+    character of text, tool names, ids, arguments, keys and nested values, and two per value;
+    older messages the budget does not reach are not read), then the most recent ``max_chars``
+    characters of text and tool names (older turns dropped, the oldest kept one clipped at its
+    start)."""
+    history, offset = _last_messages(history, max_turns)
+    if _is_messages(history):
+        messages = list(history)
+        try:
+            history = _clip_messages(messages, max_chars * _RAW_FACTOR)
+        except InputError as e:
+            raise _renumbered(e, offset) from None
+        offset += len(messages) - len(history)
+    try:
+        turns = validate_history(history)[-max_turns:]
+    except InputError as e:  # name the message by its index in the caller's history
+        raise _renumbered(e, offset) from None
+    return _tail_turns(turns, max_chars)
