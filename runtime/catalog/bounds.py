@@ -22,6 +22,13 @@ def _check_bounds(value: Any, where: str) -> bool:
     no lone surrogate (JSON's "\\ud800" escapes decode to one: no tokenizer can read it). Walked
     without recursion, so a hostile value costs at most the limits. True when every mapping in
     ``value`` is a dict (``_plain_json`` would return it unchanged), False when one is not."""
+    plain = _walk_bounds(value, where)
+    _check_json_size(value, where)
+    return plain
+
+
+def _walk_bounds(value: Any, where: str) -> bool:
+    """The depth, value-count, key and type bounds of ``_check_bounds``; True when every mapping is a dict."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     nodes = 0
     plain = True
@@ -30,31 +37,48 @@ def _check_bounds(value: Any, where: str) -> bool:
         nodes += 1
         t = type(v)
         if t is dict or (t not in _SCALAR_TYPES and t is not list and isinstance(v, _abc.Mapping)):
-            if t is not dict:
-                plain = False
-            if depth >= MAX_TOOL_DEPTH:
-                raise CatalogError(f"{where}: nested more than {MAX_TOOL_DEPTH} levels deep")
-            nodes += len(v)
-            for k, item in v.items():
-                if type(k) is not str:
-                    raise CatalogError(f"{where}: a key {k!r} is not a string")
-                if type(item) not in _SCALAR_TYPES:
-                    stack.append((item, depth + 1))
+            plain = plain and t is dict
+            nodes += _push_mapping(v, depth, stack, where)
         elif t is list or t is tuple:
-            if depth >= MAX_TOOL_DEPTH:
-                raise CatalogError(f"{where}: nested more than {MAX_TOOL_DEPTH} levels deep")
-            nodes += len(v)
-            stack += [(item, depth + 1) for item in v if type(item) not in _SCALAR_TYPES]
+            nodes += _push_list(v, depth, stack, where)
         elif not isinstance(v, _SCALARS):
             raise CatalogError(f"{where}: holds a {type(v).__name__}, not a JSON value")
         if nodes > MAX_TOOL_NODES:
             raise CatalogError(f"{where}: holds more than {MAX_TOOL_NODES:,} values")
+    return plain
+
+
+def _check_depth(depth: int, where: str) -> None:
+    if depth >= MAX_TOOL_DEPTH:
+        raise CatalogError(f"{where}: nested more than {MAX_TOOL_DEPTH} levels deep")
+
+
+def _push_mapping(v: Mapping[Any, Any], depth: int, stack: list[tuple[Any, int]], where: str) -> int:
+    """Checks one mapping's level and keys, pushes its values that are containers; its value count."""
+    _check_depth(depth, where)
+    for k, item in v.items():
+        if type(k) is not str:
+            raise CatalogError(f"{where}: a key {k!r} is not a string")
+        if type(item) not in _SCALAR_TYPES:
+            stack.append((item, depth + 1))
+    return len(v)
+
+
+def _push_list(v: list[Any] | tuple[Any, ...], depth: int, stack: list[tuple[Any, int]], where: str) -> int:
+    """Checks one array's level, pushes its items that are containers; its value count."""
+    _check_depth(depth, where)
+    stack += [(item, depth + 1) for item in v if type(item) not in _SCALAR_TYPES]
+    return len(v)
+
+
+def _check_json_size(value: Any, where: str) -> None:
+    """The size bound of ``_check_bounds``: the value written as JSON, in UTF-8 (a lone surrogate,
+    NaN, an infinity or an integer too long to write refused)."""
     try:
         size = len(json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_default)
                    .encode("utf-8", "strict"))
     except UnicodeEncodeError:
-        key = next((str(k) for k, v in value.items() if _has_surrogate(v) or _has_surrogate(k)), "a value") \
-            if isinstance(value, Mapping) else "a value"
+        key = _surrogate_key(value)
         raise CatalogError(f"{where}: {key.encode('utf-8', 'backslashreplace').decode()!r} holds a lone "
                            "surrogate (not valid Unicode)") from None
     except ValueError:  # NaN or infinity, or an integer past Python's digit limit: not JSON
@@ -62,7 +86,13 @@ def _check_bounds(value: Any, where: str) -> bool:
                            "number") from None
     if size > MAX_TOOL_JSON_CHARS:
         raise CatalogError(f"{where}: is {size:,} bytes as JSON (at most {MAX_TOOL_JSON_CHARS:,})")
-    return plain
+
+
+def _surrogate_key(value: Any) -> str:
+    """The first key of an object whose key or value holds a lone surrogate, for the message."""
+    if not isinstance(value, Mapping):
+        return "a value"
+    return next((str(k) for k, v in value.items() if _has_surrogate(v) or _has_surrogate(k)), "a value")
 
 
 # Compact JSON, in the key order given (the schema-cache key of a decoded schema, and the size bound).

@@ -5,7 +5,7 @@ import collections.abc as _abc
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import CatalogError, InputError
 from .bounds import _check_bounds, _decoded_bounds, _plain_json
@@ -132,11 +132,7 @@ def _parse_tool(entry: Any, where: str, domain: str | None, check_schemas: bool,
     The fields are checked in a fixed order, so the first bad one is the one named."""
     name = _tool_name(entry, where)
     schema_key = "inputSchema" if "inputSchema" in entry else next((k for k in _SCHEMA_KEYS if k in entry), None)
-    keys = _decoded_bounds(entry, schema_key) if decoded and type(entry) is dict else None
-    if keys is None:
-        keys = {}
-        if not _check_bounds(entry, f"{where}: tool {name!r}"):
-            entry = _plain_json(entry)  # nested mappings that are not dicts (MappingProxyType, UserDict) as dicts
+    entry, keys = _bounded_entry(entry, f"{where}: tool {name!r}", schema_key, decoded)
     at = f"{where}: tool {name!r}"
     description = _description(entry.get("description", ""), at)
     schema = _input_schema(entry[schema_key] if schema_key is not None else {}, at)
@@ -150,9 +146,23 @@ def _parse_tool(entry: Any, where: str, domain: str | None, check_schemas: bool,
     dom = entry.get("domain", domain)
     return Tool(id=tool_id, name=name, description=description.strip(), parameters=dict(schema),
                 domain=dom if isinstance(dom, str) else None, title=title or None,
-                annotations=dict(annotations) if annotations is not None else None,
-                output_schema=dict(output_schema) if output_schema is not None else None,
+                annotations=_dict_or_none(annotations), output_schema=_dict_or_none(output_schema),
                 server=server or None, extra=extra or None)
+
+
+def _bounded_entry(entry: Any, at: str, schema_key: str | None, decoded: bool) -> tuple[Any, dict[str, str]]:
+    """The entry within the definition bounds, its nested mappings as dicts, and the compact JSON of
+    its schemas when ``_decoded_bounds`` could show the bounds without a walk (else {})."""
+    keys = _decoded_bounds(entry, schema_key) if decoded and type(entry) is dict else None
+    if keys is not None:
+        return entry, keys
+    if not _check_bounds(entry, at):
+        entry = _plain_json(entry)  # nested mappings that are not dicts (MappingProxyType, UserDict) as dicts
+    return entry, {}
+
+
+def _dict_or_none(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return dict(value) if value is not None else None
 
 
 def _extra(entry: Mapping[str, Any], at: str) -> dict[str, Any]:
@@ -214,20 +224,28 @@ def _tool_id(tool_id: Any, at: str) -> str:
 
 def _optional_fields(entry: Mapping[str, Any], at: str) -> tuple[Any, Any, Any, Any]:
     """(title, annotations, outputSchema, server), each None when absent."""
-    title = entry.get("title")
-    if title is not None and not isinstance(title, str):
-        raise CatalogError(f"{at}: 'title' must be a string")
+    title = _optional(entry, "title", _is_string, "a string", at)
     if title is not None and len(title) > MAX_TITLE_CHARS:
         raise CatalogError(f"{at}: 'title' is longer than {MAX_TITLE_CHARS:,} characters")
-    annotations, output_schema = entry.get("annotations"), entry.get("outputSchema")
-    if annotations is not None and type(annotations) is not dict:
-        raise CatalogError(f"{at}: 'annotations' must be a JSON object")
-    if output_schema is not None and type(output_schema) is not dict:
-        raise CatalogError(f"{at}: 'outputSchema' must be a JSON object")
-    server = entry.get("server")
-    if server is not None and not isinstance(server, str):
-        raise CatalogError(f"{at}: 'server' must be a string")
-    return title, annotations, output_schema, server
+    return (title, _optional(entry, "annotations", _is_object, "a JSON object", at),
+            _optional(entry, "outputSchema", _is_object, "a JSON object", at),
+            _optional(entry, "server", _is_string, "a string", at))
+
+
+def _is_string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_object(value: Any) -> bool:
+    return type(value) is dict  # the entry is plain JSON here: its mappings are dicts
+
+
+def _optional(entry: Mapping[str, Any], key: str, valid: Callable[[Any], bool], kind: str, at: str) -> Any:
+    """The entry's ``key``, None when absent; a value that is not ``kind`` refused."""
+    value = entry.get(key)
+    if value is not None and not valid(value):
+        raise CatalogError(f"{at}: {key!r} must be {kind}")
+    return value
 
 
 def check_tool(tool: Any, catalog: Any = None, *, where: str = "tool") -> Tool:
@@ -239,18 +257,7 @@ def check_tool(tool: Any, catalog: Any = None, *, where: str = "tool") -> Tool:
     meta-schema checked), text over the module's limits, and (with ``catalog``) a name another tool
     of the catalog (another id) already has."""
     try:
-        if isinstance(tool, Mapping):
-            mcp_shape = "inputSchema" in tool or "input_schema" in tool or "parameters" not in tool
-            checked = parse_tool(tool, where=where, check_schemas=mcp_shape)
-        elif isinstance(tool, Tool):
-            _check_tool_object(tool, where)
-            checked = tool
-            plain = {f: _plain_json(getattr(tool, f)) for f in ("parameters", "annotations", "output_schema", "extra")}
-            if any(plain[f] is not getattr(tool, f) for f in plain):  # nested mappings that are not dicts
-                checked = replace(tool, **plain)
-        else:
-            raise InputError(f"{where}: a tool is a Tool or a JSON object (MCP or benchmark shape), got "
-                             f"{type(tool).__name__}")
+        checked = _parsed_tool(tool, where)
     except CatalogError as e:
         raise InputError(str(e)) from None
     if catalog is not None:
@@ -261,7 +268,33 @@ def check_tool(tool: Any, catalog: Any = None, *, where: str = "tool") -> Tool:
     return checked
 
 
+def _parsed_tool(tool: Any, where: str) -> Tool:
+    """``check_tool``'s Tool of a JSON object or a Tool, before the catalog's name check."""
+    if isinstance(tool, Mapping):
+        mcp_shape = "inputSchema" in tool or "input_schema" in tool or "parameters" not in tool
+        return parse_tool(tool, where=where, check_schemas=mcp_shape)
+    if isinstance(tool, Tool):
+        _check_tool_object(tool, where)
+        plain = {f: _plain_json(getattr(tool, f)) for f in _OBJECT_FIELDS}
+        if any(plain[f] is not getattr(tool, f) for f in plain):  # nested mappings that are not dicts
+            return replace(tool, **plain)
+        return tool
+    raise InputError(f"{where}: a tool is a Tool or a JSON object (MCP or benchmark shape), got "
+                     f"{type(tool).__name__}")
+
+
+_OBJECT_FIELDS = ("parameters", "annotations", "output_schema", "extra")  # a Tool's JSON object fields
+
+
 def _check_tool_object(tool: Tool, where: str) -> None:
+    _check_field_types(tool, where)
+    parse_tool(_tool_record(tool), where=f"{where} {tool.id!r}")
+    if tool.parameters.get("type") == "object":  # a JSON Schema: it must be a valid one
+        check_json_schema(tool.parameters, f"{where} {tool.id!r}: parameters", bounded=True)
+
+
+def _check_field_types(tool: Tool, where: str) -> None:
+    """A Tool built by hand: its text fields strings (or None where optional), its object fields mappings."""
     for field_name in ("id", "name", "description"):
         if not isinstance(getattr(tool, field_name), str):
             raise CatalogError(f"{where}: {field_name} must be a string, got {type(getattr(tool, field_name)).__name__}")
@@ -269,13 +302,17 @@ def _check_tool_object(tool: Tool, where: str) -> None:
         value = getattr(tool, field_name)
         if value is not None and not isinstance(value, str):
             raise CatalogError(f"{where} {tool.id!r}: {field_name} must be a string or None")
-    for field_name in ("parameters", "annotations", "output_schema", "extra"):
+    for field_name in _OBJECT_FIELDS:
         value = getattr(tool, field_name)
         if value is not None and not isinstance(value, Mapping):
             raise CatalogError(f"{where} {tool.id!r}: {field_name} must be a JSON object (a mapping), got "
                                f"{type(value).__name__}")
     if tool.parameters is None:
         raise CatalogError(f"{where} {tool.id!r}: parameters must be a JSON object (a mapping), got None")
+
+
+def _tool_record(tool: Tool) -> dict[str, Any]:
+    """A Tool as the catalog entry ``parse_tool`` reads (its extra keys after the modelled ones)."""
     record = {"id": tool.id, "name": tool.name, "description": tool.description, "parameters": tool.parameters}
     for key, value in (("title", tool.title), ("annotations", tool.annotations), ("outputSchema", tool.output_schema),
                        ("domain", tool.domain), ("server", tool.server)):
@@ -283,9 +320,7 @@ def _check_tool_object(tool: Tool, where: str) -> None:
             record[key] = value
     for key, value in (tool.extra or {}).items():
         record.setdefault(key, value)
-    parse_tool(record, where=f"{where} {tool.id!r}")
-    if tool.parameters.get("type") == "object":  # a JSON Schema: it must be a valid one
-        check_json_schema(tool.parameters, f"{where} {tool.id!r}: parameters", bounded=True)
+    return record
 
 
 def check_tool_id(tool_id: Any, where: str = "tool id") -> str:
