@@ -20,23 +20,12 @@ PHONE_CATALOG_DIR = Path(__file__).resolve().parents[1] / "catalogs" / "phone"
 def _tools_list_pages(data: Any, where: str) -> list[Mapping[str, Any]] | None:
     """The ``tools/list`` results in a parsed JSON document: a JSON-RPC response, a list of them
     (pages), or a bare result; None when the document is a plain list of tools."""
-    if isinstance(data, (list, _LazyArray)) and data and all(isinstance(d, Mapping) and "jsonrpc" in d for d in data):
-        pages = []
-        for i, page in enumerate(data):
-            pages += _tools_list_pages(page, f"{where}[{i}]") or []
-        return pages
+    if _is_response_list(data):
+        return [page for i, response in enumerate(data) for page in _tools_list_pages(response, f"{where}[{i}]") or []]
     if not isinstance(data, Mapping):
         return None
     if "jsonrpc" in data or "result" in data or "error" in data:
-        if data.get("error") is not None:
-            err = data["error"]
-            msg = err.get("message") if isinstance(err, Mapping) else err
-            raise CatalogError(f"{where}: the server answered tools/list with an error: {msg!r}")
-        result = data.get("result")
-        if not isinstance(result, Mapping) or "tools" not in result:
-            raise CatalogError(f"{where}: a JSON-RPC response without a tools/list 'result' "
-                               "({\"tools\": [...]})")
-        data = result
+        data = _response_result(data, where)
     if "tools" not in data:
         raise CatalogError(f"{where}: expected a list of tools, an object with a 'tools' list, or a "
                            "JSON-RPC tools/list response")
@@ -44,6 +33,25 @@ def _tools_list_pages(data: Any, where: str) -> list[Mapping[str, Any]] | None:
     if cursor is not None and not isinstance(cursor, str):
         raise CatalogError(f"{where}: 'nextCursor' must be a string")
     return [data]
+
+
+def _is_response_list(data: Any) -> bool:
+    """Whether ``data`` is a non-empty list of JSON-RPC responses (the pages of ``tools/list``)."""
+    return isinstance(data, (list, _LazyArray)) and bool(data) and all(
+        isinstance(d, Mapping) and "jsonrpc" in d for d in data)
+
+
+def _response_result(response: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """The ``tools/list`` result of a JSON-RPC response; an error response refused with its message."""
+    if response.get("error") is not None:
+        err = response["error"]
+        msg = err.get("message") if isinstance(err, Mapping) else err
+        raise CatalogError(f"{where}: the server answered tools/list with an error: {msg!r}")
+    result = response.get("result")
+    if not isinstance(result, Mapping) or "tools" not in result:
+        raise CatalogError(f"{where}: a JSON-RPC response without a tools/list 'result' "
+                           "({\"tools\": [...]})")
+    return result
 
 
 def _entries_from_json(path: Path) -> tuple[list[tuple[Any, str]], str | None]:
@@ -114,64 +122,74 @@ def _lazy_document(text: str) -> Any:
     ``_LazyArray``; every element is scanned once, so the whole text is checked as JSON. None
     wherever the text is not valid JSON or not of that shape, and ``json.loads`` decides (the same
     values, the same errors)."""
-    scan: Callable[[str, int], tuple[Any, int]] = getattr(_JSON_DECODER, "scan_once")
-    scanstring: Callable[[str, int, bool], tuple[str, int]] = getattr(json.decoder, "scanstring")
-
-    def skip(i: int) -> int:  # past the JSON whitespace at i
-        return _JSON_WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches anywhere
-
-    lazy_keys = {"": ("result", "tools"), "result": ("tools",)}
-
-    def value(i: int, kind: str) -> tuple[Any, int]:
-        if kind in lazy_keys and text.startswith("{", i):
-            return members(i + 1, kind)
-        if kind in ("", "tools") and text.startswith("[", i):
-            return elements(i + 1)
-        return scan(text, i)
-
-    def members(i: int, kind: str) -> tuple[dict[str, Any], int]:
-        obj: dict[str, Any] = {}
-        i = skip(i)
-        if text.startswith("}", i):
-            return obj, i + 1
-        while True:
-            if not text.startswith('"', i):
-                raise ValueError
-            key, i = scanstring(text, i + 1, True)
-            i = skip(i)
-            if not text.startswith(":", i):
-                raise ValueError
-            i = skip(i + 1)
-            obj[key], i = value(i, key if key in lazy_keys[kind] else "-")
-            i = skip(i)
-            if text.startswith("}", i):
-                return obj, i + 1
-            if not text.startswith(",", i):
-                raise ValueError
-            i = skip(i + 1)
-
-    def elements(i: int) -> tuple[_LazyArray, int]:
-        starts = array("q")
-        i = skip(i)
-        if text.startswith("]", i):
-            return _LazyArray(text, starts), i + 1
-        while True:
-            starts.append(i)
-            _, i = scan(text, i)  # checked here, let go, decoded again when read
-            i = skip(i)
-            if text.startswith("]", i):
-                return _LazyArray(text, starts), i + 1
-            if not text.startswith(",", i):
-                raise ValueError
-            i = skip(i + 1)
-
+    scanner = _LazyScanner(text)
     try:
-        data, end = value(skip(0), "")
-        if skip(end) != len(text):
+        data, end = scanner.value(scanner.skip(0), "")
+        if scanner.skip(end) != len(text):
             return None
     except (ValueError, StopIteration, RecursionError, IndexError):  # json.JSONDecodeError is a ValueError
         return None
     return data if isinstance(data, (dict, _LazyArray)) else None
+
+
+class _LazyScanner:
+    """Scans a JSON document for ``_lazy_document``: the objects on the way to the tools list
+    member by member, the tools list as element offsets, every other value by json's scanner.
+    Raises ValueError (or what json's scanner raises) where the text is not JSON."""
+
+    # the keys read member by member in an object reached by a key (the document itself: "")
+    LAZY_KEYS = {"": ("result", "tools"), "result": ("tools",)}
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.scan: Callable[[str, int], tuple[Any, int]] = getattr(_JSON_DECODER, "scan_once")
+        self.scanstring: Callable[[str, int, bool], tuple[str, int]] = getattr(json.decoder, "scanstring")
+
+    def skip(self, i: int) -> int:
+        """Past the JSON whitespace at ``i``."""
+        return _JSON_WS.match(self.text, i).end()  # type: ignore[union-attr]  # the pattern matches anywhere
+
+    def expect(self, token: str, i: int) -> int:
+        """Past ``token`` at ``i`` and the whitespace after it."""
+        if not self.text.startswith(token, i):
+            raise ValueError
+        return self.skip(i + 1)
+
+    def value(self, i: int, kind: str) -> tuple[Any, int]:
+        if kind in self.LAZY_KEYS and self.text.startswith("{", i):
+            return self.members(i + 1, kind)
+        if kind in ("", "tools") and self.text.startswith("[", i):
+            return self.elements(i + 1)
+        return self.scan(self.text, i)
+
+    def members(self, i: int, kind: str) -> tuple[dict[str, Any], int]:
+        obj: dict[str, Any] = {}
+        i = self.skip(i)
+        if self.text.startswith("}", i):
+            return obj, i + 1
+        while True:
+            if not self.text.startswith('"', i):
+                raise ValueError
+            key, i = self.scanstring(self.text, i + 1, True)
+            i = self.expect(":", self.skip(i))
+            obj[key], i = self.value(i, key if key in self.LAZY_KEYS[kind] else "-")
+            i = self.skip(i)
+            if self.text.startswith("}", i):
+                return obj, i + 1
+            i = self.expect(",", i)
+
+    def elements(self, i: int) -> tuple[_LazyArray, int]:
+        starts = array("q")
+        i = self.skip(i)
+        if self.text.startswith("]", i):
+            return _LazyArray(self.text, starts), i + 1
+        while True:
+            starts.append(i)
+            _, i = self.scan(self.text, i)  # checked here, let go, decoded again when read
+            i = self.skip(i)
+            if self.text.startswith("]", i):
+                return _LazyArray(self.text, starts), i + 1
+            i = self.expect(",", i)
 
 
 def _entries_from_data(data: Any, where: str) -> tuple[list[tuple[Any, str]], str | None]:
@@ -271,17 +289,10 @@ def load_catalog(path: str | Path) -> Catalog:
 def _load_catalog(path: Path) -> Catalog:
     if not path.exists():
         raise CatalogError(f"{path}: no such catalog file or folder")
-    tools: list[Tool] = []
+    if path.is_dir() and (path / "tools.jsonl").exists():
+        return _load_catalog(path / "tools.jsonl")
     if path.is_dir():
-        if (path / "tools.jsonl").exists():
-            return _load_catalog(path / "tools.jsonl")
-        files = sorted(path.glob("*.json"))
-        if not files:
-            raise CatalogError(f"{path}: folder holds no tools.jsonl and no *.json catalog files")
-        for file in files:
-            entries, domain = _entries_from_json(file)
-            domain = domain or file.stem
-            tools += [_parse_tool(_decoded(e), w, domain, True, decoded=True) for e, w in entries]
+        tools = _folder_tools(path)
         strict_names = True
     elif path.suffix == ".jsonl":
         tools = [_parse_tool(e, w, None, False, decoded=True) for e, w in _entries_from_jsonl(path)]
@@ -290,9 +301,7 @@ def _load_catalog(path: Path) -> Catalog:
     else:
         entries, domain = _entries_from_json(path)
         if len(entries) >= collection.PACK_AT:
-            catalog = Catalog(_parsed_one_by_one(entries, domain, str(path)), source=str(path))
-            trim_heap()  # the decoded JSON's memory, back to the system
-            return catalog
+            return _packed_catalog(entries, domain, path)
         tools = [_parse_tool(_decoded(e), w, domain, True, decoded=True) for e, w in entries]
         strict_names = True
     if not tools:
@@ -300,6 +309,27 @@ def _load_catalog(path: Path) -> Catalog:
     if strict_names:
         _check_unique_names(tools, str(path))
     return Catalog(tools, source=str(path))
+
+
+def _folder_tools(path: Path) -> list[Tool]:
+    """The tools of a folder's JSON catalog files, in file name order, each file's stem its domain
+    where the file names none."""
+    files = sorted(path.glob("*.json"))
+    if not files:
+        raise CatalogError(f"{path}: folder holds no tools.jsonl and no *.json catalog files")
+    tools: list[Tool] = []
+    for file in files:
+        entries, domain = _entries_from_json(file)
+        domain = domain or file.stem
+        tools += [_parse_tool(_decoded(e), w, domain, True, decoded=True) for e, w in entries]
+    return tools
+
+
+def _packed_catalog(entries: list[Any], domain: str | None, path: Path) -> Catalog:
+    """A large JSON catalog, parsed one tool at a time into a packed Catalog."""
+    catalog = Catalog(_parsed_one_by_one(entries, domain, str(path)), source=str(path))
+    trim_heap()  # the decoded JSON's memory, back to the system
+    return catalog
 
 
 def load_phone_catalog() -> Catalog:
