@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import json
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from .catalog import Catalog, Tool, catalog_digest, parse_tool
 from .dialogue import as_mapping as _mapping, plain  # a dict, or an SDK object read by its fields
@@ -56,6 +56,18 @@ OPENAI_TOOL_SEARCH = {
 
 def _query_of(arguments: Any, where: str) -> str:
     """The search text of a tool-search call's arguments (an object or its JSON text)."""
+    arguments = _arguments(arguments, where)
+    query = arguments.get("query")
+    if isinstance(query, str) and query.strip():
+        return query
+    words = _string_values(arguments)
+    if not any(w.strip() for w in words):
+        raise InputError(f"{where}: the tool-search call has no query text")
+    return " ".join(words)
+
+
+def _arguments(arguments: Any, where: str) -> Mapping[str, Any]:
+    """A call's arguments as an object: an SDK object read by its fields, JSON text decoded (blank: {})."""
     arguments = _mapping(arguments) if not isinstance(arguments, str) and arguments is not None else arguments
     if isinstance(arguments, str):
         try:
@@ -64,19 +76,67 @@ def _query_of(arguments: Any, where: str) -> str:
             raise InputError(f"{where}: arguments are not valid JSON") from None
     if not isinstance(arguments, Mapping):
         raise InputError(f"{where}: arguments must be an object")
-    query = arguments.get("query")
-    if isinstance(query, str) and query.strip():
-        return query
+    return arguments
+
+
+def _string_values(arguments: Mapping[str, Any]) -> list[str]:
+    """The strings among the arguments' values and in their lists (e.g. {"queries": [...]} or {"paths": [...]})."""
     words: list[str] = []
-    for value in arguments.values():  # e.g. {"queries": [...]} or {"paths": [...]}
+    for value in arguments.values():
         if isinstance(value, str):
             words.append(value)
         elif isinstance(value, list):
             words += [v for v in value if isinstance(v, str)]
-    if not any(w.strip() for w in words):
-        raise InputError(f"{where}: the tool-search call has no query text")
-    return " ".join(words)
+    return words
 
+
+def _input_history(request: Mapping[str, Any]) -> Any:
+    """A Responses request's ``input`` as a history: a string as one user message, else as given."""
+    given = request.get("input", [])
+    return [{"role": "user", "content": given}] if isinstance(given, str) else given
+
+
+def _anthropic_deferred(tool: Any, where: str) -> Tool | None:
+    """One Anthropic request tool as a catalog Tool when it is a deferred custom tool, else None."""
+    t = _mapping(tool)
+    if t is None:
+        raise InputError(f"{where}: a tool must be an object")
+    if t.get("defer_loading") is not True or t.get("type", "custom") != "custom":
+        return None
+    return parse_tool({k: t[k] for k in ("name", "description", "input_schema") if k in t}, where=where,
+                      check_schemas=True)
+
+
+def _openai_deferred(defn: Any, where: str, namespace: Mapping[str, Any] | None) -> Tool | None:
+    """One Responses function tool (in ``namespace``, or top level) as a catalog Tool when it is
+    deferred (itself or by its namespace), else None; a namespaced tool's id is ``namespace.name``."""
+    deferred = defn.get("defer_loading") is True or (namespace is not None and namespace.get("defer_loading") is True)
+    if defn.get("type") != "function" or not deferred:
+        return None
+    tool = parse_tool({k: defn[k] for k in ("name", "description", "parameters") if k in defn},
+                      where=where, check_schemas=True)
+    if namespace is None:
+        return tool
+    return Tool(id=f"{namespace['name']}.{tool.name}", name=tool.name, description=tool.description,
+                parameters=tool.parameters, domain=namespace["name"])
+
+
+def _request_functions(tools: list[Any]) -> Iterator[tuple[Any, str, Mapping[str, Any] | None]]:
+    """(definition, where, namespace) of every function a Responses request's tools define, in
+    order: the top level ones (namespace None) and those inside namespaces (a malformed namespace
+    refused when it is reached)."""
+    for i, t in enumerate(tools):
+        if not (isinstance(t, Mapping) and t.get("type") == "namespace"):
+            yield t, f"request.tools[{i}]", None
+            continue
+        if not isinstance(t.get("name"), str) or not isinstance(t.get("tools"), (list, tuple)):
+            raise InputError(f"request.tools[{i}]: a namespace needs a 'name' and a 'tools' list")
+        yield from ((member, f"request.tools[{i}].tools[{j}]", t) for j, member in enumerate(t["tools"]))
+
+
+def _has_client_search(tools: list[Any]) -> bool:
+    return any(isinstance(t, Mapping) and t.get("type") == "tool_search" and t.get("execution") == "client"
+               for t in tools)
 
 
 class AnthropicMessage(Protocol):
@@ -134,14 +194,7 @@ class ToolSearch:
         tools = fields.get("tools") if fields is not None else None
         if not isinstance(tools, (list, tuple)):
             raise InputError("request.tools: an Anthropic request needs a 'tools' list")
-        deferred = []
-        for i, t in enumerate(tools):
-            t = _mapping(t)
-            if t is None:
-                raise InputError(f"request.tools[{i}]: a tool must be an object")
-            if t.get("defer_loading") is True and t.get("type", "custom") == "custom":
-                deferred.append(parse_tool({k: t[k] for k in ("name", "description", "input_schema") if k in t},
-                                           where=f"request.tools[{i}]", check_schemas=True))
+        deferred = [tool for i, t in enumerate(tools) if (tool := _anthropic_deferred(t, f"request.tools[{i}]"))]
         if not deferred:
             raise InputError("request.tools: no tool has \"defer_loading\": true; nothing to search")
         return Catalog(deferred, source="request.tools")
@@ -167,13 +220,14 @@ class ToolSearch:
         content = fields.get("content") if fields is not None else None
         if not isinstance(content, (list, tuple)):
             raise InputError("response.content: an Anthropic response needs a 'content' list")
-        blocks = [_mapping(b) for b in content]
-        calls = [b for b in blocks if b is not None and b.get("type") == "tool_use"
-                 and b.get("name") == self.search_tool]
+        calls = [b for b in map(_mapping, content) if b is not None and self._is_search_use(b)]
         if not calls:
             raise InputError(f"response.content: no tool_use of the search tool {self.search_tool!r}")
         history = [*(request.get("messages") or []), {"role": "assistant", "content": list(content)}]
         return {"role": "user", "content": [self.anthropic_result(request, c, history) for c in calls]}
+
+    def _is_search_use(self, block: Mapping[str, Any]) -> bool:
+        return block.get("type") == "tool_use" and block.get("name") == self.search_tool
 
     # -- OpenAI Responses ---------------------------------------------------------------------
     def openai_catalog(self, request: Mapping[str, Any]
@@ -185,35 +239,18 @@ class ToolSearch:
         if not isinstance(given, (list, tuple)):
             raise InputError("request.tools: a Responses request needs a 'tools' list")
         tools = [_mapping(t) or t for t in given]
-        if not any(isinstance(t, Mapping) and t.get("type") == "tool_search" and t.get("execution") == "client"
-                   for t in tools):
+        if not _has_client_search(tools):
             raise InputError("request.tools: no {\"type\": \"tool_search\", \"execution\": \"client\"} tool")
         found: list[Tool] = []
         origin: dict[str, tuple[str | None, dict[str, Any]]] = {}
-
-        def add(defn: Any, where: str, namespace: Mapping[str, Any] | None) -> None:
+        for defn, where, namespace in _request_functions(tools):
             defn = _mapping(defn)
             if defn is None:
                 raise InputError(f"{where}: a tool must be an object")
-            deferred = defn.get("defer_loading") is True or (namespace is not None and namespace.get("defer_loading") is True)
-            if defn.get("type") != "function" or not deferred:
-                return
-            tool = parse_tool({k: defn[k] for k in ("name", "description", "parameters") if k in defn},
-                              where=where, check_schemas=True)
-            if namespace is not None:
-                tool = Tool(id=f"{namespace['name']}.{tool.name}", name=tool.name, description=tool.description,
-                            parameters=tool.parameters, domain=namespace["name"])
-            found.append(tool)
-            origin[tool.id] = (namespace["name"] if namespace is not None else None, dict(defn))
-
-        for i, t in enumerate(tools):
-            if isinstance(t, Mapping) and t.get("type") == "namespace":
-                if not isinstance(t.get("name"), str) or not isinstance(t.get("tools"), (list, tuple)):
-                    raise InputError(f"request.tools[{i}]: a namespace needs a 'name' and a 'tools' list")
-                for j, member in enumerate(t["tools"]):
-                    add(member, f"request.tools[{i}].tools[{j}]", t)
-            else:
-                add(t, f"request.tools[{i}]", None)
+            tool = _openai_deferred(defn, where, namespace)
+            if tool is not None:
+                found.append(tool)
+                origin[tool.id] = (namespace["name"] if namespace is not None else None, dict(defn))
         if not found:
             raise InputError("request.tools: no function tool has \"defer_loading\": true; nothing to search")
         return Catalog(found, source="request.tools"), origin
@@ -228,25 +265,11 @@ class ToolSearch:
         query = _query_of(item.get("arguments", {}), f"tool_search_call {item.get('call_id')}.arguments")
         catalog, origin = self.openai_catalog(request)
         if history is None:
-            given = request.get("input", [])
-            history = [{"role": "user", "content": given}] if isinstance(given, str) else given
+            history = _input_history(request)
         selection = self._select(catalog, query, history)
-        tools: list[dict[str, Any]] = []
-        namespaces: dict[str, dict[str, Any]] = {}
         spaces = {t["name"]: t for t in map(_mapping, request["tools"]) if t is not None and t.get("type") == "namespace"}
-        for tool_id in self._cap(selection.ids):
-            space, defn = origin[tool_id]
-            if space is None:
-                tools.append(defn)
-                continue
-            if space not in namespaces:
-                ns = spaces[space]
-                namespaces[space] = {"type": "namespace", "name": space, "description": ns.get("description", ""),
-                                     "tools": []}
-                tools.append(namespaces[space])
-            namespaces[space]["tools"].append(defn)
         return {"type": "tool_search_output", "call_id": item.get("call_id"), "execution": "client",
-                "status": "completed", "tools": tools}
+                "status": "completed", "tools": _output_tools(self._cap(selection.ids), origin, spaces)}
 
     def answer_openai(self, request: Mapping[str, Any], response: Mapping[str, Any] | OpenAIResponse
                       ) -> list[dict[str, Any]]:
@@ -260,8 +283,7 @@ class ToolSearch:
                  and o.get("execution", "client") == "client"]
         if not calls:
             raise InputError("response.output: no client-executed tool_search_call")
-        given = request.get("input", [])
-        history = [*([{"role": "user", "content": given}] if isinstance(given, str) else given), *output]
+        history = [*_input_history(request), *output]
         return [self.openai_output(request, c, history) for c in calls]
 
 
@@ -271,7 +293,25 @@ def next_openai_input(request: Mapping[str, Any], response: Mapping[str, Any] | 
     ``previous_response_id``): the request's input, the response's output items, the answers.
     SDK objects among them (the ``Response``'s output items) come back as plain JSON data."""
     request, response = _mapping(request) or {}, _mapping(response) or {}
-    given = request.get("input", [])
-    prior = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+    prior = list(_input_history(request))
     return [plain(item) for item in (*prior, *response.get("output", []), *outputs)]
+
+
+def _output_tools(ids: list[str], origin: dict[str, tuple[str | None, dict[str, Any]]],
+                  spaces: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The request's own definitions of the selected tools, namespaced ones inside their namespace
+    (one entry per namespace, where its first selected tool ranks)."""
+    tools: list[dict[str, Any]] = []
+    namespaces: dict[str, dict[str, Any]] = {}
+    for tool_id in ids:
+        space, defn = origin[tool_id]
+        if space is None:
+            tools.append(defn)
+            continue
+        if space not in namespaces:
+            namespaces[space] = {"type": "namespace", "name": space, "description": spaces[space].get("description", ""),
+                                 "tools": []}
+            tools.append(namespaces[space])
+        namespaces[space]["tools"].append(defn)
+    return tools
 

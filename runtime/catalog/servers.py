@@ -95,6 +95,16 @@ def server_name_of(path: str | Path) -> str:
         return "server"
 
 
+def _server_spec(text: str) -> tuple[str | None, Path]:
+    """(server, file) of a ``SERVER=FILE`` spec, (None, file) of a ``FILE``: a text with "=" that names
+    an existing file, or whose part before "=" is empty or a path, is a file."""
+    server, sep, file = text.partition("=")
+    if sep and not Path(text).exists() and server and "/" not in server:
+        sanitize_server_name(server, text)  # a server name that names nothing is refused here
+        return server, Path(file)
+    return None, Path(text)
+
+
 def load_catalogs(specs: Sequence[str | Path], namespace: str = "server") -> Catalog:
     """The catalog of ``select --catalog``: one or more ``FILE`` or ``SERVER=FILE`` (any form
     ``load_catalog`` reads). One file without a server name is used as it is (unless ``namespace`` is
@@ -103,15 +113,7 @@ def load_catalogs(specs: Sequence[str | Path], namespace: str = "server") -> Cat
     _check_namespace(namespace)
     if not specs:
         raise CatalogError("no catalog given")
-    parsed: list[tuple[str | None, Path]] = []
-    for spec in specs:
-        text = str(spec)
-        server, sep, file = text.partition("=")
-        if sep and not Path(text).exists() and server and "/" not in server:
-            sanitize_server_name(server, text)  # a server name that names nothing is refused here
-            parsed.append((server, Path(file)))
-        else:
-            parsed.append((None, Path(text)))
+    parsed = [_server_spec(str(spec)) for spec in specs]
     if len(parsed) == 1 and parsed[0][0] is None and namespace == "server":
         return load_catalog(parsed[0][1])
     tools: list[Tool] = []
@@ -123,6 +125,5 @@ def load_catalogs(specs: Sequence[str | Path], namespace: str = "server") -> Cat
             raise CatalogError(f"{path}: server name {prefix!r} is also {servers[prefix]}'s; name them apart "
                                "with SERVER=FILE")
         servers[prefix] = path
-        for t in load_catalog(path):
-            tools.append(_namespaced_tool(t, server, prefix, namespace, str(path), t.id))
+        tools += [_namespaced_tool(t, server, prefix, namespace, str(path), t.id) for t in load_catalog(path)]
     return Catalog(tools, source=" ".join(str(s) for s in specs))
