@@ -39,18 +39,7 @@ def head_features(lists: Sequence[tuple[Sequence[str], Any]], history_list: int 
     history-folded list among them (None: the turn has none); the others are sub-task lists."""
     head = list(fused_ids[:depth])
     m, n = len(head), len(lists)
-    column = {t: j for j, t in enumerate(head)}
-    ranks = np.full((m, n), float(ABSENT))
-    gaps = np.full((m, n), np.nan)  # the gap below the list's top, on the spread of its first 10
-    for li, (ids, scores) in enumerate(lists):
-        s = np.asarray(scores, dtype=np.float64)
-        if not len(s):
-            continue
-        spread = max(1e-6, float(s[0] - s[min(9, len(s) - 1)]))
-        for q, tid in enumerate(ids):
-            j = column.get(tid)
-            if j is not None:
-                ranks[j, li], gaps[j, li] = q, (s[0] - s[q]) / spread
+    ranks, gaps = _list_ranks(lists, head)
     present = ranks != ABSENT
     sub_lists = [li for li in range(1, n) if li != history_list]
 
@@ -75,6 +64,25 @@ def head_features(lists: Sequence[tuple[Sequence[str], Any]], history_list: int 
         np.where(present, 1.0 / (1.0 + ranks), 0.0).sum(axis=1),
     ]).astype(np.float64)
     return rows.reshape(m, len(FEATURES))
+
+
+def _list_ranks(lists: Sequence[tuple[Sequence[str], Any]], head: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks, gaps), one row per tool of ``head`` and one column per list: the tool's rank in the
+    list (``ABSENT`` where it holds none) and its score's gap below the list's top, on the spread
+    of the list's first 10 (NaN where absent)."""
+    column = {t: j for j, t in enumerate(head)}
+    ranks = np.full((len(head), len(lists)), float(ABSENT))
+    gaps = np.full((len(head), len(lists)), np.nan)
+    for li, (ids, scores) in enumerate(lists):
+        s = np.asarray(scores, dtype=np.float64)
+        if not len(s):
+            continue
+        spread = max(1e-6, float(s[0] - s[min(9, len(s) - 1)]))
+        for q, tid in enumerate(ids):
+            j = column.get(tid)
+            if j is not None:
+                ranks[j, li], gaps[j, li] = q, (s[0] - s[q]) / spread
+    return ranks, gaps
 
 
 @dataclass(frozen=True)
@@ -105,36 +113,50 @@ class HeadModel:
     @classmethod
     def from_bytes(cls, data: bytes, name: str = HEAD_FILE) -> "HeadModel":
         """The model in a head file's bytes; anything malformed is a BundleError naming ``name``."""
-        try:
-            raw = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise BundleError(f"{name}: not a JSON head model ({e})") from None
-        if not isinstance(raw, dict) or raw.get("format") != HEAD_FORMAT or raw.get("version") != 1:
-            raise BundleError(f"{name}: not a {HEAD_FORMAT} file of version 1")
-        if raw.get("features") != list(FEATURES):
-            raise BundleError(f"{name}: field 'features' does not name this runtime's head features")
+        raw = _head_json(data, name)
         depth = raw.get("depth")
         if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 1000:
             raise BundleError(f"{name}: field 'depth' must be an integer in [1, 1000]")
         mean, scale = _array(raw, "mean", name, (len(FEATURES),)), _array(raw, "scale", name, (len(FEATURES),))
         if not np.all(scale > 0):
             raise BundleError(f"{name}: field 'scale' must be positive")
-        layers_raw = raw.get("layers")
-        if not isinstance(layers_raw, list) or not 1 <= len(layers_raw) <= 8:
-            raise BundleError(f"{name}: field 'layers' must be a list of 1 to 8 layers")
-        layers, width = [], len(FEATURES)
-        for i, layer in enumerate(layers_raw):
-            if not isinstance(layer, dict):
-                raise BundleError(f"{name}: layers[{i}] must be an object with weight and bias")
-            w = _array(layer, "weight", f"{name}: layers[{i}]", None)
-            if w.ndim != 2 or w.shape[0] != width or not 1 <= w.shape[1] <= 4096:
-                raise BundleError(f"{name}: layers[{i}].weight must be a {width} x N matrix")
-            b = _array(layer, "bias", f"{name}: layers[{i}]", (w.shape[1],))
-            layers.append((w, b))
-            width = w.shape[1]
-        if width != 1:
-            raise BundleError(f"{name}: the last layer must give one logit")
-        return cls(mean, scale, tuple(layers), depth, raw.get("meta"))
+        return cls(mean, scale, _layers(raw.get("layers"), name), depth, raw.get("meta"))
+
+
+def _head_json(data: bytes, name: str) -> dict[str, Any]:
+    """A head file's JSON object, checked to be this format and version over this runtime's features."""
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise BundleError(f"{name}: not a JSON head model ({e})") from None
+    if not isinstance(raw, dict) or raw.get("format") != HEAD_FORMAT or raw.get("version") != 1:
+        raise BundleError(f"{name}: not a {HEAD_FORMAT} file of version 1")
+    if raw.get("features") != list(FEATURES):
+        raise BundleError(f"{name}: field 'features' does not name this runtime's head features")
+    return raw
+
+
+def _layers(layers_raw: Any, name: str) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """The MLP's (weight, bias) layers, each taking the previous one's width, the last giving one logit."""
+    if not isinstance(layers_raw, list) or not 1 <= len(layers_raw) <= 8:
+        raise BundleError(f"{name}: field 'layers' must be a list of 1 to 8 layers")
+    layers, width = [], len(FEATURES)
+    for i, layer in enumerate(layers_raw):
+        w, b = _layer(layer, width, f"{name}: layers[{i}]")
+        layers.append((w, b))
+        width = w.shape[1]
+    if width != 1:
+        raise BundleError(f"{name}: the last layer must give one logit")
+    return tuple(layers)
+
+
+def _layer(layer: Any, width: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(layer, dict):
+        raise BundleError(f"{where} must be an object with weight and bias")
+    w = _array(layer, "weight", where, None)
+    if w.ndim != 2 or w.shape[0] != width or not 1 <= w.shape[1] <= 4096:
+        raise BundleError(f"{where}.weight must be a {width} x N matrix")
+    return w, _array(layer, "bias", where, (w.shape[1],))
 
 
 def _array(raw: dict[str, Any], key: str, where: str, shape: tuple[int, ...] | None) -> np.ndarray:

@@ -115,38 +115,21 @@ class LexicalIndex:
         index = cls(**params)
         if len(set(ids)) != len(ids):
             raise InputError("lexical build: the same tool id appears twice")
-        # per step: each posting's term id and tf, and each tool's number of postings (its rows
-        # follow from those, so they are never stored)
-        parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
-        lengths: list[int] = []
-        terms: list[int] = []
-        tfs: list[int] = []
-        per_tool: list[int] = []
-
-        def flush() -> None:
-            # uint16 as _set_postings stores it (the clip there is the same clip, done earlier)
-            tf = np.minimum(np.asarray(tfs, dtype=np.int64), np.iinfo(np.uint16).max).astype(np.uint16)
-            parts[0].append(np.asarray(terms, dtype=np.int32))
-            parts[1].append(tf)
-            parts[2].append(np.asarray(per_tool, dtype=np.int32))
-            del terms[:], tfs[:], per_tool[:]
-
+        postings = _Postings()
         for row, text in enumerate(texts):
             if row >= len(ids):
                 raise InputError(f"lexical build: {len(ids)} ids but more texts")
             counts = index._counts(text)
-            terms.extend(index._intern(t) for t in counts)
-            tfs.extend(counts.values())
-            per_tool.append(len(counts))
-            lengths.append(sum(counts.values()))
+            postings.add([index._intern(t) for t in counts], counts)
             if (row + 1) % _BUILD_CHUNK == 0:
-                flush()
+                postings.flush()
+        lengths = postings.lengths
         if len(lengths) != len(ids):
             raise InputError(f"lexical build: {len(ids)} ids but {len(lengths)} texts")
-        flush()
+        postings.flush()
         index._ids = list(ids)
         index._row = {i: r for r, i in enumerate(index._ids)}
-        index._set_postings(*parts, lengths)
+        index._set_postings(*postings.parts, lengths)
         if len(ids) >= _TRIM_AT:
             s_stem.cache_clear()  # a large catalog's words (12 MB over 100,000 tools); queries refill it
             trim_heap()  # what the build's lists and temporaries took, back to the system
@@ -261,33 +244,43 @@ class LexicalIndex:
         try:
             _check_members(io.BytesIO(data) if data is not None else path, path)
             with np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False) as z:
-                meta = json.loads(bytes(z["meta"]).decode("utf-8"))
-                if meta.get("format") != FORMAT:
-                    raise BundleError(f"{path}: lexical index format {meta.get('format')!r}, expected {FORMAT!r}")
-                index = cls(k1=meta["k1"], b=meta["b"], idf=meta["idf"], stem=meta["stem"])
-                index._vocab = json.loads(bytes(z["vocab"]).decode("utf-8"))
-                index._ids = json.loads(bytes(z["ids"]).decode("utf-8"))
-                index._indptr = z["indptr"].astype(np.int64)
-                index._docs = z["docs"].astype(np.int32)
-                index._tf = z["tf"].astype(np.uint16)
-                index._doc_len = z["doc_len"].astype(np.int32)
+                index = cls._from_arrays(z, path)
         except BundleError:
             raise
         except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile,
                 RecursionError) as e:
             raise BundleError(f"{path}: not a readable lexical index ({type(e).__name__}: {str(e)[:200]})") from None
-        n, v = len(index._ids), len(index._vocab)
-        if (len(index._indptr) != v + 1 or index._indptr[-1] != len(index._docs) or len(index._tf) != len(index._docs)
-                or len(index._doc_len) != n or (len(index._docs) and not 0 <= index._docs.min() <= index._docs.max() < n)):
-            raise BundleError(f"{path}: lexical index arrays disagree (tools {n}, terms {v}, postings {len(index._docs)})")
+        index._check_arrays(path)
         index._term_id = {t: i for i, t in enumerate(index._vocab)}
         index._row = {i: r for r, i in enumerate(index._ids)}
-        if ids is not None and set(ids) != set(index._row) or ids is not None and len(ids) != n:
+        if ids is not None and (set(ids) != set(index._row) or len(ids) != len(index._ids)):
             missing = [i for i in ids if i not in index._row][:3]
-            raise BundleError(f"{path}: the lexical index holds {n} tools, the catalog {len(ids)} "
+            raise BundleError(f"{path}: the lexical index holds {len(index._ids)} tools, the catalog {len(ids)} "
                               f"(e.g. {missing} not indexed); rebuild the bundle")
         index._reweigh()
         return index
+
+    @classmethod
+    def _from_arrays(cls, z: Any, path: Path) -> "LexicalIndex":
+        """An index of a saved file's members (``np.load``'s archive), its format checked."""
+        meta = json.loads(bytes(z["meta"]).decode("utf-8"))
+        if meta.get("format") != FORMAT:
+            raise BundleError(f"{path}: lexical index format {meta.get('format')!r}, expected {FORMAT!r}")
+        index = cls(k1=meta["k1"], b=meta["b"], idf=meta["idf"], stem=meta["stem"])
+        index._vocab = json.loads(bytes(z["vocab"]).decode("utf-8"))
+        index._ids = json.loads(bytes(z["ids"]).decode("utf-8"))
+        index._indptr = z["indptr"].astype(np.int64)
+        index._docs = z["docs"].astype(np.int32)
+        index._tf = z["tf"].astype(np.uint16)
+        index._doc_len = z["doc_len"].astype(np.int32)
+        return index
+
+    def _check_arrays(self, path: Path) -> None:
+        """A loaded index's arrays agree with each other (terms, postings, tools)."""
+        n, v = len(self._ids), len(self._vocab)
+        if (len(self._indptr) != v + 1 or self._indptr[-1] != len(self._docs) or len(self._tf) != len(self._docs)
+                or len(self._doc_len) != n or (len(self._docs) and not 0 <= self._docs.min() <= self._docs.max() < n)):
+            raise BundleError(f"{path}: lexical index arrays disagree (tools {n}, terms {v}, postings {len(self._docs)})")
 
     # -- catalog changes -------------------------------------------------------------------------
     def add(self, tool_id: str, text: str) -> None:
@@ -387,6 +380,35 @@ class LexicalIndex:
             hit, s = hit[keep], s[keep]
         order = np.lexsort((hit, -s))[:count]
         return [self._ids[i] for i in hit[order]], s[order]
+
+
+class _Postings:
+    """What ``LexicalIndex.build`` keeps of the texts it reads: per chunk, each posting's term id and
+    tf and each tool's number of postings (its rows follow from those, so they are never stored),
+    as numpy arrays; per tool, its length in terms."""
+
+    def __init__(self) -> None:
+        self.parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
+        self.lengths: list[int] = []
+        self.terms: list[int] = []
+        self.tfs: list[int] = []
+        self.per_tool: list[int] = []
+
+    def add(self, term_ids: list[int], counts: dict[str, int]) -> None:
+        """One tool's postings: its terms' ids and counts."""
+        self.terms.extend(term_ids)
+        self.tfs.extend(counts.values())
+        self.per_tool.append(len(counts))
+        self.lengths.append(sum(counts.values()))
+
+    def flush(self) -> None:
+        """The chunk read so far, as arrays."""
+        # uint16 as _set_postings stores it (the clip there is the same clip, done earlier)
+        tf = np.minimum(np.asarray(self.tfs, dtype=np.int64), np.iinfo(np.uint16).max).astype(np.uint16)
+        self.parts[0].append(np.asarray(self.terms, dtype=np.int32))
+        self.parts[1].append(tf)
+        self.parts[2].append(np.asarray(self.per_tool, dtype=np.int32))
+        del self.terms[:], self.tfs[:], self.per_tool[:]
 
 
 def _check_members(source: Any, path: Path) -> None:
