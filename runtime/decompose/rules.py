@@ -289,21 +289,27 @@ def split_clauses(text: str) -> list[Clause]:
         if len(hard) > 1 and not hard[0].strip(" ,.") and out:  # "Jump forward. Also, ...": joins the one before
             out[-1] = (out[-1][0], True)
         for i, piece in enumerate(hard):
-            if not piece or not piece.strip(" ,."):
-                continue
-            soft = _AND.split(piece)  # [clause, separator, clause, separator, ...]
-            cur = soft[0]
-            # a hard connector stands before this piece's first clause or after its last
-            first, last = i > 0, i < len(hard) - 1
-            for sep, nxt in zip(soft[1::2], soft[2::2]):
-                if _starts_request(nxt) and content_words(_restore(cur, saved)):
-                    out.append((cur, first))
-                    cur, first = nxt, False
-                else:
-                    cur = f"{cur}{sep}{nxt}"
-            out.append((cur, first or last))
+            if piece and piece.strip(" ,."):
+                # a hard connector stands before this piece's first clause or after its last
+                out += _soft_clauses(piece, i > 0, i < len(hard) - 1, saved)
     clauses = [(_strip_fillers(_restore(c, saved)), joined) for c, joined in out]
     return [_clause(c, joined) for c, joined in clauses if c]
+
+
+def _soft_clauses(piece: str, first: bool, last: bool, saved: list[str]) -> list[tuple[str, bool]]:
+    """The clauses of one piece between hard connectors, each with whether a hard connector stands
+    next to it: a soft connector splits where the next clause starts like a new request."""
+    out: list[tuple[str, bool]] = []
+    soft = _AND.split(piece)  # [clause, separator, clause, separator, ...]
+    cur = soft[0]
+    for sep, nxt in zip(soft[1::2], soft[2::2]):
+        if _starts_request(nxt) and content_words(_restore(cur, saved)):
+            out.append((cur, first))
+            cur, first = nxt, False
+        else:
+            cur = f"{cur}{sep}{nxt}"
+    out.append((cur, first or last))
+    return out
 
 
 _PRONOUN_RE = re.compile(r"\b(it|that|this|them|those|these)\b(?!['’])", re.IGNORECASE)  # not "it's"
@@ -314,12 +320,18 @@ def _is_elliptical(clause: str, history: Sequence[Turn], first: bool = True) -> 
     'answer'), or None. Only an utterance's ``first`` clause answers the assistant's question."""
     if not history:
         return None
-    low = " ".join(_WORD.findall(clause.lower().replace("’", "'")))
+    low = _plain_words(clause)
     if any(c in low for c in RETRY_CUES):
         return "retry"
     words = low.split()
     if not words:
         return None
+    return _short_kind(clause, words, history, first)
+
+
+def _short_kind(clause: str, words: list[str], history: Sequence[Turn], first: bool) -> str | None:
+    """``_is_elliptical`` past the retry cues: a status check, a pronoun or a fragment that names no
+    task of its own, or a short answer to the assistant's question."""
     own = content_words(clause)
     if _is_status(clause, words, own):
         return "status"
@@ -327,12 +339,22 @@ def _is_elliptical(clause: str, history: Sequence[Turn], first: bool = True) -> 
         return "pronoun"
     if _is_fragment(clause):
         return "fragment"
-    last_assistant = next((t.content for t in reversed(history) if t.role == "assistant"), "")
-    if first and last_assistant.rstrip().endswith("?") and len(words) <= 5 and words[0] not in REQUEST_STARTS:
+    if first and _answers_question(words, history):
         return "answer"
     if len(words) <= 3 and words[0] not in REQUEST_STARTS:
         return "fragment"
     return None
+
+
+def _answers_question(words: list[str], history: Sequence[Turn]) -> bool:
+    """A short clause, not a request, after an assistant turn that ended with a question."""
+    last_assistant = next((t.content for t in reversed(history) if t.role == "assistant"), "")
+    return last_assistant.rstrip().endswith("?") and len(words) <= 5 and words[0] not in REQUEST_STARTS
+
+
+def _plain_words(clause: str) -> str:
+    """A clause's words, lowercased, with typographic apostrophes as plain ones, joined by spaces."""
+    return " ".join(_WORD.findall(clause.lower().replace("’", "'")))
 
 
 def _is_status(clause: str, words: Sequence[str], own: set[str]) -> bool:
@@ -343,7 +365,7 @@ def _is_status(clause: str, words: Sequence[str], own: set[str]) -> bool:
 
 def _is_fragment(clause: str) -> bool:
     """A short follow-on that names no task of its own ("and for tomorrow", "what about Paris")."""
-    low = " ".join(_WORD.findall(clause.lower().replace("’", "'")))
+    low = _plain_words(clause)
     return len(low.split()) <= 6 and low.startswith(_ELLIPSIS_PREFIXES)
 
 
@@ -368,6 +390,40 @@ def _subject(request: str) -> str:
 # what the rules read per task they may return (``RuleDecomposer.max_chars``): several times a
 # long spoken request, and more than the embedder reads of a sub-task (128 tokens)
 CHARS_PER_TASK = 1_000
+
+
+class _TaskList:
+    """The tasks of one utterance as ``RuleDecomposer._tasks`` finds them: a clause that asks
+    nothing waits as context and joins the next task (or, at the end, the last one); a task that
+    repeats one found (``task_key``) or has no content word is dropped."""
+
+    def __init__(self) -> None:
+        self.tasks: list[str] = []
+        self.context: list[str] = []
+        self.keys: set[str] = set()  # task_key of each task so far
+        self.resolved_any = False
+
+    def take(self, task: str, clause: str) -> None:
+        """One task a clause resolved to (``task == clause`` where the clause stands as said)."""
+        if task == clause and not is_request(clause) and not _asked(clause):
+            self.context.append(clause)
+            return
+        self.resolved_any |= task != clause
+        if self.context:
+            task, self.context = ", ".join([*self.context, task]), []
+        key = task_key(task)
+        if key not in self.keys and content_words(task):
+            self.tasks.append(task)
+            self.keys.add(key)
+
+    def result(self, query: str, max_tasks: int) -> list[str]:
+        """The tasks, trailing context joining the last; the utterance whole where it holds at most
+        one request and nothing was resolved."""
+        if self.context and self.tasks:
+            self.tasks[-1] = ", ".join([self.tasks[-1], *self.context])
+        if len(self.tasks) <= 1 and not self.resolved_any:
+            return [query]
+        return self.tasks[:max_tasks]
 
 
 class RuleDecomposer:
@@ -473,39 +529,29 @@ class RuleDecomposer:
 
     def _tasks(self, query: str, history: Sequence[Turn], depth: int = 0,
                seen: dict[tuple[int, int], list[str]] | None = None) -> list[str]:
-        tasks: list[str] = []
-        context: list[str] = []
-        resolved_any = False
+        found = _TaskList()
         memo: dict[str, str] = {}
         seen = {} if seen is None else seen
-        keys: set[str] = set()  # task_key of each task so far
         for n, clause in enumerate(self.clauses(query)):
-            # "... for Boston, and also for San Francisco?": a fragment completes the task before it
-            fragment = bool(tasks) and _is_fragment(clause)
-            local = [*history, Turn("user", tasks[-1])] if fragment else history
-            # "The weekend alarm is wrong, change it": a pronoun after this utterance's own context
-            # points at that context, not at the previous turn
-            own = bool(context) and not fragment and _is_elliptical(clause, history) == "pronoun"
-            # a fragment completes the task before it as said, not the previous turn's requests
-            for task in [clause] if own else self.resolve(clause, local, memo, depth, None if fragment else seen, n == 0):
-                if task == clause and not is_request(clause) and not _asked(clause):
-                    context.append(clause)
-                    continue
-                resolved_any |= task != clause
-                if context:
-                    task, context = ", ".join([*context, task]), []
-                key = task_key(task)
-                if key not in keys and content_words(task):
-                    tasks.append(task)
-                    keys.add(key)
-            if len(tasks) > self.max_tasks:
+            for task in self._clause_tasks(clause, n == 0, found, history, memo, depth, seen):
+                found.take(task, clause)
+            if len(found.tasks) > self.max_tasks:
                 # what the rest could change lies past the cap: later tasks, context joining them
                 break
-        if context and tasks:
-            tasks[-1] = ", ".join([tasks[-1], *context])
-        if len(tasks) <= 1 and not resolved_any:
-            return [query]
-        return tasks[: self.max_tasks]
+        return found.result(query, self.max_tasks)
+
+    def _clause_tasks(self, clause: str, first: bool, found: "_TaskList", history: Sequence[Turn],
+                      memo: dict[str, str], depth: int, seen: dict[tuple[int, int], list[str]]) -> list[str]:
+        """What one clause of the utterance asks for, given the tasks and context found before it."""
+        # "... for Boston, and also for San Francisco?": a fragment completes the task before it
+        fragment = bool(found.tasks) and _is_fragment(clause)
+        local = [*history, Turn("user", found.tasks[-1])] if fragment else history
+        # "The weekend alarm is wrong, change it": a pronoun after this utterance's own context
+        # points at that context, not at the previous turn
+        if found.context and not fragment and _is_elliptical(clause, history) == "pronoun":
+            return [clause]
+        # a fragment completes the task before it as said, not the previous turn's requests
+        return self.resolve(clause, local, memo, depth, None if fragment else seen, first)
 
     def cues(self, query: str, history: Sequence[Turn]) -> dict[str, bool]:
         """What in a turn an LLM could help with (the gate's inputs)."""
