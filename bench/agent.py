@@ -291,12 +291,14 @@ def score_call(text: str, handed: Sequence[Any], gold: Sequence[str]) -> dict[st
 
 
 # -- bfcl's arguments -----------------------------------------------------------------------------
-# bfcl-eval's own AST checker (bfcl_eval.eval_checker.ast_eval.ast_checker) imports
-# bfcl_eval.constants.model_config, which imports every model handler (openai, anthropic, cohere,
-# mistralai, google-genai, qwen-agent, ...; the package pins numpy==1.26.4): not a light dependency.
-# What follows is the subset of its simple_function_checker for Python functions, as documented
-# in bfcl_args_match; Java and JavaScript turns (their values are strings in those languages'
-# syntax, converted by bfcl's type converters) are not scored.
+# bfcl-eval's own AST checker (bfcl_eval.eval_checker.ast_eval.ast_checker) scores the arguments
+# where the bfcl_eval package's files are present (load_bfcl_checker). Importing it imports
+# bfcl_eval.constants.model_config, which imports every hosted model's handler (openai, anthropic,
+# cohere, mistralai, google-genai, qwen-agent, ...; the package pins numpy==1.26.4); the checker uses
+# that table only to respell dotted function names for models that cannot take dots, so it is loaded
+# with the table stubbed and given the catalog's own names. Without the package's files, the subset
+# of its simple_function_checker in bfcl_args_match scores them. Java and JavaScript turns (their
+# values are strings in those languages' syntax, which a JSON call does not carry) are not scored.
 _PY_TYPES = {"string": str, "integer": int, "float": float, "number": float, "boolean": bool, "array": list,
              "tuple": list, "dict": dict, "object": dict, "any": str}
 _UNSCORED_LANGUAGES = ("java", "javascript")
@@ -396,10 +398,86 @@ def load_bfcl_answers(folder: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+BfclChecker = Callable[[Any, Any, Mapping[str, Any]], dict[str, Any]]
+
+
+def load_bfcl_checker(answers: Path) -> BfclChecker | None:
+    """bfcl-eval's own ``simple_function_checker`` for Python functions, from the ``bfcl_eval``
+    package whose ``data/possible_answer`` folder ``answers`` is (installed or unpacked), or None
+    where that package's checker file is not there. Its model-config import is stubbed (see above)."""
+    import importlib
+    import types
+
+    package = answers.resolve().parents[1]
+    if package.name != "bfcl_eval" or not (package / "eval_checker" / "ast_eval" / "ast_checker.py").is_file():
+        return None
+    config_name = "bfcl_eval.constants.model_config"
+    stubbed = config_name not in sys.modules
+    if stubbed:
+        stub = types.ModuleType(config_name)
+        no_respelling = types.SimpleNamespace(underscore_to_dot=False)
+        stub.MODEL_CONFIG_MAPPING = {"magicselector": no_respelling}  # type: ignore[attr-defined]
+        sys.modules[config_name] = stub
+    root = str(package.parent)
+    added = root not in sys.path
+    if added:
+        sys.path.insert(0, root)
+    try:
+        checker = importlib.import_module("bfcl_eval.eval_checker.ast_eval.ast_checker")
+        language = importlib.import_module("bfcl_eval.constants.enums").Language.PYTHON
+    except ImportError:
+        return None
+    finally:
+        if added:
+            sys.path.remove(root)
+        if stubbed:
+            del sys.modules[config_name]
+
+    def check(tool: Any, arguments: Any, call: Mapping[str, Any]) -> dict[str, Any]:
+        description = {"name": tool.name, "parameters": dict(tool.parameters)}
+        return dict(checker.simple_function_checker(description, {tool.name: arguments}, {tool.name: call[tool.name]},
+                                                    language, "magicselector"))
+    return check
+
+
+@dataclass(frozen=True)
+class BfclAnswers:
+    """bfcl's ground-truth calls (``bfcl:<task id>`` -> its calls) and the checker that scores a call
+    against them: bfcl-eval's own (``checker``) or, where None, ``bfcl_args_match``'s subset."""
+
+    calls: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
+    checker: BfclChecker | None = None
+
+    @property
+    def checker_name(self) -> str | None:
+        if not self.calls:
+            return None
+        return "bfcl-eval simple_function_checker" if self.checker else "bfcl_args_match (its subset)"
+
+    def score(self, tool: Any, arguments: Any, query_id: str) -> tuple[bool, str | None]:
+        """(match, bfcl's error type of the last candidate call where it fails) for ``tool`` called with
+        ``arguments`` on ``query_id``: any of the task's ground-truth calls of that function matches
+        (a parallel task's first call may be any of its calls)."""
+        truth = self.calls.get(query_id) or []
+        if self.checker is None:
+            return bfcl_args_match(tool, arguments, truth), None
+        if not isinstance(arguments, Mapping):
+            return False, "arguments:not_an_object"
+        error = "simple_function_checker:wrong_func_name"
+        for call in truth:
+            if tool.name in call:
+                got = self.checker(tool, dict(arguments), call)
+                if got.get("valid"):
+                    return True, None
+                error = str(got.get("error_type"))
+        return False, error
+
+
 # -- one part -------------------------------------------------------------------------------------
-def sampled_turns(bench: Any, config: AgentConfig) -> list[Any]:
-    """The part's turns with at least ``min_gold`` gold tools, seeded-sampled as ``eval --limit``
-    samples, less those the Selector refuses."""
+def sampled_turns(bench: Any, config: AgentConfig, first: Sequence[str] = ()) -> list[Any]:
+    """The part's turns with at least ``min_gold`` gold tools: those named in ``first`` (the turns an
+    earlier run measured, kept when resuming), then the rest in a seeded random order; the first
+    ``limit`` of them, less those the Selector refuses."""
     import numpy as np
 
     from magicselector.config import SelectorConfig
@@ -407,10 +485,13 @@ def sampled_turns(bench: Any, config: AgentConfig) -> list[Any]:
     from .evaluate import screen_queries
 
     queries = [q for q in bench.queries if len(set(q.gold)) >= config.min_gold]
-    if config.limit is not None and config.limit < len(queries):
-        rng = np.random.default_rng(config.seed)
-        queries = [queries[i] for i in sorted(rng.choice(len(queries), config.limit, replace=False))]
-    return screen_queries(queries, SelectorConfig())[0]
+    # A seeded permutation's head, in its order: a smaller limit's turns are the first ones of a larger
+    # limit's (a run stopped early, or resumed with a larger limit, measured a random sample of the part).
+    order = [queries[i] for i in np.random.default_rng(config.seed).permutation(len(queries))]
+    by_id = {q.id: q for q in queries}
+    kept = [by_id[i] for i in dict.fromkeys(first) if i in by_id]
+    ordered = kept + [q for q in order if q.id not in set(first)]
+    return screen_queries(ordered if config.limit is None else ordered[:config.limit], SelectorConfig())[0]
 
 
 def _timed_select(selector: Any, q: Any, **budget: Any) -> tuple[Any, float]:
@@ -472,47 +553,65 @@ def build_prompts(model: ChatModel, bench: Any, queries: Sequence[Any], handed: 
 
 
 def _turn_row(part: str, config_name: str, p: _Prompt, gen: Mapping[str, Any], bench: Any,
-              answers: Mapping[str, Any]) -> dict[str, Any]:
+              answers: BfclAnswers) -> dict[str, Any]:
     tools = [bench.catalog.get(i) for i in p.ids]
     score = score_call(gen["text"], tools, p.query.gold)
-    args = None
-    truth = answers.get(p.query.id)
-    if truth is not None and not any(lang in p.query.category for lang in _UNSCORED_LANGUAGES):
-        called = next((t for t in tools if score["correct"] and t.name == score["called"]), None)
-        args = called is not None and bfcl_args_match(called, score["arguments"], truth)
-    return {"part": part, "config": config_name, "id": p.query.id, "category": p.query.category,
-            "gold": list(p.query.gold), "handed": p.ids, "tools": len(p.ids), "schema_tokens": p.schema_tokens,
-            "selection_ms": p.selection_ms, **gen, "turn_ms": p.selection_ms + gen["prefill_ms"] + gen["decode_ms"],
-            **score, "args": args}
+    row = {"part": part, "config": config_name, "id": p.query.id, "category": p.query.category,
+           "gold": list(p.query.gold), "handed": p.ids, "tools": len(p.ids), "schema_tokens": p.schema_tokens,
+           "selection_ms": p.selection_ms, **gen, "turn_ms": p.selection_ms + gen["prefill_ms"] + gen["decode_ms"],
+           **score}
+    return {**row, **score_args(row, bench, answers)}
+
+
+def score_args(row: Mapping[str, Any], bench: Any, answers: BfclAnswers) -> dict[str, Any]:
+    """A turn row's ``args`` (None where the turn has no bfcl answer or is Java/JavaScript; a wrong
+    or missing call is False) and ``args_error`` (bfcl's error type where its checker failed it);
+    recomputed for the rows a resumed run takes."""
+    if row["id"] not in answers.calls or any(lang in str(row.get("category")) for lang in _UNSCORED_LANGUAGES):
+        return {"args": None, "args_error": None}
+    called = next((t for t in (bench.catalog.get(i) for i in row["handed"])
+                   if row["correct"] and t.name == row["called"]), None)
+    if called is None:
+        return {"args": False, "args_error": "wrong_or_no_call"}
+    ok, error = answers.score(called, row["arguments"], row["id"])
+    return {"args": ok, "args_error": error}
 
 
 def _ctx_size(needed: int, context: int) -> int:
     return min(context, -(-needed // 256) * 256)
 
 
-def _config_rows(part: str, name: str, prompts: Sequence[_Prompt], runner: Any, model: ChatModel, bench: Any,
-                 config: AgentConfig, answers: Mapping[str, Any], say: Callable[[str], None] = lambda _m: None
-                 ) -> tuple[list[dict[str, Any]], float | None]:
-    """One configuration's rows on one part, and its untimed warm-up turn's prefill ms (the one-off
-    evaluation of what later turns share, e.g. the whole catalog for ``all``)."""
-    fit = [len(p.tokens) + config.max_new_tokens <= model.context for p in prompts]
-    rows: list[dict[str, Any]] = []
-    warmup = None
-    if any(fit):  # the last turn, untimed: what it shares with the first stays in the KV cache
-        runner.llm.n_tokens = 0
-        last = [p for p, ok in zip(prompts, fit) if ok][-1]
-        warmup = generate_call(runner, last.tokens, config.max_new_tokens)["prefill_ms"]
-    for p, ok in zip(prompts, fit):
-        if not ok:  # over the model's trained context: counted as a miss, nothing generated
-            gen = {"text": "", "generated_tokens": 0, "stopped": "context", "prompt_tokens": len(p.tokens),
-                   "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0, "llm_cpu_ms": 0.0}
-            rows.append({**_turn_row(part, name, p, gen, bench, answers), "fits": False})
-            continue
-        gen = generate_call(runner, p.tokens, config.max_new_tokens)
-        rows.append({**_turn_row(part, name, p, gen, bench, answers), "fits": True})
-        if len(rows) % 5 == 0:
-            say(f"[agent] {part} / {name}: {len(rows)}/{len(prompts)} turns, {sum(r['correct'] for r in rows)} right")
-    return rows, warmup
+def _fits(p: _Prompt, model: ChatModel, config: AgentConfig) -> bool:
+    return len(p.tokens) + config.max_new_tokens <= model.context
+
+
+def _warm_up(runner: Any, prompts: Sequence[_Prompt], model: ChatModel, config: AgentConfig) -> float | None:
+    """Evaluate, untimed, the token prefix the configuration's prompts share (the template's preamble;
+    the whole catalog for ``all``), as a deployment with prefix caching holds it before the first
+    turn; its ms (the one-off cost). The first timed turn reuses it and pays its own tokens only."""
+    import numpy as np
+
+    fitting = [p.tokens for p in prompts if _fits(p, model, config)]
+    if not fitting:
+        return None
+    shared = len(fitting[0]) - 1
+    for tokens in fitting[1:]:
+        shared = min(shared, _shared_prefix(np.asarray(fitting[0][:shared]), tokens))
+    runner.llm.n_tokens = 0
+    t0 = time.perf_counter()
+    runner.llm.eval(list(fitting[0][:max(shared, 1)]))
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _turn(part: str, name: str, p: _Prompt, runner: Any, model: ChatModel, bench: Any, config: AgentConfig,
+          answers: BfclAnswers) -> dict[str, Any]:
+    """One configuration's row on one turn (over the model's trained context: a miss, nothing generated)."""
+    if not _fits(p, model, config):
+        gen = {"text": "", "generated_tokens": 0, "stopped": "context", "prompt_tokens": len(p.tokens),
+               "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0, "llm_cpu_ms": 0.0}
+        return {**_turn_row(part, name, p, gen, bench, answers), "fits": False}
+    gen = generate_call(runner, p.tokens, config.max_new_tokens)
+    return {**_turn_row(part, name, p, gen, bench, answers), "fits": True}
 
 
 def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -539,19 +638,27 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config: AgentConfig,
-             answers: Mapping[str, Any], say: Callable[[str], None],
-             on_config: Callable[[list[dict[str, Any]], dict[str, Any]], None] | None = None
+             answers: BfclAnswers, say: Callable[[str], None],
+             on_turn: Callable[[list[dict[str, Any]], dict[str, Any]], None] | None = None,
+             done: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every configuration on one part's sampled turns: (per-turn rows, {"turns", "tools", "configs":
-    {name: summary}, "not_fitting": [...]}); ``on_config`` gets both so far after each configuration."""
+    """Every configuration on one part's sampled turns, turn by turn (all configurations of a turn,
+    then the next turn: a run stopped early has every configuration on the same turns): (per-turn
+    rows, {"turns", "tools", "configs": {name: summary}, "not_fitting": [...]}). ``on_turn`` gets
+    both so far after each turn that ran something; ``done`` maps (configuration, turn id) to a row
+    of an earlier run: its turns come first, and its row is taken instead of running the turn again
+    where the configuration hands the same tools (the same prompt; otherwise the turn runs again).
+    Each configuration has its own llama.cpp context, so each keeps its own previous turn's prefix in
+    the KV cache. The rows returned keep the earlier run's rows outside this sample."""
     from dataclasses import replace
 
     from magicselector.config import SelectorConfig
 
     from magicselector.data.datasets import load_benchmark
 
+    done = done or {}
     bench = load_benchmark(folder, skip_bad_rows=True)
-    queries = sampled_turns(bench, config)
+    queries = sampled_turns(bench, config, [i for _c, i in done])
     if not queries:
         raise InputError(f"{folder}: no turn with at least {config.min_gold} gold tool(s) the Selector takes")
     selector = base.with_catalog(bench.catalog, replace(SelectorConfig(), threads=config.threads))
@@ -567,24 +674,54 @@ def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config:
                 f"{model.context}: not run")
             continue
         prompts[c] = head + build_prompts(model, bench, queries[1:], handed[1:], c)
-    needed = max(len(p.tokens) for ps in prompts.values() for p in ps if len(p.tokens) <= model.context)
-    runner = model.runner(config.threads, _ctx_size(needed + config.max_new_tokens, model.context))
-    rows, configs = [], {}
+    by_config: dict[str, list[dict[str, Any]]] = {c: [] for c in prompts}
+    configs: dict[str, Any] = {}
     part = {"folder": str(folder), "turns": len(queries), "tools": len(bench.catalog), "configs": configs,
             "not_fitting": skipped}
+    warmups: dict[str, float | None] = {c: None for c in prompts}
+
+    def rows_so_far(through: int) -> list[dict[str, Any]]:
+        """The rows of the turns up to ``through``, then the earlier run's rows of the turns after it or
+        outside this sample (kept: a stopped run loses none, a larger limit later reuses them)."""
+        for c, got in by_config.items():
+            if got:
+                configs[c] = {**summarise(got), "warmup_prefill_ms": warmups[c]}
+        seen = {(c, q.id) for q in queries[:through] for c in by_config}
+        return [r for got in by_config.values() for r in got] + [dict(r) for k, r in done.items() if k not in seen]
+
+    runners: dict[str, Any] = {}
+    started = time.perf_counter()
     try:
-        for c, ps in prompts.items():
-            t0 = time.perf_counter()
-            got, warmup = _config_rows(name, c, ps, runner, model, bench, config, answers, say)
-            rows += got
-            configs[c] = {**summarise(got), "warmup_prefill_ms": warmup}
-            say(f"[agent] {name} / {c}: accuracy {configs[c]['accuracy']:.3f}, {len(got)} turns in "
-                f"{time.perf_counter() - t0:.0f} s")
-            if on_config is not None:
-                on_config(rows, part)
+        for i, q in enumerate(queries):
+            ran = False
+            for c, ps in prompts.items():
+                row = done.get((c, q.id))
+                if row is not None and list(row["handed"]) != ps[i].ids:  # another Selector or catalog since
+                    say(f"[agent] {name} / {c} / {q.id}: the earlier run handed other tools: run again")
+                    row = None
+                if row is not None:  # the same prompt: its rows stand, arguments scored by this run's checker
+                    row = {**row, **score_args(row, bench, answers)}
+                else:
+                    runner = runners.get(c)
+                    if runner is None:  # sized to this configuration's longest prompt that fits
+                        needed = max([len(p.tokens) for p in ps if _fits(p, model, config)], default=1)
+                        runner = runners[c] = model.runner(config.threads,
+                                                           _ctx_size(needed + config.max_new_tokens, model.context))
+                        warmups[c] = _warm_up(runner, ps, model, config)
+                    row, ran = _turn(name, c, ps[i], runner, model, bench, config, answers), True
+                by_config[c].append(dict(row))
+            if ran:
+                rows = rows_so_far(i + 1)
+                if on_turn is not None:
+                    on_turn(rows, part)
+                if (i + 1) % 5 == 0:
+                    took = time.perf_counter() - started
+                    right = ", ".join(f"{c} {sum(r['correct'] for r in got)}" for c, got in by_config.items())
+                    say(f"[agent] {name}: {i + 1}/{len(queries)} turns in {took:.0f} s, right: {right}")
     finally:
-        runner.close()
-    return rows, part
+        for runner in runners.values():
+            runner.close()
+    return rows_so_far(len(queries)), part
 
 
 # -- the run and its report -----------------------------------------------------------------------
@@ -616,10 +753,13 @@ def better_than_shipped(mean: Mapping[str, Mapping[str, float]]) -> list[str]:
 
 def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen", config: AgentConfig = AgentConfig(),
               bundle: str | Path | None = None, progress: Callable[[str], None] | None = None,
-              checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              checkpoint: Callable[[dict[str, Any]], None] | None = None,
+              resume: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Measure every configuration on every (folder, min_gold) part with one model; the report dict
     (schema ``magicselector-bench-agent/1``: host, model, config, parts, mean, better_than_shipped, rows).
-    ``checkpoint`` gets the report so far (``partial`` true) after each configuration of each part."""
+    ``checkpoint`` gets the report so far (``partial`` true) after each turn. ``resume``: an earlier
+    report of the same model, token cap and threads (``check_resumable``) whose rows are taken, not
+    run again (a turn of this run's sample that it lacks is run; its seconds are added)."""
     from dataclasses import asdict
 
     from magicselector.config import SelectorConfig
@@ -632,11 +772,19 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     folder = bfcl_answers_folder(config.bfcl_answers)
-    answers = load_bfcl_answers(folder) if folder is not None else {}
+    answers = BfclAnswers(load_bfcl_answers(folder), load_bfcl_checker(folder)) if folder is not None else BfclAnswers()
+    if folder is not None:
+        say(f"[agent] bfcl arguments: {answers.checker_name} ({folder})")
     if folder is None:
         say("[agent] bfcl-eval is not installed: arguments are not scored (pip install --no-deps "
             f"bfcl-eval=={BFCL_ANSWER_VERSION}, or --bfcl-answers DIR)")
     model = load_chat_model(model_spec)
+    done: dict[tuple[str, str, str], dict[str, Any]] = {}
+    if resume is not None:
+        check_resumable(resume, model.label, config)
+        done = {(r["part"], r["config"], r["id"]): r for r in resume.get("rows", [])}
+        say(f"[agent] resuming: {len(done)} turn rows of the earlier run are kept")
+    earlier = float(resume.get("seconds", 0.0)) if resume is not None else 0.0
     base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=False),
                                 config=SelectorConfig(threads=config.threads))
     def report(out: dict[str, Any], rows: list[dict[str, Any]], partial: bool) -> dict[str, Any]:
@@ -644,20 +792,37 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
         return {"schema": SCHEMA, "host": machine_description(), "llama_cpp": _llama_cpp_version(),
                 "model": {"label": model.label, "path": str(model.path), "size_bytes": model.path.stat().st_size,
                           "tool_style": model.tool_style, "context": model.context},
-                "config": {**asdict(config), "bfcl_answers": str(folder) if folder else None},
+                "config": {**asdict(config), "bfcl_answers": str(folder) if folder else None,
+                           "args_checker": answers.checker_name},
                 "parts": out, "mean": mean, "better_than_shipped": better_than_shipped(mean),
-                "seconds": round(time.perf_counter() - t0, 1), "partial": partial, "rows": rows}
+                "seconds": round(earlier + time.perf_counter() - t0, 1), "partial": partial, "rows": rows}
 
+    names = [part_name(f, g) for f, g in parts]
+    other = [dict(r) for (p, _c, _i), r in done.items() if p not in names]  # an earlier run's other parts: kept
     rows, out = [], {}
     for folder_, min_gold in parts:
         name = part_name(folder_, min_gold)
-        on_config = None if checkpoint is None else (
-            lambda got, part, name=name: checkpoint(report({**out, name: part}, rows + got, True)))
+        on_turn = None if checkpoint is None else (
+            lambda got, part, name=name: checkpoint(report({**out, name: part}, rows + got + other, True)))
         got, out[name] = run_part(name, folder_, model, base,
                                   AgentConfig(**{**asdict(config), "min_gold": max(min_gold, config.min_gold)}),
-                                  answers, say, on_config)
+                                  answers, say, on_turn, {(c, i): r for (p, c, i), r in done.items() if p == name})
         rows += got
-    return report(out, rows, False)
+    return report(out, rows + other, False)
+
+
+def check_resumable(earlier: Mapping[str, Any], label: str, config: AgentConfig) -> None:
+    """Refuse (InputError naming the field) to resume from a report that is not a single run's, or
+    that measured another model, token cap or thread count."""
+    if earlier.get("schema") != SCHEMA or "rows" not in earlier or "model" not in earlier:
+        raise InputError(f"resume: not a single run's {SCHEMA} report (schema {earlier.get('schema')!r})")
+    if earlier["model"].get("label") != label:
+        raise InputError(f"resume: model: the earlier run measured {earlier['model'].get('label')!r}, "
+                         f"this one {label!r}")
+    for name in ("max_new_tokens", "threads"):
+        if earlier.get("config", {}).get(name) != getattr(config, name):
+            raise InputError(f"resume: {name}: the earlier run had {earlier.get('config', {}).get(name)!r}, "
+                             f"this one {getattr(config, name)!r}")
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -786,9 +951,18 @@ def cmd_agent(args: argparse.Namespace) -> int:
             parts += development_parts(args.development, args.shared_data)
         if not parts:
             raise InputError("folders: give benchmark folders, --multi folders, --development WORK or --merge")
+        earlier = None
+        if args.resume:
+            if not args.json:
+                raise InputError("resume: give --json FILE (the run's checkpoint, read and rewritten)")
+            if Path(args.json).is_file():
+                try:
+                    earlier = json.loads(Path(args.json).read_text(encoding="utf-8"))
+                except (OSError, ValueError) as e:
+                    raise InputError(f"resume: {args.json}: {e}") from e
         report = run_agent(parts, args.model, config, bundle=args.bundle,
                            progress=lambda m: print(m, file=sys.stderr, flush=True),
-                           checkpoint=(lambda r: _write_json(r, args.json)) if args.json else None)
+                           checkpoint=(lambda r: _write_json(r, args.json)) if args.json else None, resume=earlier)
     except MagicSelectorError as e:
         print(f"magicselector: error: {e}", file=sys.stderr)
         return 2
@@ -796,7 +970,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 def _write_json(body: Mapping[str, Any], path: str | Path) -> None:
-    """Write ``body`` to ``path`` whole or not at all (a checkpoint is rewritten after each configuration)."""
+    """Write ``body`` to ``path`` whole or not at all (a checkpoint is rewritten after each turn)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -845,6 +1019,9 @@ def add_parser(bsub: Any) -> None:
                     help="bundle folder (default: the embedded default bundle, built on first use)")
     sp.add_argument("--merge", nargs="+", metavar="JSON", help="instead of measuring: merge the --json reports of "
                                                                "separate runs (per model: parts, means over them)")
-    sp.add_argument("--json", metavar="OUT", help="write the report with its per-turn rows as JSON")
+    sp.add_argument("--json", metavar="OUT", help="write the report with its per-turn rows as JSON (rewritten "
+                                                  "after every turn)")
+    sp.add_argument("--resume", action="store_true", help="take the turn rows already in the --json file instead of "
+                                                          "running them again (same model, token cap and threads)")
     sp.add_argument("--out", metavar="REPORT.md", help="write the markdown report, its plot beside it (.png)")
     sp.set_defaults(func=cmd_agent)

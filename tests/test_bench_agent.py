@@ -157,6 +157,22 @@ def test_the_command_end_to_end_on_three_turns_with_the_shipped_gguf(tmp_path, m
         sum(by[("gold", q)]["correct"] for q in ("q1", "q2", "q3")) / 3)
     assert "| gold |" in capsys.readouterr().out
 
+    # --resume: every row is in the file, so nothing is generated again and the rows stand as they were
+    import magicselector.bench.agent as agent
+
+    def no_generation(*_a, **_k):
+        raise AssertionError("a turn already in the --json file was run again")
+
+    monkeypatch.setattr(agent, "generate_call", no_generation)
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--resume"])
+    assert main() == 0
+    again = json.loads(out.read_text(encoding="utf-8"))
+    def calls(rs):
+        return [(r["config"], r["id"], r["text"]) for r in rs]
+
+    assert calls(again["rows"]) == calls(rows)
+    assert again["seconds"] >= report["seconds"]  # the earlier run's seconds carried over
+
 
 def test_merging_runs_keeps_each_models_parts_and_recomputes_the_means():
     from magicselector.bench.agent import SCHEMA, merge_reports
@@ -178,3 +194,74 @@ def test_merging_runs_keeps_each_models_parts_and_recomputes_the_means():
     assert "gold" not in qwen["mean"]  # measured on one part only
     with pytest.raises(InputError, match="schema"):
         merge_reports([{"schema": "other"}])
+
+
+def test_the_sample_is_a_seeded_permutations_head_and_an_earlier_runs_turns_come_first(tmp_path):
+    from magicselector.bench.agent import sampled_turns
+    from magicselector.data.datasets import load_benchmark
+
+    bench = load_benchmark(_tiny_part(tmp_path / "tiny"))
+    every = [q.id for q in sampled_turns(bench, AgentConfig(limit=None))]
+    assert sorted(every) == ["q1", "q2", "q3"]
+    assert [q.id for q in sampled_turns(bench, AgentConfig(limit=2))] == every[:2]  # a smaller limit: the head
+    last = every[-1]
+    assert [q.id for q in sampled_turns(bench, AgentConfig(limit=2), first=[last, "gone"])] == [last, every[0]]
+    assert len({tuple(q.id for q in sampled_turns(bench, AgentConfig(limit=None, seed=s))) for s in range(8)}) > 1
+
+
+def test_resuming_refuses_another_model_or_token_cap_naming_the_field():
+    from magicselector.bench.agent import SCHEMA, check_resumable
+
+    earlier = {"schema": SCHEMA, "model": {"label": "qwen"}, "config": {"max_new_tokens": 128, "threads": 1},
+               "rows": []}
+    check_resumable(earlier, "qwen", AgentConfig(max_new_tokens=128, threads=1))
+    with pytest.raises(InputError, match="resume: model"):
+        check_resumable(earlier, "smol", AgentConfig(max_new_tokens=128, threads=1))
+    with pytest.raises(InputError, match="resume: max_new_tokens"):
+        check_resumable(earlier, "qwen", AgentConfig(max_new_tokens=64, threads=1))
+    with pytest.raises(InputError, match="resume: threads"):
+        check_resumable(earlier, "qwen", AgentConfig(max_new_tokens=128, threads=2))
+    with pytest.raises(InputError, match="schema"):
+        check_resumable({"schema": SCHEMA, "models": []}, "qwen", AgentConfig())  # a --merge output
+
+
+def test_bfcls_own_checker_is_loaded_from_the_answers_package_with_its_model_table_stubbed(tmp_path, monkeypatch):
+    """A stand-in bfcl_eval package laid out as the real one (its checker imports the model table,
+    which the real one fills by importing every hosted model's SDK): the checker is found from the
+    answers folder, gets the catalog's own name, and the stub does not outlive the load."""
+    from magicselector.bench.agent import BfclAnswers, load_bfcl_checker
+
+    package = tmp_path / "site" / "bfcl_eval"
+    (package / "data" / "possible_answer").mkdir(parents=True)
+    (package / "constants").mkdir()
+    (package / "eval_checker" / "ast_eval").mkdir(parents=True)
+    for sub in ("", "constants", "eval_checker", "eval_checker/ast_eval"):
+        (package / sub / "__init__.py").write_text("", encoding="utf-8")
+    (package / "constants" / "model_config.py").write_text("import some_hosted_model_sdk\n", encoding="utf-8")
+    (package / "constants" / "enums.py").write_text(
+        "from enum import Enum\nclass Language(Enum):\n    PYTHON = 'python'\n", encoding="utf-8")
+    (package / "eval_checker" / "ast_eval" / "ast_checker.py").write_text(
+        "from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING\n"
+        "def simple_function_checker(description, output, answer, language, model_name):\n"
+        "    assert not MODEL_CONFIG_MAPPING[model_name].underscore_to_dot\n"
+        "    name = description['name']\n"
+        "    ok = output[name] == {k: v[0] for k, v in answer[name].items()}\n"
+        "    return {'valid': ok, 'error_type': None if ok else 'value_error:others'}\n", encoding="utf-8")
+    for name in [m for m in sys.modules if m == "bfcl_eval" or m.startswith("bfcl_eval.")]:
+        monkeypatch.delitem(sys.modules, name)
+    checker = load_bfcl_checker(package / "data" / "possible_answer")
+    assert checker is not None and "bfcl_eval.constants.model_config" not in sys.modules
+    assert str(tmp_path / "site") not in sys.path
+    answers = BfclAnswers({"bfcl:1": [{"math.hypot": {"x": [4], "y": [5]}}]}, checker)
+    assert answers.checker_name == "bfcl-eval simple_function_checker"
+    assert answers.score(DOTTED, {"x": 4, "y": 5}, "bfcl:1") == (True, None)
+    assert answers.score(DOTTED, {"x": 4, "y": 6}, "bfcl:1") == (False, "value_error:others")
+    assert answers.score(DOTTED, "x=4", "bfcl:1") == (False, "arguments:not_an_object")
+    for name in [m for m in sys.modules if m == "bfcl_eval" or m.startswith("bfcl_eval.")]:
+        del sys.modules[name]  # the stand-in's modules, loaded by this test
+    # a bare answers folder (not inside a bfcl_eval package): the documented subset scores
+    bare = tmp_path / "answers"
+    bare.mkdir()
+    assert load_bfcl_checker(bare) is None
+    subset = BfclAnswers({"bfcl:1": [{"math.hypot": {"x": [4], "y": [5]}}]})
+    assert subset.checker_name == "bfcl_args_match (its subset)" and subset.score(DOTTED, {"x": 4, "y": 5}, "bfcl:1")[0]
