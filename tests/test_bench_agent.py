@@ -89,6 +89,9 @@ def test_summary_rates_and_the_comparison_with_the_shipped_cut():
     s = summarise(rows)
     assert (s["accuracy"], s["parse_rate"], s["args"], s["args_turns"], s["tools"]) == (0.5, 0.5, 0.0, 1, 3.0)
     assert s["turn_ms"] == 16.0 and s["fit"] == 1  # times over the turns that fit the context
+    assert s["turn_cpu_ms"] is None and s["cpu_turns"] == 0  # rows without llm_cpu_ms (runs before it)
+    s = summarise([{**rows[0], "llm_cpu_ms": 12.0}, rows[0], rows[1]])
+    assert s["turn_cpu_ms"] == 13.0 and s["cpu_turns"] == 1  # selection + the LLM's CPU, over the rows with it
     mean = {"shipped": {"accuracy": 0.5, "turn_ms": 100.0}, "fixed-5": {"accuracy": 0.6, "turn_ms": 90.0},
             "fixed-10": {"accuracy": 0.7, "turn_ms": 150.0}, "gold": {"accuracy": 0.9, "turn_ms": 50.0}}
     assert better_than_shipped(mean) == ["fixed-5"]
@@ -265,3 +268,18 @@ def test_bfcls_own_checker_is_loaded_from_the_answers_package_with_its_model_tab
     assert load_bfcl_checker(bare) is None
     subset = BfclAnswers({"bfcl:1": [{"math.hypot": {"x": [4], "y": [5]}}]})
     assert subset.checker_name == "bfcl_args_match (its subset)" and subset.score(DOTTED, {"x": 4, "y": 5}, "bfcl:1")[0]
+
+
+def test_the_cut_is_beaten_only_at_the_same_or_lower_cpu_time_and_paired_turns_say_by_how_much():
+    from magicselector.bench.agent import paired_with_shipped
+
+    mean = {"shipped": {"accuracy": 0.5, "turn_ms": 100.0, "turn_cpu_ms": 40.0},
+            "fixed-5": {"accuracy": 0.6, "turn_ms": 200.0, "turn_cpu_ms": 39.0},   # slower wall (load), less CPU
+            "fixed-10": {"accuracy": 0.7, "turn_ms": 90.0, "turn_cpu_ms": 80.0}}   # faster wall, more CPU
+    assert better_than_shipped(mean) == ["fixed-5"]
+    rows = [{"part": "p", "config": c, "id": i, "correct": ok} for c, i, ok in
+            [("shipped", "a", True), ("shipped", "b", False), ("shipped", "c", False),
+             ("fixed-5", "a", False), ("fixed-5", "b", True), ("fixed-5", "c", True), ("fixed-5", "d", True),
+             ("shipped", "x", True), ("fixed-5", "x", True)]]
+    assert paired_with_shipped(rows, "p", "fixed-5") == (2, 1)  # d: the cut did not run it
+    assert paired_with_shipped(rows, "p", "shipped") is None and paired_with_shipped(rows, "q", "fixed-5") is None
