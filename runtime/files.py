@@ -45,15 +45,23 @@ def open_regular(path: str | Path, error: type[Exception], what: str = "file", m
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a file")
-            raise error(f"{path}: {kind}, not a regular file; a {what} must be a plain file")
+            raise error(f"{path}: {_file_kind(mode)}, not a regular file; a {what} must be a plain file")
         if flags & getattr(os, "O_NONBLOCK", 0):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+# What a path that is no regular file is, for the message: the first test that holds.
+_FILE_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"))
+
+
+def _file_kind(mode: int) -> str:
+    return next((kind for test, kind in _FILE_KINDS if test(mode)), "not a file")
 
 
 def read_sized(f: Any, size: int, path: str | Path, error: type[Exception], what: str = "file") -> bytes:
@@ -231,36 +239,48 @@ def sweep(target: str | Path) -> list[Path]:
     parent = target.parent
     if not parent.is_dir():
         return []
+    _restore_previous(target)
+    removed = []
+    prefix = f".{target.name}."
+    for entry in parent.iterdir():
+        if not entry.name.startswith(prefix):
+            continue
+        rest = entry.name[len(prefix):]
+        if entry.is_symlink() and rest.startswith(f"{LINK}-"):  # a link swap that a kill interrupted
+            if not _builder_alive(rest, LINK):
+                entry.unlink()
+                removed.append(entry)
+        elif _stale_build(entry, rest):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _restore_previous(target: Path) -> None:
+    """The previous folder of a swap a kill interrupted: back in place where the target is gone,
+    else removed."""
     previous = previous_dir(target)
     if previous.is_dir() and not previous.is_symlink():
         if not os.path.lexists(target):
             os.rename(previous, target)  # the kill came between the renames: the old bundle comes back
         else:
             shutil.rmtree(previous, ignore_errors=True)
-    removed = []
-    prefix = f".{target.name}."
-    for entry in parent.iterdir():
-        name = entry.name
-        if not name.startswith(prefix):
-            continue
-        rest = name[len(prefix):]
-        if entry.is_symlink() and rest.startswith(f"{LINK}-"):  # a link swap that a kill interrupted
-            pid = rest[len(LINK) + 1:].partition("-")[0]
-            if not (pid.isdigit() and _pid_alive(int(pid))):
-                entry.unlink()
-                removed.append(entry)
-            continue
-        if entry.is_symlink() or not entry.is_dir():
-            continue
-        if rest.startswith(f"{STAGING}-"):
-            pid = rest[len(STAGING) + 1:].partition("-")[0]
-            if pid.isdigit() and _pid_alive(int(pid)):
-                continue  # another build of the same target is running
-        elif not (_LEGACY_STAGING.fullmatch(rest) and _looks_like_a_bundle_build(entry)):
-            continue
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(entry)
-    return removed
+
+
+def _builder_alive(rest: str, kind: str) -> bool:
+    """Whether the process that made ``.NAME.<kind>-PID-TOKEN`` (``rest``: past ``.NAME.``) still runs."""
+    pid = rest[len(kind) + 1:].partition("-")[0]
+    return pid.isdigit() and _pid_alive(int(pid))
+
+
+def _stale_build(entry: Path, rest: str) -> bool:
+    """A folder next to the target that a killed build left: a staging folder whose builder is gone,
+    or what older versions left (``.NAME.XXXXXXXX``, ``.NAME.old``) holding a bundle build."""
+    if entry.is_symlink() or not entry.is_dir():
+        return False
+    if rest.startswith(f"{STAGING}-"):
+        return not _builder_alive(rest, STAGING)  # a live one: another build of the same target is running
+    return bool(_LEGACY_STAGING.fullmatch(rest)) and _looks_like_a_bundle_build(entry)
 
 
 def _looks_like_a_bundle_build(folder: Path) -> bool:

@@ -121,6 +121,38 @@ def _open_cached(path: Path, n: int, dim: int) -> _VectorFile | None:
     return None
 
 
+def _new_vector_file(path: Path, cache: bool) -> Path:
+    """Where the vectors are written: a temporary file next to the cache entry ``path`` (renamed to
+    it once whole), or a temporary file of the system's where nothing is cached."""
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp.npy")  # writers never share a temp file
+    fd, name = tempfile.mkstemp(prefix="magicselector-vectors-", suffix=".npy")
+    os.close(fd)
+    return Path(name)
+
+
+def _embed_into(vf: _VectorFile, embedder: "Embedder", catalog: Catalog, lengths: list[int],
+                progress: Callable[[int, int], None] | None) -> None:
+    """Every tool's vector written into ``vf``, embedded in batches of similar text lengths."""
+    n, dim = vf.n, vf.dim
+    order = np.argsort(lengths)  # similar lengths batch with little padding
+    for batch, start in enumerate(range(0, n, EMBED_BATCH)):
+        rows = order[start:start + EMBED_BATCH]
+        release = batch % RELEASE_EVERY == RELEASE_EVERY - 1 or start + EMBED_BATCH >= n
+        vectors = embedder.embed([tool_text(catalog[int(i)]) for i in rows], release=release)
+        if release:
+            trim_heap()
+        if vectors.shape != (len(rows), dim):
+            raise BundleError(f"the embedder gave vectors of shape {vectors.shape} for {len(rows)} texts; "
+                              f"its dimension is {dim}")
+        vf.write(rows, vectors)
+        if progress is not None:
+            progress(min(start + EMBED_BATCH, n), n)
+    if n:
+        give_back(embedder)
+
+
 def _vector_file(embedder: "Embedder", catalog: Catalog, model_sha: str, cache: bool,
                  progress: Callable[[int, int], None] | None = None) -> _VectorFile:
     """The catalog's vectors as a file: the cached one, or one embedded now (into the cache, or a
@@ -133,33 +165,14 @@ def _vector_file(embedder: "Embedder", catalog: Catalog, model_sha: str, cache: 
         cached = _open_cached(path, n, dim)
         if cached is not None:
             return cached
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp.npy")  # writers never share a temp file
-    else:
-        fd, name = tempfile.mkstemp(prefix="magicselector-vectors-", suffix=".npy")
-        os.close(fd)
-        tmp = Path(name)
+    tmp = _new_vector_file(path, cache)
     f = open(tmp, "w+b")
     try:
         np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(_F4),
                                                  "fortran_order": False, "shape": (n, dim)})
         vf = _VectorFile(f, f.tell(), n, dim, tmp, temporary=True)
         f.truncate(vf.offset + n * dim * _F4.itemsize)
-        order = np.argsort(lengths)  # similar lengths batch with little padding
-        for batch, start in enumerate(range(0, n, EMBED_BATCH)):
-            rows = order[start:start + EMBED_BATCH]
-            release = batch % RELEASE_EVERY == RELEASE_EVERY - 1 or start + EMBED_BATCH >= n
-            vectors = embedder.embed([tool_text(catalog[int(i)]) for i in rows], release=release)
-            if release:
-                trim_heap()
-            if vectors.shape != (len(rows), dim):
-                raise BundleError(f"the embedder gave vectors of shape {vectors.shape} for {len(rows)} texts; "
-                                  f"its dimension is {dim}")
-            vf.write(rows, vectors)
-            if progress is not None:
-                progress(min(start + EMBED_BATCH, n), n)
-        if n:
-            give_back(embedder)
+        _embed_into(vf, embedder, catalog, lengths, progress)
         if cache:
             f.flush()
             tmp.replace(path)  # a whole file, under its key, in one step
