@@ -323,16 +323,7 @@ class LlamaRunner:
         """
         with self._lock:
             t0 = time.perf_counter()
-            suffix_tokens = self.tokenize(suffix)
-            if reuse_prefix and self._prefix:
-                self.llm.n_tokens = len(self._prefix)  # eval() drops the KV cells after this
-                prompt = suffix_tokens
-            else:
-                self.llm.n_tokens = 0
-                prompt = self._prefix + suffix_tokens
-            if self.llm.n_tokens + len(prompt) + max_tokens > self.n_ctx:
-                raise ModelError(f"prompt of {self.llm.n_tokens + len(prompt)} tokens + {max_tokens} new tokens "
-                                 f"exceeds n_ctx={self.n_ctx}")
+            prompt = self._prompt(suffix, reuse_prefix, max_tokens)
             if grammar is not None:
                 grammar.reset()
             self.llm.eval(prompt)
@@ -352,16 +343,35 @@ class LlamaRunner:
                 if self.is_eog(tok):
                     stopped = "eos"
                     break
-                if grammar is not None:
-                    grammar.accept(tok)
-                out.append(tok)
-                text = self.detokenize(out)
+                text = self._take(tok, out, grammar)
                 if stop is not None and stop(text):
                     stopped = "stop"
                     break
                 self.llm.eval([tok])
             return Generation(text=text, tokens=len(out), prompt_tokens=len(prompt), ttft_ms=ttft,
                               ms=(time.perf_counter() - t0) * 1e3, stopped=stopped, grammar_fallbacks=fallbacks)
+
+    def _prompt(self, suffix: str, reuse_prefix: bool, max_tokens: int) -> list[int]:
+        """The tokens to evaluate for prefix + ``suffix``: only the suffix's where the cached prefix
+        is reused (its KV cells kept, the rest dropped); refused where it and ``max_tokens`` pass n_ctx."""
+        suffix_tokens = self.tokenize(suffix)
+        if reuse_prefix and self._prefix:
+            self.llm.n_tokens = len(self._prefix)  # eval() drops the KV cells after this
+            prompt = suffix_tokens
+        else:
+            self.llm.n_tokens = 0
+            prompt = self._prefix + suffix_tokens
+        if self.llm.n_tokens + len(prompt) + max_tokens > self.n_ctx:
+            raise ModelError(f"prompt of {self.llm.n_tokens + len(prompt)} tokens + {max_tokens} new tokens "
+                             f"exceeds n_ctx={self.n_ctx}")
+        return prompt
+
+    def _take(self, tok: int, out: list[int], grammar: Grammar | None) -> str:
+        """One generated token appended to ``out`` (and fed to the grammar); the text so far."""
+        if grammar is not None:
+            grammar.accept(tok)
+        out.append(tok)
+        return self.detokenize(out)
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None

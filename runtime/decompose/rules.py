@@ -296,7 +296,7 @@ def split_clauses(text: str) -> list[Clause]:
     return [_clause(c, joined) for c, joined in clauses if c]
 
 
-def _soft_clauses(piece: str, first: bool, last: bool, saved: list[str]) -> list[tuple[str, bool]]:
+def _soft_clauses(piece: str, first: bool, last: bool, saved: dict[str, str]) -> list[tuple[str, bool]]:
     """The clauses of one piece between hard connectors, each with whether a hard connector stands
     next to it: a soft connector splits where the next clause starts like a new request."""
     out: list[tuple[str, bool]] = []

@@ -49,15 +49,7 @@ def spend_budget(budget: Budget, ids: Sequence[str], k: int, lists: Sequence[Seq
     kept = list(range(min(k, len(ids))))
     if not budget.bounded:
         return kept
-    if by_probability:
-        priority = kept
-    else:
-        at = {ids[i]: i for i in kept}
-        # each list's best kept tool, the sub-tasks' lists before the utterance's own (list 0), which
-        # on a multi-intent turn is the whole turn and would give its first intent two slots
-        order = [*lists[1:], *lists[:1]]
-        first = [next((at[t] for t in lst if t in at), None) for lst in order]
-        priority = list(dict.fromkeys([*(i for i in first if i is not None), *kept]))
+    priority = kept if by_probability else _slot_per_list(ids, kept, lists)
     slots = budget.max_tools if budget.max_tools is not None else len(priority)
     room = budget.max_schema_tokens
     chosen: list[int] = []
@@ -71,3 +63,13 @@ def spend_budget(budget: Budget, ids: Sequence[str], k: int, lists: Sequence[Seq
             room -= cost
         chosen.append(i)
     return sorted(chosen)
+
+
+def _slot_per_list(ids: Sequence[str], kept: list[int], lists: Sequence[Sequence[str]]) -> list[int]:
+    """The kept positions in the order the budget spends them: each list's best kept tool first,
+    the sub-tasks' lists before the utterance's own (list 0), which on a multi-intent turn is the
+    whole turn and would give its first intent two slots; then the rest in ranked order."""
+    at = {ids[i]: i for i in kept}
+    order = [*lists[1:], *lists[:1]]
+    first = [next((at[t] for t in lst if t in at), None) for lst in order]
+    return list(dict.fromkeys([*(i for i in first if i is not None), *kept]))
