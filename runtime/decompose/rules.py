@@ -143,23 +143,25 @@ _SEQUENCE_BY_WORD = _by_first_word(_SEQUENCE_WORDS)
 
 def _strip_fillers(clause: str) -> str:
     c = clause.strip(" ,;:.-")
-    changed = True
-    while changed and c:
-        changed = False
-        low = c.lower()
-        word = _leading_letters(low)
-        for f in _FILLERS_BY_WORD.get(word, ()):
-            if low == f or low.startswith(f + " ") or low.startswith(f + ","):
-                c = c[len(f):].strip(" ,;:.-")
-                changed = True
-                break
-        else:
-            for f in _SEQUENCE_BY_WORD.get(word, ()):
-                if low.rstrip(".!") == f or low.startswith(f + ","):
-                    c = c[len(f):].strip(" ,;:.-")
-                    changed = True
-                    break
+    while c:
+        n = _leading_filler(c.lower())
+        if n is None:
+            break
+        c = c[n:].strip(" ,;:.-")
     return c
+
+
+def _leading_filler(low: str) -> int | None:
+    """The length of the filler ("please", "um") or sequence word ("then,") a lowercased clause
+    starts with, None where it starts with neither."""
+    word = _leading_letters(low)
+    for f in _FILLERS_BY_WORD.get(word, ()):
+        if low == f or low.startswith(f + " ") or low.startswith(f + ","):
+            return len(f)
+    for f in _SEQUENCE_BY_WORD.get(word, ()):
+        if low.rstrip(".!") == f or low.startswith(f + ","):
+            return len(f)
+    return None
 
 
 def _first_word(text: str) -> str:
@@ -392,6 +394,11 @@ def _subject(request: str) -> str:
 CHARS_PER_TASK = 1_000
 
 
+def _last_user_turn(history: Sequence[Turn]) -> int:
+    """The position of the latest user turn in ``history``, -1 where there is none."""
+    return next((j for j in range(len(history) - 1, -1, -1) if history[j].role == "user"), -1)
+
+
 class _TaskList:
     """The tasks of one utterance as ``RuleDecomposer._tasks`` finds them: a clause that asks
     nothing waits as context and joins the next task (or, at the end, the last one); a task that
@@ -450,20 +457,26 @@ class RuleDecomposer:
     def previous_request(self, history: Sequence[Turn], memo: dict[str, str] | None = None) -> str:
         """The last request of the latest user turn (of its last ``max_chars`` characters);
         ``memo`` keeps the answer per turn text for the other clauses of one utterance."""
-        for t in reversed(history):
-            if t.role == "user":
-                if memo is not None and t.content in memo:
-                    return memo[t.content]
-                text = t.content[-self.max_chars:]
-                clauses: list[str] = list(split_clauses(text))
-                if len(text) < len(t.content) and len(clauses) > 1:
-                    clauses = clauses[1:]  # the clip cut the first one
-                meaningful = [c for c in clauses if content_words(c) and _is_elliptical(c, []) is None]
-                found = (meaningful or clauses or [text])[-1]
-                if memo is not None:
-                    memo[t.content] = found
-                return found
-        return ""
+        j = _last_user_turn(history)
+        if j < 0:
+            return ""
+        content = history[j].content
+        if memo is not None and content in memo:
+            return memo[content]
+        found = self._last_request(content)
+        if memo is not None:
+            memo[content] = found
+        return found
+
+    def _last_request(self, content: str) -> str:
+        """The last clause of a user turn (of its last ``max_chars`` characters) that asks for
+        something by itself; else its last clause, else the text."""
+        text = content[-self.max_chars:]
+        clauses: list[str] = list(split_clauses(text))
+        if len(text) < len(content) and len(clauses) > 1:
+            clauses = clauses[1:]  # the clip cut the first one
+        meaningful = [c for c in clauses if content_words(c) and _is_elliptical(c, []) is None]
+        return (meaningful or clauses or [text])[-1]
 
     def previous_requests(self, history: Sequence[Turn], memo: dict[str, str] | None = None,
                           depth: int = 0, seen: dict[tuple[int, int], list[str]] | None = None) -> list[str]:
@@ -471,26 +484,28 @@ class RuleDecomposer:
         an utterance), its own elliptical ones completed from the turns before it, up to
         ``FOLLOW_DEPTH`` turns back (past it: ``previous_request``); ``seen`` keeps the answer per
         turn for the other clauses of one utterance."""
-        for j in range(len(history) - 1, -1, -1):
-            t = history[j]
-            if t.role != "user":
-                continue
-            if depth >= FOLLOW_DEPTH:
-                found = self.previous_request(history[: j + 1], memo)
-                return [found] if found else []
-            key = (j, depth)
-            if seen is not None and key in seen:
-                return seen[key]
-            text = t.content[-self.max_chars:]
-            if len(text) < len(t.content):  # the clip cut a clause: start past its end
-                end = _CLAUSE_END.search(text)
-                text = text[end.end():] if end else text
-            tasks = self._tasks(text, history[:j], depth + 1, seen)
-            requests = [x for x in tasks if content_words(x)][-self.max_tasks:]
-            if seen is not None:
-                seen[key] = requests
-            return requests
-        return []
+        j = _last_user_turn(history)
+        if j < 0:
+            return []
+        if depth >= FOLLOW_DEPTH:
+            found = self.previous_request(history[: j + 1], memo)
+            return [found] if found else []
+        key = (j, depth)
+        if seen is not None and key in seen:
+            return seen[key]
+        tasks = self._tasks(self._turn_tail(history[j].content), history[:j], depth + 1, seen)
+        requests = [x for x in tasks if content_words(x)][-self.max_tasks:]
+        if seen is not None:
+            seen[key] = requests
+        return requests
+
+    def _turn_tail(self, content: str) -> str:
+        """A user turn's last ``max_chars`` characters, from the end of the clause the clip cut."""
+        text = content[-self.max_chars:]
+        if len(text) < len(content):
+            end = _CLAUSE_END.search(text)
+            text = text[end.end():] if end else text
+        return text
 
     def resolve(self, clause: str, history: Sequence[Turn], memo: dict[str, str] | None = None, depth: int = 0,
                 seen: dict[tuple[int, int], list[str]] | None = None, first: bool = True) -> list[str]:

@@ -32,15 +32,20 @@ class _Clip:
 
     def message(self, msg: Any, where: str) -> Any:
         if isinstance(msg, Turn):
-            tools = msg.tools
-            if isinstance(tools, (list, tuple)):
-                tools = tuple(self.string(n, True) if isinstance(n, str) else n for n in tools[-_CLIP_ITEMS:])
-            content = self.string(msg.content, False) if isinstance(msg.content, str) else msg.content
-            return replace(msg, content=content, tools=tools)
+            return self.turn(msg)
         if isinstance(msg, (list, tuple)) and len(msg) == 2 and isinstance(msg[0], str):  # (role, content)
             role = self.string(msg[0], True)
             return [role, self.value(msg[1], f"{where}[1]", 1, "content")]
         return self.value(msg, where, 0, "content")  # a message is read even when nothing is left
+
+    def turn(self, msg: Turn) -> Turn:
+        """A Turn given as it is: its content and last tool names clipped (what is not a string
+        is left for the reader to refuse)."""
+        tools = msg.tools
+        if isinstance(tools, (list, tuple)):
+            tools = tuple(self.string(n, True) if isinstance(n, str) else n for n in tools[-_CLIP_ITEMS:])
+        content = self.string(msg.content, False) if isinstance(msg.content, str) else msg.content
+        return replace(msg, content=content, tools=tools)
 
     def string(self, text: str, structural: bool) -> str:
         keep = max(self.left, _FLOOR) if structural else max(self.left, 0)
@@ -59,7 +64,12 @@ class _Clip:
             return self.string(value, key in _STRUCTURAL)
         if kind is list or kind is tuple or isinstance(value, (list, tuple)):
             return [] if spent or depth >= _CLIP_DEPTH else self.items(value, where, depth)
-        mapping = value if kind is dict else as_mapping(value)
+        return self.object(value if kind is dict else as_mapping(value), value, where, depth, key, spent)
+
+    def object(self, mapping: Mapping[Any, Any] | None, value: Any, where: str, depth: int, key: str | None,
+               spent: bool) -> Any:
+        """A value that may be an object (``mapping``: it read as one, else None): copied as far as
+        the depth and the budget reach (a message's content and a call's function past the budget too)."""
         if mapping is None:
             return value  # numbers, booleans, None; anything else the reader refuses by its type
         if depth >= _CLIP_DEPTH or (spent and key not in ("content", "function", "custom")):
@@ -76,19 +86,24 @@ class _Clip:
         return out
 
     def mapping(self, mapping: Mapping[Any, Any], where: str, depth: int) -> dict[str, Any]:
-        kind = mapping.get("type")
-        first = [k for k in _FIRST if k in mapping]
-        if isinstance(kind, str) and kind not in first and kind in mapping:  # {"type": "x", "x": {...}}
-            first.append(kind)
-        rest = [k for k in itertools.islice((k for k in mapping if k not in first), _CLIP_ITEMS)]
         out: dict[str, Any] = {}
-        for key in itertools.chain(first, rest):
+        for key in _read_order(mapping):
             if not isinstance(key, str):
                 raise InputError(f"{where}: object keys must be strings, got {reprlib.repr(key)} "
                                  f"({type(key).__name__})")
             self.left -= len(key)
             out[key] = self.value(mapping[key], f"{where}.{key}", depth + 1, key)
         return out
+
+
+def _read_order(mapping: Mapping[Any, Any]) -> list[Any]:
+    """The keys of an object in the order ``_Clip`` reads them: the structural ones and the tool
+    calls, the object's own type's key ({"type": "x", "x": {...}}), then the first others."""
+    kind = mapping.get("type")
+    first = [k for k in _FIRST if k in mapping]
+    if isinstance(kind, str) and kind not in first and kind in mapping:
+        first.append(kind)
+    return first + list(itertools.islice((k for k in mapping if k not in first), _CLIP_ITEMS))
 
 
 def _clip_messages(messages: Sequence[Any], budget: int) -> list[Any]:
