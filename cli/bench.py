@@ -597,14 +597,18 @@ def cmd_worst_case(args: argparse.Namespace) -> int:
 def cmd_quality(args: argparse.Namespace) -> int:
     from magicselector.bench.quality import QualityConfig, bench_quality, format_markdown
 
+    rows = tuple(args.row) if args.row else None
     config = QualityConfig(at=args.at, limit=args.limit or None, seed=args.seed, threads=args.threads or 1,
-                           reference=not args.no_reference, peers=not args.no_peers)
+                           reference=not args.no_reference, peers=not args.no_peers, rows=rows)
     command = "magicselector bench quality" + "".join(
         f" {flag} {value}" for flag, value in (("--bundle", args.bundle), ("--shared-data", args.shared_data),
-                                               ("--limit", args.limit), ("--threads", args.threads))
+                                               *(("--set", s) for s in args.set or ()),
+                                               ("--limit", args.limit), ("--threads", args.threads),
+                                               *(("--row", f"'{r}'") for r in args.row or ()))
         if value is not None) + (" --no-reference" if args.no_reference else "") + (" --no-peers" if args.no_peers else "")
     report = bench_quality(args.out, bundle=args.bundle, shared_data=args.shared_data, work=args.work,
-                           config=config, command=command, progress=not args.quiet, note=_progress)
+                           config=config, command=command, progress=not args.quiet, note=_progress,
+                           sets=args.set or ())
     print(format_markdown(report, command))
     print(f"wrote {args.out} and {Path(args.out).with_suffix('.json')}", file=sys.stderr)
     return 0
@@ -785,8 +789,15 @@ def _add_quality_parser(bsub: Any) -> None:
                                          "part: BM25, dense, hybrid, + reranker, + rules, shipped, FP32 reference, the PyPI peers")
     add_bundle_option(sp)
     sp.add_argument("--shared-data", metavar="DIR",
-                    help="folder of the public sets (bfcl/, metatool/); default: shared/data beside the checkout")
-    sp.add_argument("--limit", type=int, default=200, help="seeded sample of queries per set (0: all; default 200)")
+                    help="folder of the public sets (bfcl/, metatool/, nestful/, restbench/, toolalpaca/, gorilla_apibench/, "
+                         "sgd/); default: shared/data beside the checkout")
+    sp.add_argument("--set", action="append", metavar="DIR",
+                    help="measure this benchmark folder (tools.jsonl + queries.jsonl; repeatable) instead of the "
+                         "development parts: your own catalog and queries, the shipped configuration and the peers "
+                         "side by side; the multi-tool group pools the given sets' turns with two or more gold tools")
+    sp.add_argument("--row", action="append", metavar="NAME",
+                    help="only this row (repeatable; e.g. --row shipped --row graph-tool-call; default: every row)")
+    sp.add_argument("--limit", type=int, default=500, help="seeded sample of queries per set (0: all; default 500)")
     sp.add_argument("--seed", type=int, default=0, help="seeds the sample (default 0)")
     sp.add_argument("--at", type=int, default=10, help="cutoff of NDCG and Completeness (default 10)")
     add_threads_option(sp)

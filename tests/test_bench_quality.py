@@ -11,7 +11,7 @@ import pytest
 
 from magicselector.config import SelectorConfig
 from magicselector.data.datasets import load_benchmark
-from magicselector.data.splits import ToolSplitConfig, split_tools
+from magicselector.data.splits import SHARED_SETS, ToolSplitConfig, split_tools
 from magicselector.formats import tool_definitions
 from magicselector.tokens import schema_tokens
 
@@ -50,10 +50,10 @@ def test_every_configuration_on_every_set_and_rows_match_evaluate(bundle_dir, ti
         assert row["tokens"] <= row["tokens@10"] + 1e-9, name  # 10 >= the 6 tools
 
     # a runtime row is exactly what `evaluate` reports for the same EvalConfig
-    direct_report = evaluate(tiny_benchmark, eval_configs(SelectorConfig(), config)["hybrid + reranker"],
+    direct_report = evaluate(tiny_benchmark, eval_configs(SelectorConfig(), config)["hybrid"],
                              bundle=bundle_dir, progress=False)
     direct = direct_report["overall"]
-    row = rows["hybrid + reranker"]
+    row = rows["hybrid"]
     assert row["ndcg"] == pytest.approx(direct["ndcg@10"])
     assert row["completeness"] == pytest.approx(direct["completeness@10"])
     assert row["mean_k"] == pytest.approx(direct["mean_k"])
@@ -67,7 +67,6 @@ def test_every_configuration_on_every_set_and_rows_match_evaluate(bundle_dir, ti
     assert row["tokens"] == pytest.approx(sum(costs[i] for q in turns for i in q["ids"]) / len(turns))
     assert row["tokens@5"] == pytest.approx(sum(costs[i] for q in turns for i in q["ranked_ids"][:5]) / len(turns))
     assert row["p90_k"] == pytest.approx(float(np.percentile([q["k"] for q in turns], 90)))
-    assert rows["hybrid + reranker"]["reranker"] == "bundle" and rows["hybrid"]["reranker"] is None
     # the INT8 runtime embedder ranks these few tools as its FP32 checkpoint does
     assert rows["dense"]["ndcg"] == pytest.approx(rows[FP32]["ndcg"], abs=0.15)
 
@@ -83,26 +82,27 @@ def test_every_configuration_on_every_set_and_rows_match_evaluate(bundle_dir, ti
 
 
 def test_rows_follow_the_shipped_configuration_when_it_changes():
-    shipped = replace(SelectorConfig(), lexical=True, rerank=False, decompose="rules", history="user",
+    shipped = replace(SelectorConfig(), lexical=True, decompose="rules", history="user",
                       lexical_weight=0.3)
     configs = eval_configs(shipped, QualityConfig())
-    assert configs["shipped"].retriever == "hybrid" and not configs["shipped"].selector.rerank
+    assert configs["shipped"].retriever == "hybrid"
     assert configs["shipped"].decomposition == "rules"
     assert configs["shipped"].selector.head and not configs["shipped, no head"].selector.head
     assert configs["shipped, no head"].selector == replace(configs["shipped"].selector, head=False)
     assert all(c.selector.history == "user" and c.selector.lexical_weight == 0.3 and c.cut == shipped.cut
                for c in configs.values())
-    assert configs["dense"].retriever == "dense" and not configs["dense"].selector.rerank
-    assert configs["hybrid + reranker + rules"].decomposition == "rules" and configs["hybrid + reranker"].selector.rerank
+    assert configs["dense"].retriever == "dense"
+    assert configs["hybrid"].retriever == "hybrid" and configs["hybrid"].decomposition == "none"
 
 
 def test_development_sets_skip_an_absent_public_set(tiny_benchmark, tmp_path):
     shared = tmp_path / "shared"
-    shutil.copytree(tiny_benchmark, shared / "bfcl")  # metatool is absent
+    shutil.copytree(tiny_benchmark, shared / "bfcl")  # the other public sets are absent
     notes: list[str] = []
     sets = dict(development_sets(tmp_path / "work", shared, note=notes.append))
     assert list(sets) == ["mobile test", "mobile test_ood", "bfcl eval"]
-    assert len(notes) == 1 and "metatool" in notes[0]
+    assert len(notes) == len(SHARED_SETS) - 1 and all(f"the {name} set is skipped" in note
+                                                      for name, note in zip(SHARED_SETS[1:], notes))
     eval_tools = {json.loads(line)["id"] for line in (sets["bfcl eval"] / "tools.jsonl").read_text().splitlines()}
     ids = [json.loads(line)["id"] for line in (tiny_benchmark / "tools.jsonl").read_text().splitlines()]
     assert eval_tools == split_tools(ids, ToolSplitConfig())[1]
