@@ -92,14 +92,18 @@ class NameMap:
             else:
                 changed.append(name)
         for name in sorted(changed):  # sorted: the same set gives the same names whatever its order
-            for digits in _HASHES:
-                wire = _mangled(name, digits)
-                if wire not in self._back:
-                    break
-            else:  # 32 hex digits of SHA-256 colliding as well: not a thing that happens
-                raise InputError(f"tool {name!r}: no collision-free wire name")
+            wire = self._free_wire_name(name)
             self._wire[name] = wire
             self._back[wire] = name
+
+    def _free_wire_name(self, name: str) -> str:
+        """The shortest hashed wire name of ``name`` that no other name of the map has taken."""
+        for digits in _HASHES:
+            wire = _mangled(name, digits)
+            if wire not in self._back:
+                return wire
+        # 32 hex digits of SHA-256 colliding as well: not a thing that happens
+        raise InputError(f"tool {name!r}: no collision-free wire name")
 
     def wire(self, name: str) -> str:
         """The wire name of the catalog name ``name``."""

@@ -49,21 +49,25 @@ def _key_bytes(key: Any, what: str) -> tuple[bytes, str]:
     if isinstance(key, (bytes, bytearray)):
         return bytes(key), what
     if isinstance(key, (str, os.PathLike)):
-        text = os.fspath(key)
-        if isinstance(text, str) and (text.lstrip().startswith("-----BEGIN") or "\x00" in text):
-            return text.encode("utf-8", "surrogatepass"), what
-        path = Path(text)
-        try:
-            if path.is_file():
-                if path.stat().st_size > _MAX_KEY_FILE_BYTES:
-                    raise InputError(f"{path}: too large for a key file ({what})")
-                return path.read_bytes(), str(path)
-        except (OSError, ValueError) as e:
-            raise InputError(f"{what}: cannot read the key file {text!r:.200} ({e})") from None
-        if isinstance(text, str) and _decode_text_key(text) is not None:
-            return text.encode("ascii"), what  # the key itself, as base64 or hex text
-        raise InputError(f"{what}: no such key file {text!r:.200}")
+        return _named_key_bytes(os.fspath(key), what)
     raise InputError(f"{what}: a key is a file path or bytes, got {type(key).__name__}")
+
+
+def _named_key_bytes(text: str, what: str) -> tuple[bytes, str]:
+    """``_key_bytes`` of a string or path: PEM text, a key file's bytes, or base64 / hex key text."""
+    if isinstance(text, str) and (text.lstrip().startswith("-----BEGIN") or "\x00" in text):
+        return text.encode("utf-8", "surrogatepass"), what
+    path = Path(text)
+    try:
+        if path.is_file():
+            if path.stat().st_size > _MAX_KEY_FILE_BYTES:
+                raise InputError(f"{path}: too large for a key file ({what})")
+            return path.read_bytes(), str(path)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{what}: cannot read the key file {text!r:.200} ({e})") from None
+    if isinstance(text, str) and _decode_text_key(text) is not None:
+        return text.encode("ascii"), what  # the key itself, as base64 or hex text
+    raise InputError(f"{what}: no such key file {text!r:.200}")
 
 
 def _decode_text_key(text: str) -> bytes | None:
@@ -89,7 +93,6 @@ def _decode_text_key(text: str) -> bytes | None:
 def load_public_key(key: Any, what: str = "public key") -> Ed25519PublicKey:
     """An Ed25519 public key from a PEM file or text, 32 raw bytes, or base64 / hex text of them."""
     _crypto()
-    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
     if isinstance(key, ed25519.Ed25519PublicKey):
         return key
@@ -97,22 +100,33 @@ def load_public_key(key: Any, what: str = "public key") -> Ed25519PublicKey:
         return key.public_key()
     data, name = _key_bytes(key, what)
     if data.lstrip().startswith(b"-----BEGIN"):
-        try:
-            loaded = serialization.load_pem_public_key(data)
-        except (ValueError, TypeError) as e:
-            raise InputError(f"{name}: not a PEM public key ({e})") from None
-        if not isinstance(loaded, ed25519.Ed25519PublicKey):
-            raise InputError(f"{name}: a {type(loaded).__name__}, not an Ed25519 public key")
-        return loaded
-    raw = data if len(data) == RAW_KEY_BYTES else None
-    if raw is None:
-        try:
-            raw = _decode_text_key(data.decode("ascii"))
-        except UnicodeDecodeError:
-            raw = None
+        return _pem_public_key(data, name)
+    raw = _raw_key(data)
     if raw is None:
         raise InputError(f"{name}: not an Ed25519 public key (PEM, 32 raw bytes, or their base64 or hex)")
     return ed25519.Ed25519PublicKey.from_public_bytes(raw)
+
+
+def _pem_public_key(data: bytes, name: str) -> Ed25519PublicKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    try:
+        loaded = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{name}: not a PEM public key ({e})") from None
+    if not isinstance(loaded, ed25519.Ed25519PublicKey):
+        raise InputError(f"{name}: a {type(loaded).__name__}, not an Ed25519 public key")
+    return loaded
+
+
+def _raw_key(data: bytes) -> bytes | None:
+    """A key's 32 raw bytes: ``data`` itself, or its base64 or hex text decoded; None where it is neither."""
+    if len(data) == RAW_KEY_BYTES:
+        return data
+    try:
+        return _decode_text_key(data.decode("ascii"))
+    except UnicodeDecodeError:
+        return None
 
 
 def load_private_key(key: Any, what: str = "signing key") -> Ed25519PrivateKey:

@@ -134,6 +134,32 @@ def _request_functions(tools: list[Any]) -> Iterator[tuple[Any, str, Mapping[str
         yield from ((member, f"request.tools[{i}].tools[{j}]", t) for j, member in enumerate(t["tools"]))
 
 
+def _field(value: Any, key: str) -> Any:
+    """``value[key]`` of a mapping or of an SDK object read as one; None where ``value`` is neither."""
+    fields = _mapping(value)  # a name of its own: None where the value is no mapping
+    return fields.get(key) if fields is not None else None
+
+
+def _is_client_search_call(item: Mapping[str, Any]) -> bool:
+    return item.get("type") == "tool_search_call" and item.get("execution", "client") == "client"
+
+
+def _deferred_functions(tools: list[Any]) -> tuple[list[Tool], dict[str, tuple[str | None, dict[str, Any]]]]:
+    """A Responses request's deferred functions as Tools, and per tool id its namespace (or None)
+    and its definition as the request gives it."""
+    found: list[Tool] = []
+    origin: dict[str, tuple[str | None, dict[str, Any]]] = {}
+    for defn, where, namespace in _request_functions(tools):
+        defn = _mapping(defn)
+        if defn is None:
+            raise InputError(f"{where}: a tool must be an object")
+        tool = _openai_deferred(defn, where, namespace)
+        if tool is not None:
+            found.append(tool)
+            origin[tool.id] = (namespace["name"] if namespace is not None else None, dict(defn))
+    return found, origin
+
+
 def _has_client_search(tools: list[Any]) -> bool:
     return any(isinstance(t, Mapping) and t.get("type") == "tool_search" and t.get("execution") == "client"
                for t in tools)
@@ -190,8 +216,7 @@ class ToolSearch:
     # -- Anthropic ----------------------------------------------------------------------------
     def anthropic_catalog(self, request: Mapping[str, Any]) -> Catalog:
         """The request's deferred tools (``defer_loading: true`` client tools) as a catalog."""
-        fields = _mapping(request)  # a name of its own: None where the request is no mapping
-        tools = fields.get("tools") if fields is not None else None
+        tools = _field(request, "tools")
         if not isinstance(tools, (list, tuple)):
             raise InputError("request.tools: an Anthropic request needs a 'tools' list")
         deferred = [tool for i, t in enumerate(tools) if (tool := _anthropic_deferred(t, f"request.tools[{i}]"))]
@@ -216,8 +241,7 @@ class ToolSearch:
                          ) -> dict[str, Any]:
         """The user message answering every call of the search tool in a Messages API response
         (a ``tool_result`` block per ``tool_use``). ``response`` may be the SDK's ``Message``."""
-        request, fields = _mapping(request) or request, _mapping(response)  # fields: None where it is no mapping
-        content = fields.get("content") if fields is not None else None
+        request, content = _mapping(request) or request, _field(response, "content")
         if not isinstance(content, (list, tuple)):
             raise InputError("response.content: an Anthropic response needs a 'content' list")
         calls = [b for b in map(_mapping, content) if b is not None and self._is_search_use(b)]
@@ -234,23 +258,13 @@ class ToolSearch:
                        ) -> tuple[Catalog, dict[str, tuple[str | None, dict[str, Any]]]]:
         """The request's deferred function tools as a catalog, and per tool id its namespace (or
         None) and its definition as the request gives it."""
-        fields = _mapping(request)  # a name of its own: None where the request is no mapping
-        given = fields.get("tools") if fields is not None else None
+        given = _field(request, "tools")
         if not isinstance(given, (list, tuple)):
             raise InputError("request.tools: a Responses request needs a 'tools' list")
         tools = [_mapping(t) or t for t in given]
         if not _has_client_search(tools):
             raise InputError("request.tools: no {\"type\": \"tool_search\", \"execution\": \"client\"} tool")
-        found: list[Tool] = []
-        origin: dict[str, tuple[str | None, dict[str, Any]]] = {}
-        for defn, where, namespace in _request_functions(tools):
-            defn = _mapping(defn)
-            if defn is None:
-                raise InputError(f"{where}: a tool must be an object")
-            tool = _openai_deferred(defn, where, namespace)
-            if tool is not None:
-                found.append(tool)
-                origin[tool.id] = (namespace["name"] if namespace is not None else None, dict(defn))
+        found, origin = _deferred_functions(tools)
         if not found:
             raise InputError("request.tools: no function tool has \"defer_loading\": true; nothing to search")
         return Catalog(found, source="request.tools"), origin
@@ -275,12 +289,10 @@ class ToolSearch:
                       ) -> list[dict[str, Any]]:
         """The ``tool_search_output`` items answering every client-executed ``tool_search_call`` of a
         Responses API response (``response`` may be the SDK's ``Response``)."""
-        request, fields = _mapping(request) or request, _mapping(response)  # fields: None where it is no mapping
-        output = fields.get("output") if fields is not None else None
+        request, output = _mapping(request) or request, _field(response, "output")
         if not isinstance(output, (list, tuple)):
             raise InputError("response.output: a Responses API response needs an 'output' list")
-        calls = [o for o in map(_mapping, output) if o is not None and o.get("type") == "tool_search_call"
-                 and o.get("execution", "client") == "client"]
+        calls = [o for o in map(_mapping, output) if o is not None and _is_client_search_call(o)]
         if not calls:
             raise InputError("response.output: no client-executed tool_search_call")
         history = [*_input_history(request), *output]

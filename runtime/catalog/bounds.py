@@ -115,29 +115,41 @@ def _decoded_bounds(entry: dict[str, Any], schema_key: str | None) -> dict[str, 
     ``_check_bounds`` writes it (``", "`` and ``": "``) is the compact size plus one for each
     separator: at most the commas and colons in the compact JSON. NaN, infinities, integers too
     long to write and lone surrogates raise here as there."""
-    encode = _COMPACT_JSON.encode
-    pieces: dict[str, str] = {}
     try:
-        rest = entry
-        for k in (schema_key, "outputSchema"):
-            if k is not None and type(entry.get(k)) is dict:
-                pieces[k] = encode(entry[k])
-                if rest is entry:
-                    rest = dict(entry)
-                rest[k] = 0  # one character, "0", in place of the piece
-        size = -len(pieces)  # the placeholders
-        containers = commas = colons = 0
-        for text in (encode(rest), *pieces.values()):
-            size += len(text) if text.isascii() else len(text.encode("utf-8", "strict"))
-            containers += text.count("{") + text.count("[")
-            commas += text.count(",")
-            colons += text.count(":")
+        pieces, rest = _schema_pieces(entry, schema_key)
+        size, containers, commas, colons = _json_counts([_COMPACT_JSON.encode(rest), *pieces.values()])
     except Exception:  # NaN, an integer too long, a lone surrogate, nested too deeply to write: the walk says
         return None
+    size -= len(pieces)  # the placeholders
     if containers > MAX_TOOL_DEPTH or 2 * containers + commas > MAX_TOOL_NODES \
             or size + commas + colons > MAX_TOOL_JSON_CHARS:
         return None
     return pieces
+
+
+def _schema_pieces(entry: dict[str, Any], schema_key: str | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """The compact JSON of the entry's schemas that are objects ({field: JSON}), and the entry with
+    a one-character 0 in their place (the entry itself where there is none)."""
+    pieces: dict[str, str] = {}
+    rest = entry
+    for k in (schema_key, "outputSchema"):
+        if k is not None and type(entry.get(k)) is dict:
+            pieces[k] = _COMPACT_JSON.encode(entry[k])
+            if rest is entry:
+                rest = dict(entry)
+            rest[k] = 0  # one character, "0", in place of the piece
+    return pieces, rest
+
+
+def _json_counts(texts: list[str]) -> tuple[int, int, int, int]:
+    """(UTF-8 size, containers, commas, colons) over JSON texts."""
+    size = containers = commas = colons = 0
+    for text in texts:
+        size += len(text) if text.isascii() else len(text.encode("utf-8", "strict"))
+        containers += text.count("{") + text.count("[")
+        commas += text.count(",")
+        colons += text.count(":")
+    return size, containers, commas, colons
 
 
 def _json_default(value: Any) -> Any:
@@ -151,14 +163,19 @@ def _plain_json(value: Any) -> Any:
     """``value`` (bounded by ``_check_bounds``) with every mapping that is not a dict copied into a
     dict, so what a Tool keeps writes as JSON; ``value`` itself when it holds none."""
     if isinstance(value, _abc.Mapping):
-        items = {k: _plain_json(v) for k, v in value.items()}
-        if type(value) is dict and all(items[k] is v for k, v in value.items()):
-            return value
-        return items
+        return _plain_mapping(value)
     if type(value) is list or type(value) is tuple:
         elements = [_plain_json(v) for v in value]
         return value if all(a is b for a, b in zip(elements, value)) else type(value)(elements)
     return value
+
+
+def _plain_mapping(value: Mapping[str, Any]) -> Any:
+    """``_plain_json`` of a mapping: a dict, ``value`` itself where it is one holding nothing to copy."""
+    items = {k: _plain_json(v) for k, v in value.items()}
+    if type(value) is dict and all(items[k] is v for k, v in value.items()):
+        return value
+    return items
 
 
 def _has_surrogate(value: Any) -> bool:

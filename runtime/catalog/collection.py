@@ -190,14 +190,18 @@ class Catalog(Sequence[Tool]):
         copy._ids = self._ids[:position] + self._ids[position + 1:]
         copy._pos = {i: (p if p < position else p - 1) for i, p in self._pos.items() if i != tool_id}
         copy._named = {k: (v if isinstance(v, str) else list(v)) for k, v in self._named.items()}
-        have = copy._named[removed.name]
-        if isinstance(have, str):
-            del copy._named[removed.name]
-        else:
-            have.remove(tool_id)
-            if len(have) == 1:
-                copy._named[removed.name] = have[0]
+        copy._drop_name(removed.name, tool_id)
         return copy
+
+    def _drop_name(self, name: str, tool_id: str) -> None:
+        """``tool_id`` no longer among the tools named ``name`` (the name gone with its last one)."""
+        have = self._named[name]
+        if isinstance(have, str):
+            del self._named[name]
+            return
+        have.remove(tool_id)
+        if len(have) == 1:
+            self._named[name] = have[0]
 
     def write_jsonl(self, path: str | Path) -> None:
         with open(path, "w", encoding="utf-8") as f:

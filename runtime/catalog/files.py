@@ -235,25 +235,42 @@ def _parsed_one_by_one(entries: list[Any], domain: str | None, where: str) -> It
     """The MCP tools of a large JSON catalog for ``Catalog`` to pack, each parsed and its decoded
     JSON let go before the next (``entries`` is emptied as it goes). The errors are those of a small
     catalog, in its order: every entry is parsed first, then names and ids are checked unique."""
-    names: dict[str, int] = {}
-    ids: set[str] = set()
-    duplicate_name: str | None = None
-    duplicate_id: str | None = None
+    duplicates = _Duplicates(where)
     for i in range(len(entries)):
         entry, at = entries[i]
         entries[i] = None  # the decoded JSON goes as soon as it is parsed
         tool = _parse_tool(_decoded(entry), at, domain, True, decoded=True)
         del entry
-        if tool.name in names:
-            duplicate_name = duplicate_name or f"{where}: duplicate tool name {tool.name!r} (entries {names[tool.name]} and {i})"
-        names.setdefault(tool.name, i)
-        if tool.id in ids:
-            duplicate_id = duplicate_id or f"{where}: duplicate tool id {tool.id!r}"
-        ids.add(tool.id)
-        if duplicate_name is None and duplicate_id is None:
+        if duplicates.note(tool, i):
             yield tool
-    if duplicate_name or duplicate_id:
-        raise CatalogError(duplicate_name or duplicate_id)
+    duplicates.check()
+
+
+class _Duplicates:
+    """The first duplicate name and the first duplicate id among tools seen one at a time, the
+    error ``_check_unique_names`` and ``Catalog`` give for them raised once every tool is parsed."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.names: dict[str, int] = {}
+        self.ids: set[str] = set()
+        self.name: str | None = None
+        self.id: str | None = None
+
+    def note(self, tool: Tool, i: int) -> bool:
+        """Remember the ``i``-th tool; True while no duplicate has been seen."""
+        if tool.name in self.names:
+            self.name = self.name or (f"{self.where}: duplicate tool name {tool.name!r} "
+                                      f"(entries {self.names[tool.name]} and {i})")
+        self.names.setdefault(tool.name, i)
+        if tool.id in self.ids:
+            self.id = self.id or f"{self.where}: duplicate tool id {tool.id!r}"
+        self.ids.add(tool.id)
+        return self.name is None and self.id is None
+
+    def check(self) -> None:
+        if self.name or self.id:
+            raise CatalogError(self.name or self.id)
 
 
 def _check_unique_names(tools: Sequence[Tool], where: str) -> None:
@@ -292,8 +309,7 @@ def _load_catalog(path: Path) -> Catalog:
     if path.is_dir() and (path / "tools.jsonl").exists():
         return _load_catalog(path / "tools.jsonl")
     if path.is_dir():
-        tools = _folder_tools(path)
-        strict_names = True
+        tools, strict_names = _folder_tools(path), True
     elif path.suffix == ".jsonl":
         tools = [_parse_tool(e, w, None, False, decoded=True) for e, w in _entries_from_jsonl(path)]
         # Benchmark folders may reuse a name with different descriptions; ids tell them apart.
@@ -302,8 +318,7 @@ def _load_catalog(path: Path) -> Catalog:
         entries, domain = _entries_from_json(path)
         if len(entries) >= collection.PACK_AT:
             return _packed_catalog(entries, domain, path)
-        tools = [_parse_tool(_decoded(e), w, domain, True, decoded=True) for e, w in entries]
-        strict_names = True
+        tools, strict_names = [_parse_tool(_decoded(e), w, domain, True, decoded=True) for e, w in entries], True
     if not tools:
         raise CatalogError(f"{path}: the catalog holds no tools")
     if strict_names:

@@ -34,12 +34,15 @@ def _exchanges(history: Sequence[Turn], tool_words: bool = True) -> list[Turn]:
             continue
         text = _with_tools(t.content, t.tools) if t.role == "assistant" and tool_words else t.content
         if out and t.role == "assistant" and out[-1].role == "assistant":
-            prev = out[-1]
-            out[-1] = Turn("assistant", " ".join(x for x in (prev.content, text) if x),
-                           tuple(dict.fromkeys(prev.tools + t.tools)))
+            out[-1] = _merged(out[-1], text, t.tools)
         else:
             out.append(Turn(t.role, text, t.tools))
     return out
+
+
+def _merged(prev: Turn, text: str, tools: tuple[str, ...]) -> Turn:
+    """An assistant turn with the next assistant message's text and tools added."""
+    return Turn("assistant", " ".join(x for x in (prev.content, text) if x), tuple(dict.fromkeys(prev.tools + tools)))
 
 
 def retrieval_text(query: str, history: Sequence[Turn], mode: str, turns: int = 4) -> str:
@@ -93,5 +96,3 @@ def recent_turns(history: Sequence[Turn], mode: str, turns: int = 4) -> list[Tur
             keep.append(Turn("assistant", asked))
     return keep[-turns:]
 
-
-# -- one budget for everything a turn reads -------------------------------------------------------
