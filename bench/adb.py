@@ -655,7 +655,6 @@ def native_results(raw: Mapping[str, Any], bundle_dir: str | os.PathLike, *, wor
               "candidates": options.get("candidates", shipped.candidates), "cut": "rmargin",
               "decomposer": options.get("decompose", shipped.decompose), "verify": raw["verify"],
               "turns": raw["turns"], "workload": {"name": workload_name, "sha256": workload_sha256},
-              "rerank": False, "rerank_skip_margin": None, "reranked_share": 0.0,
               "texts_per_turn": (sum(texts) / len(texts)) if texts else None, "tokens": None,
               "fresh_process": True, "runner": "native", "runner_wall_s": raw.get("wall_s")}
     return {"schema": SCHEMA, "device": device, "config": config,
@@ -769,8 +768,8 @@ class DeviceLatencyOptions:
     on the device; a shell fragment that starts Python there runs the Python runner instead.
     python_cmd / workdir / remote_env: how ``adb shell`` starts Python (``RemotePython``).
     remote_dir: the device folder for the bundle and the runs. adb_path: the ``adb`` client.
-    runner_module: the module run with ``python -m``. history_mode / decompose / rerank /
-    rerank_skip_margin / turns / turns_limit: the runner's settings (None: the shipped
+    runner_module: the module run with ``python -m``. history_mode / decompose / turns /
+    turns_limit: the runner's settings (None: the shipped
     configuration, the fixed phone workload). mem_probe / mem_poll_s: the extra peak-memory probe
     (``runner``: none; ``proc``; ``dumpsys``) and its period. run_timeout_s: the longest one run may
     take. resume: keep the finished runs of an earlier, interrupted call into ``out_dir``.
@@ -794,8 +793,6 @@ class DeviceLatencyOptions:
     runner_module: str = RUNNER_MODULE
     history_mode: str | None = None
     decompose: str | None = None
-    rerank: bool | None = None
-    rerank_skip_margin: float | None = None
     turns: str | os.PathLike | None = None
     turns_limit: int | None = None
     cool_down_below_c: float = 40.0
@@ -810,9 +807,6 @@ class DeviceLatencyOptions:
             raise DeviceError("need runs >= 1, warmup >= 0, threads >= 1, passes_per_run >= 1")
         if self.mem_probe not in MEM_PROBES:
             raise DeviceError(f"mem_probe must be one of {MEM_PROBES}, got {self.mem_probe!r}")
-        if self.runner == "native" and (self.rerank or self.rerank_skip_margin is not None):
-            raise DeviceError("the cross-encoder runs in the Python runtime only: the native runner selects "
-                              "without it (leave rerank off, or pass python_cmd for a device with Python)")
         if self.runner == "native" and self.decompose in ("llm", "auto"):
             raise DeviceError(f"decompose {self.decompose!r}: the LLM decomposer runs in the Python runtime only "
                               "(the native runner runs 'rules' and 'none')")
@@ -844,7 +838,7 @@ class DeviceLatencyOptions:
 
         return runner_argv(remote_bundle, remote_out, runs=self.passes_per_run, warmup=self.warmup,
                            threads=self.threads, history_mode=self.history_mode or None, decompose=self.decompose,
-                           rerank=self.rerank, rerank_skip_margin=self.rerank_skip_margin, turns=remote_turns,
+                           turns=remote_turns,
                            turns_limit=self.turns_limit or None, module=self.runner_module)
 
 
@@ -921,7 +915,6 @@ def _harness_record(opts: DeviceLatencyOptions, bundle_dir, info: DeviceInfo, de
                            "runner_module": o.runner_module, "python_cmd": o.python_cmd, "warmup": o.warmup,
                            "runner": o.runner, "native_runner_sha256": runner["sha256"] if runner else None,
                            "threads": o.threads, "passes_per_run": o.passes_per_run, "decompose": o.decompose,
-                           "rerank": o.rerank, "rerank_skip_margin": o.rerank_skip_margin,
                            "history_mode": o.history_mode, "taskset_mask": mask, "mem_probe": o.mem_probe,
                            "turns_sha256": sha256_file(o.turns) if o.turns is not None else None,
                            "turns_limit": o.turns_limit},

@@ -15,23 +15,7 @@ background load on shared cores):
 * ``bm25_total`` - BM25 (rank-bm25, the tokenization ``magicselector eval`` uses) over the catalog's
   tool texts: scoring every tool + top-k.
 
-``rerank`` variants, per turn (one sample is the turn's whole rerank stage), on the pairs the
-shipped configuration scores with the rerank on: each workload turn goes once through
-``Selector.select`` (the bench's configuration with ``rerank=True``) with a recording proxy in front
-of the bundle's reranker, and every variant replays the recorded calls as they were made (one
-``score_pairs`` over the turn's fused head):
-
-* ``ours_rerank`` - the bundle's reranker (INT8 ONNX, the runtime's rerank stage object).
-* ``onnx_fp32_rerank`` - FP32 ONNX of the reference checkpoint (exported on the fly with
-  ``magicselector.export.onnx.export_encoder_onnx``), through the runtime's ``CrossEncoder``.
-* ``pytorch_fp32_rerank`` - the reference checkpoint in PyTorch (``inference_mode``), tokenized by the
-  same ``PairTokenizer``.
-
-The FP32 variants need ``reference_reranker``: the Hugging Face cross-encoder folder the bundle's
-reranker was exported from. It must encode the recorded pairs to the same token ids as the bundle's
-reranker and have its architecture and layer count (else ``InputError``: the ratios would compare two
-models). Without it, or without a reranker in the bundle, ``"rerank"`` says which rows are missing and
-why. Nothing is faked.
+The runtime has no cross-encoder; the experiment times its own (``bench/experiments/rerank_latency.py``).
 
 Results (``compare_latency``)::
 
@@ -39,24 +23,15 @@ Results (``compare_latency``)::
      "variants": {name: {"p50", "p90", "p99", "mean", "min", "max", "n"}},   # ms
      "ratios": {"pytorch_fp32_embed / ours_embed": x, ...},                   # of p50s
      "ratios_mean": {...},                                                    # of means
-     "agreement": {"pytorch_fp32_top1_same": fraction, "numpy_exact_top30_overlap": fraction, ...},
-     "rerank": {"available": bool,            # the FP32 rows were timed
-                "int8_timed": bool, "note": str, "reference": str | None,
-                "turns", "calls_per_turn", "pairs_per_turn": {"mean", "max"}, "tokens_per_pair": {"mean", "max"},
-                "model": {"architecture", "layers", "max_length", "truncation", "min_tool_tokens"},
-                "fp32_onnx": {"export_s", "size_bytes"}, "input_sha256": hex,
-                "agreement": {"int8_vs_fp32_spearman_per_call_mean", "..._min", "int8_vs_fp32_top1_same",
-                              "onnx_fp32_vs_pytorch_max_abs_diff"}}}
+     "agreement": {"pytorch_fp32_top1_same": fraction, "numpy_exact_top30_overlap": fraction, ...}}
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from magicselector.errors import InputError
 
 from .latency import WORKLOAD, percentiles, turn_texts
 
@@ -72,94 +47,6 @@ RATIO_PAIRS = (
 )
 
 
-RERANK_RATIO_PAIRS = (
-    ("onnx_fp32_rerank", "ours_rerank"),
-    ("pytorch_fp32_rerank", "ours_rerank"),
-)
-
-Pairs = list[tuple[str, str]]
-# One rerank-stage call of a turn, as the Selector made it: ("score_pairs", pairs) or ("score", pairs of one query).
-Call = tuple[str, Pairs]
-
-
-class _RecordingReranker:
-    """Stands in front of the bundle's reranker and records every call the rerank stage makes, with
-    the same interface (``score_pairs`` only where the reranker has it, so the Selector calls it alike)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = getattr(inner, "name", "reranker")
-        self.calls: list[Call] = []
-        if hasattr(inner, "score_pairs"):
-            self.score_pairs = self._score_pairs
-
-    def score(self, query: str, texts):
-        self.calls.append(("score", [(query, t) for t in texts]))
-        return self.inner.score(query, texts)
-
-    def _score_pairs(self, pairs):
-        self.calls.append(("score_pairs", list(pairs)))
-        return self.inner.score_pairs(pairs)
-
-
-def rerank_calls(selector: Any, workload: Sequence[Mapping[str, Any]]) -> list[list[Call]]:
-    """Per workload turn, the calls the selector's rerank stage makes with the rerank on (its other
-    settings unchanged, except that no turn skips it: every turn's head is a call to time): what
-    every rerank variant then replays."""
-    recorder = _RecordingReranker(selector.reranker)
-    sel = selector.with_config(rerank=True, rerank_skip_margin=None).with_reranker(recorder)
-    out = []
-    for turn in workload:
-        recorder.calls = []
-        sel.select(turn["utterance"], turn.get("history") or [])
-        out.append(recorder.calls)
-    return out
-
-
-def replay(reranker: Any, call: Call):
-    """Make one recorded call on ``reranker`` (the bundle's, or an FP32 stand-in)."""
-    method, pairs = call
-    if method == "score_pairs":
-        return reranker.score_pairs(pairs)
-    return reranker.score(pairs[0][0], [t for _, t in pairs]) if pairs else reranker.score(" ", [])
-
-
-def _encode(tokenizer: Any, pairs: Pairs, batch_size: int) -> list[dict[str, Any]]:
-    """The batches the rerank stage feeds its model for ``pairs`` (``CrossEncoder.score_pairs``)."""
-    return [tokenizer.encode_pairs([(q, t or " ") for q, t in pairs[s:s + batch_size]])
-            for s in range(0, len(pairs), batch_size)]
-
-
-class _TorchCrossEncoder:
-    """The reference checkpoint in FP32 PyTorch behind the rerank stage's interface, fed the same
-    calls as ``CrossEncoder`` (same pair tokenizer, batch size and length groups)."""
-
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int, max_padding: float = 0.25) -> None:
-        self.model, self.tokenizer, self.batch_size, self.max_padding = model, tokenizer, batch_size, max_padding
-        self.name = "pytorch-fp32-cross-encoder"
-
-    def score(self, query: str, texts):
-        return self.score_pairs([(query, t) for t in texts])
-
-    def run(self, feeds):
-        import torch
-
-        with torch.inference_mode():
-            return self.model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits[:, 0].float().numpy()
-
-    def score_pairs(self, pairs):
-        import numpy as np
-
-        from magicselector.stages.embed import grouped_runs
-
-        out, start = np.zeros(len(pairs), dtype=np.float32), 0
-        for b in _encode(self.tokenizer, list(pairs), self.batch_size):
-            for rows, _, logits in grouped_runs(self, b, self.max_padding):
-                out[start + rows] = logits
-            start += len(b["input_ids"])
-        return out
-
-
 def _torch_one_thread():
     import torch
 
@@ -169,114 +56,6 @@ def _torch_one_thread():
     except RuntimeError:
         pass  # already set in this process
     return torch
-
-
-def _check_reference(reference: Path, section: Mapping[str, Any]) -> dict[str, Any]:
-    """The reference checkpoint's config; InputError unless it is the bundle reranker's kind of model."""
-    import json
-
-    cfg_path = reference / "config.json"
-    if not cfg_path.is_file() or not (reference / "tokenizer.json").is_file():
-        raise InputError(f"--reference-reranker {reference}: not a Hugging Face cross-encoder folder "
-                         "(config.json and tokenizer.json are needed)")
-    try:
-        config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise InputError(f"{cfg_path}: unreadable ({e})") from None
-    for field, key in (("architecture", "model_type"), ("layers", "num_hidden_layers")):
-        want, got = section.get(field), config.get(key)
-        if want is not None and got is not None and want != got:
-            raise InputError(f"--reference-reranker {reference}: {key} {got!r}, but the bundle's reranker has "
-                             f"{field} {want!r}; pass the checkpoint the bundle's reranker was exported from")
-    return config
-
-
-def rerank_variants(selector: Any, calls: Sequence[Sequence[Call]], reference: str | Path | None, workdir: Path,
-                    progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The reranker variants of the side-by-side run (name -> an object with the rerank stage's
-    ``score``/``score_pairs``) and what ``"rerank"`` reports about them. ``ours_rerank`` whenever the
-    bundle has a reranker; the FP32 variants only with a ``reference`` checkpoint, whose FP32 ONNX is
-    exported into ``workdir``."""
-    import numpy as np
-
-    from .rerank_latency import inputs_digest
-
-    info: dict[str, Any] = {"available": False, "int8_timed": False,
-                            "reference": None if reference is None else str(reference)}
-    ours = selector.reranker
-    if ours is None:
-        if reference is not None:
-            raise InputError(f"--reference-reranker {reference}: the bundle has no reranker to compare it with")
-        info["note"] = "no reranker rows: the bundle has no reranker"
-        return {}, info
-    variants: dict[str, Any] = {"ours_rerank": ours}
-    info["int8_timed"] = True
-    pairs = [sum(len(p) for _, p in turn) for turn in calls]
-    info.update({"turns": len(calls), "calls_per_turn": float(np.mean([len(t) for t in calls])) if calls else 0.0,
-                 "pairs_per_turn": {"mean": float(np.mean(pairs)) if pairs else 0.0, "max": max(pairs, default=0)}})
-    section = (selector.bundle.section("reranker") if selector.bundle is not None else None) or {}
-    info["model"] = {k: section.get(k) for k in ("architecture", "layers", "max_length", "truncation",
-                                                 "min_tool_tokens")}
-    tok8 = getattr(ours, "tokenizer", None)
-    batch = int(getattr(ours, "batch_size", 32))
-    flat = [p for turn in calls for _, p in turn if p]
-    if tok8 is not None and flat:
-        enc8 = [b for p in flat for b in _encode(tok8, p, batch)]
-        lens = np.concatenate([b["attention_mask"].sum(axis=1) for b in enc8])
-        info["tokens_per_pair"] = {"mean": float(lens.mean()), "max": int(lens.max())}
-        info["input_sha256"] = inputs_digest(enc8)
-    if reference is None:
-        info["note"] = ("INT8 only (ours_rerank): no FP32 rows without --reference-reranker DIR, the Hugging Face "
-                        "checkpoint the bundle's reranker was exported from (the shipped reranker's FP32 source is "
-                        "not in the repository)")
-        return variants, info
-
-    from magicselector.export.onnx import checkpoint_pair_window, export_encoder_onnx
-    from magicselector.stages.rerank import CrossEncoder, PairTokenizer
-
-    reference = Path(reference)
-    _check_reference(reference, section)
-    tok32 = PairTokenizer(reference / "tokenizer.json", **checkpoint_pair_window(reference))
-    if tok8 is not None and flat:
-        if inputs_digest(b for p in flat for b in _encode(tok32, p, batch)) != info["input_sha256"]:
-            raise InputError(f"--reference-reranker {reference} encodes the turns' pairs differently from the "
-                             f"bundle's reranker (pair window {tok32.describe()} vs {tok8.describe()}, or another "
-                             "tokenizer): is it the checkpoint the bundle's reranker was exported from?")
-    if progress is not None:
-        progress(f"[compare] exporting {reference} to FP32 ONNX for the onnx_fp32_rerank row")
-    fp32 = export_encoder_onnx(reference, workdir / "reranker.fp32.onnx", kind="reranker")
-    info["fp32_onnx"] = {"export_s": round(fp32.seconds, 2), "size_bytes": fp32.size_bytes}
-    torch = _torch_one_thread()
-    from transformers import AutoModelForSequenceClassification
-
-    model = AutoModelForSequenceClassification.from_pretrained(str(reference)).eval()
-    variants["onnx_fp32_rerank"] = CrossEncoder(fp32.output, tok32, threads=1, batch_size=batch)
-    variants["pytorch_fp32_rerank"] = _TorchCrossEncoder(model, tok32, batch)
-    info["available"] = True
-    info["note"] = (f"INT8 (the bundle's file) vs FP32 onnxruntime vs FP32 PyTorch of {reference} "
-                    f"(torch {torch.__version__}, 1 thread), same token ids")
-    return variants, info
-
-
-def _rerank_agreement(scores: Mapping[str, list[Any]]) -> dict[str, float]:
-    """INT8 against FP32 PyTorch (Spearman and top-1 per rerank call, i.e. per scored head) and FP32
-    ONNX against PyTorch (max |diff|: the export is the same model)."""
-    import numpy as np
-
-    from magicselector.ranks import spearman
-
-    ref, q8, o32 = scores.get("pytorch_fp32_rerank"), scores.get("ours_rerank"), scores.get("onnx_fp32_rerank")
-    if not ref or not q8:
-        return {}
-    rho = [spearman(np.asarray(a), np.asarray(b)) for a, b in zip(q8, ref) if len(a) > 1]
-    top1 = [float(int(np.argmax(a)) == int(np.argmax(b))) for a, b in zip(q8, ref) if len(a)]
-    out = {"int8_vs_fp32_spearman_per_call_mean": float(np.mean(rho)) if rho else None,
-           "int8_vs_fp32_spearman_per_call_min": float(np.min(rho)) if rho else None,
-           "int8_vs_fp32_top1_same": float(np.mean(top1)) if top1 else None}
-    if o32:
-        out["onnx_fp32_vs_pytorch_max_abs_diff"] = max(
-            (float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(o32, ref) if len(a)), default=0.0)
-    return out
 
 
 def _exact_topk(matrix, query, k: int):
@@ -291,15 +70,11 @@ def _exact_topk(matrix, query, k: int):
 
 def compare_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3,
                     workload: Sequence[Mapping[str, Any]] = WORKLOAD, *, history_mode: str = "user",
-                    include_pytorch: bool = True, include_bm25: bool = True, include_rerank: bool = True,
-                    reference_reranker: str | Path | None = None,
+                    include_pytorch: bool = True, include_bm25: bool = True,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Time every variant on every turn's texts (one query embedded at a time) and on every turn's
-    rerank lists, runs x workload. ``reference_reranker``: the FP32 source of the bundle's reranker
-    (a Hugging Face folder), for the FP32 rerank rows."""
-    with tempfile.TemporaryDirectory(prefix="ms-compare-") as tmp:  # the FP32 reranker ONNX lives here
-        return _compare(bundle_dir, runs, warmup, list(workload), history_mode, include_pytorch, include_bm25,
-                        include_rerank, reference_reranker, Path(tmp), progress)
+    """Time every variant on every turn's texts (one query embedded at a time), runs x workload."""
+    return _compare(bundle_dir, runs, warmup, list(workload), history_mode, include_pytorch, include_bm25,
+                    progress)
 
 
 class _EmbedVariants:
@@ -391,7 +166,6 @@ class _Tally:
     top1_same: list[float] = field(default_factory=list)
     overlap_exact: list[float] = field(default_factory=list)
     overlap_fp32: list[float] = field(default_factory=list)
-    rerank_scores: dict[str, list[Any]] = field(default_factory=dict)
 
     def add(self, rec: Mapping[str, float]) -> None:
         for k, v in rec.items():
@@ -415,37 +189,9 @@ def _embed_pass(variants: _EmbedVariants, texts: Sequence[str], tally: _Tally, t
                     tally.overlap_fp32.append(len(set(ours_ids[:10]) & set(fp32_ids[:10])) / 10)
 
 
-def _rerank_pass(rerank: Mapping[str, Any], turn_calls: Sequence[Sequence[Call]], r: int, tally: _Tally,
-                 timing: bool, first: bool) -> None:
-    """One sample per turn and variant: the turn's whole rerank stage; the variants take turns going first."""
-    names = list(rerank)
-    for i, calls in enumerate(turn_calls):
-        shift = (r + i) % len(names)
-        for name in names[shift:] + names[:shift]:
-            reranker = rerank[name]
-            t0 = time.perf_counter()
-            got = [replay(reranker, call) for call in calls]
-            ms = (time.perf_counter() - t0) * 1e3
-            if timing:
-                tally.samples.setdefault(name, []).append(ms)
-                if first:
-                    tally.rerank_scores[name].extend(got)
-
-
-def _rerank_setup(selector: Any, workload, include_rerank: bool, reference_reranker, workdir: Path, progress):
-    if include_rerank:
-        turn_calls = [c for c in rerank_calls(selector, workload) if c] if selector.reranker is not None else []
-        rerank, rerank_info = rerank_variants(selector, turn_calls, reference_reranker, workdir, progress)
-        return turn_calls, rerank, rerank_info
-    if reference_reranker is not None:
-        raise InputError("a reference reranker needs the rerank rows (include_rerank=True)")
-    return [], {}, {"available": False, "int8_timed": False, "reference": None,
-                    "note": "no reranker rows: not asked for (include_rerank=False)"}
-
-
 def _ratios(stats: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
     ratios, ratios_mean = {}, {}
-    for num, den in RATIO_PAIRS + RERANK_RATIO_PAIRS:
+    for num, den in RATIO_PAIRS:
         if num in stats and den in stats and stats[den]["p50"] > 0:
             ratios[f"{num} / {den}"] = stats[num]["p50"] / stats[den]["p50"]
             ratios_mean[f"{num} / {den}"] = stats[num]["mean"] / max(stats[den]["mean"], 1e-12)
@@ -464,8 +210,7 @@ def _agreement(tally: _Tally) -> dict[str, Any]:
 
 
 def _compare(bundle_dir: str | Path, runs: int, warmup: int, workload: list[Mapping[str, Any]], history_mode: str,
-             include_pytorch: bool, include_bm25: bool, include_rerank: bool, reference_reranker: str | Path | None,
-             workdir: Path, progress: Callable[[str], None] | None) -> dict[str, Any]:
+             include_pytorch: bool, include_bm25: bool, progress: Callable[[str], None] | None) -> dict[str, Any]:
     import numpy as np
 
     from magicselector.config import SelectorConfig
@@ -476,33 +221,25 @@ def _compare(bundle_dir: str | Path, runs: int, warmup: int, workload: list[Mapp
     texts = [t for turn in workload for t in turn_texts(selector, turn)]
     tok_counts = [int(x) for x in selector.embedder.tokenizer.encode(texts)["attention_mask"].sum(axis=1)]
     variants = _EmbedVariants(selector, include_pytorch, include_bm25)
-    turn_calls, rerank, rerank_info = _rerank_setup(selector, workload, include_rerank, reference_reranker, workdir,
-                                                    progress)
-    tally = _Tally(rerank_scores={name: [] for name in rerank})
+    tally = _Tally()
     for r in range(warmup + runs):
         timing = r >= warmup
         t_pass = time.perf_counter()
         _embed_pass(variants, texts, tally, timing, r == warmup)
-        _rerank_pass(rerank, turn_calls, r, tally, timing, r == warmup)
         if progress is not None:
             label = f"warmup {r + 1}/{warmup}" if not timing else f"run {r - warmup + 1}/{runs}"
-            rr = f" + {len(turn_calls)} rerank turns x {len(rerank)}" if rerank else ""
-            progress(f"[compare] {label}: {len(texts)} queries{rr} in {(time.perf_counter() - t_pass) * 1e3:.0f} ms")
+            progress(f"[compare] {label}: {len(texts)} queries in {(time.perf_counter() - t_pass) * 1e3:.0f} ms")
 
     stats = {k: percentiles(v) for k, v in tally.samples.items()}
     ratios, ratios_mean = _ratios(stats)
-    if rerank_info.get("available"):
-        rerank_info["agreement"] = _rerank_agreement(tally.rerank_scores)
     return {
         "schema": SCHEMA,
         "config": {"bundle": str(bundle_dir), "runs": runs, "warmup": warmup, "threads": 1,
                    "history_mode": history_mode, "candidates": variants.candidates, "queries": len(texts),
                    "tokens": {"mean": float(np.mean(tok_counts)), "max": int(max(tok_counts))},
-                   "tools": len(variants.ids), "index_dtype": selector.index.dtype, "notes": variants.notes,
-                   "reference_reranker": None if reference_reranker is None else str(reference_reranker)},
+                   "tools": len(variants.ids), "index_dtype": selector.index.dtype, "notes": variants.notes},
         "variants": stats,
         "ratios": ratios,
         "ratios_mean": ratios_mean,
         "agreement": _agreement(tally),
-        "rerank": rerank_info,
     }

@@ -45,7 +45,7 @@ class Ranking:
     ids: list[str]                                   # the fused ranked list, before any cut
     scores: np.ndarray                               # its scores (float64 of the stored floats)
     vectors: np.ndarray                              # index.vectors(ids): unit embeddings
-    lists: list[tuple[str, list[str], np.ndarray]]   # per retrieval list, after the rerank
+    lists: list[tuple[str, list[str], np.ndarray]]   # per retrieval list, after the fusion
     history_list: int | None = None                  # which list is the history-folded utterance
 
     def vectors_of(self, ids: Sequence[str]) -> np.ndarray:
@@ -67,7 +67,7 @@ def collect_rankings(selector: Selector, benchmark: Benchmark | str | Path, limi
     """Run ``selector.rank`` once per query (the turn before its cut); store the rankings.
 
     ``selector`` must be over the benchmark's catalog (``evaluate.selector_for_catalog``); its
-    config (decomposition, fusion, rerank, candidates) is kept; the cut is re-applied later.
+    config (decomposition, fusion, candidates) is kept; the cut is re-applied later.
     """
     bench = benchmark if isinstance(benchmark, Benchmark) else load_benchmark(benchmark)
     rows = []
@@ -148,14 +148,14 @@ def cut_curve(rows: Sequence[Ranking], rules: Mapping[str, AnyCut], cut_scope: s
 
 
 # A grid: the base config, the field that varies, and its values. The defaults suit retrieval
-# cosines (about 0.2-0.9); rerank scores (z-scored mixes, logits) need wider margins/temperatures.
+# cosines (about 0.2-0.9); other scores (z-scored mixes, logits) need wider margins/temperatures.
 Grid = tuple[AnyCut, str, Sequence[float]]
 DEFAULT_GRIDS: dict[str, Grid] = {
     "paper": (PaperCut(), "k_min", [1]),  # the paper's rule as published: one point
     "margin": (ExperimentCut(rule="margin"), "margin", [0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3]),
     "zmargin": (ExperimentCut(rule="zmargin"), "z_margin", [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5]),
     "rmargin": (PLAIN_RMARGIN, "range_margin", [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8]),
-    # the shipped form: the range over the reranked head of 15 (CutConfig)
+    # the shipped form: the range over the list's head of 15 (CutConfig)
     "rmargin15": (replace(PLAIN_RMARGIN, range_depth=15), "range_margin",
                   [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9, 0.95, 1.0]),
     "mass": (ExperimentCut(rule="mass", temperature=0.03), "mass", [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]),
@@ -260,9 +260,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--decompose", default="none", choices=["none", "rules", "llm", "auto"])
     ap.add_argument("--cut-scope", default="subtask", choices=CUT_SCOPES)
     ap.add_argument("--candidates", type=int, default=30)
-    ap.add_argument("--no-rerank", action="store_true")
-    ap.add_argument("--reranker", default=None, metavar="DIR", help="a reranker folder instead of the bundle's")
-    ap.add_argument("--rerank-weight", type=float, default=None, help="cross-encoder weight in the z-scored mix")
     ap.add_argument("--plot-dir", default=None, help="write cut_curve_<set>.png (the sweep of each set) here")
     ap.add_argument("--json", default=None, help="write the sweeps and the comparison as JSON here")
     args = ap.parse_args(argv)
@@ -272,13 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .evaluate import selector_for_catalog
 
     base = Selector.from_bundle(args.bundle)
-    if args.reranker and not args.no_rerank:
-        from magicselector.stages.rerank import CrossEncoder
-
-        base = base.with_reranker(CrossEncoder.from_dir(args.reranker))
-    weight = {} if args.rerank_weight is None else {"rerank_weight": args.rerank_weight}
-    config = SelectorConfig(candidates=args.candidates, decompose=args.decompose,
-                            rerank=not args.no_rerank, **weight)
+    config = SelectorConfig(candidates=args.candidates, decompose=args.decompose)
     sets = [(args.data, args.limit), *((path, args.held_out_limit) for path in args.held_out)]
     sweeps: dict[str, Any] = {}
     compare: dict[str, Any] = {}

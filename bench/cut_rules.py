@@ -12,8 +12,8 @@ they ran in the runtime before they left it:
           n = 0 keeps nothing; n = 1 keeps the one tool; n = 2 has no K_sim (it is 0); constant
           scores give K_score = 1. The only rule that reads the tools' embeddings.
   fixed   K = k, on the fused list (never per sub-task list; the learned head reorders, K stays k).
-  margin  K = the longest prefix with s_i >= max(s) - margin. Rerank scores are z-scored mixes
-          or logits, so one margin means the same thing on every list; retrieval cosines are not.
+  margin  K = the longest prefix with s_i >= max(s) - margin. On z-scored mixes or logits one
+          margin means the same thing on every list; on retrieval cosines it does not.
   zmargin the margin in units of the list's own standard deviation: s_i >= max(s) - z_margin * sd(s),
           i.e. a margin on per-list z-scores, so it carries over between score scales.
   mass    p = softmax(s / temperature); K = the shortest prefix with sum p >= mass (nucleus).

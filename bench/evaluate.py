@@ -54,8 +54,6 @@ class EvalConfig:
     retriever: dense | bm25 | hybrid; None: the shipped one (hybrid: the Selector with its lexical
       channel). It sets ``selector.lexical``; bm25 alone runs no decomposition.
     limit, seed: a seeded sample of at most ``limit`` queries.
-    reranker: a reranker folder (model.onnx, tokenizer.json, reranker.json) used instead of the
-      bundle's where ``selector.rerank`` is on.
     on_bad_query: a query the Selector refuses (over-long, empty, not valid Unicode, malformed
       history) is skipped, or with ``truncate`` an over-long one is cut to ``limits.max_query_chars``.
     ``selector.llm.model`` None means the bundle's decomposer, with its prompt unless
@@ -68,7 +66,6 @@ class EvalConfig:
     retriever: str | None = None
     limit: int | None = None
     seed: int = 0
-    reranker: str | None = None
     on_bad_query: str = "skip"
 
     @property
@@ -262,10 +259,6 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
         raise InputError(f"{bench.path}: holds no queries to evaluate")
     if not queries:
         raise InputError(f"{bench.path}: every query was refused ({len(bad)}), e.g. {bad[0]['id']}: {bad[0]['reason']}")
-    if config.reranker is not None and asked.rerank:
-        from magicselector.stages.rerank import CrossEncoder
-
-        base = base.with_reranker(CrossEncoder.from_dir(config.reranker, threads=asked.threads))
     selector = selector_for_catalog(base, bench.catalog, sel_config)
     raw_selector = selector.with_config(decompose="none") if config.decomposition != "none" else None
     cost = {t.id: schema_tokens(t) for t in bench.catalog}
@@ -282,10 +275,8 @@ def evaluate(benchmark: Benchmark | str | Path, config: EvalConfig = EvalConfig(
     by_cat: dict[str, list] = defaultdict(list)
     for r in rows:
         by_cat[r["category"]].append(r)
-    reranked = asked.rerank and selector.reranker is not None and config.retrieval != "bm25"
     report = {
         "dataset": str(bench.path),
-        "reranker": (config.reranker or "bundle") if reranked else None,
         "overall": _summarise(rows, config.k, config.adaptive, token_cost),
         "by_category": {c: _summarise(rs, config.k, config.adaptive, token_cost) for c, rs in sorted(by_cat.items())},
         "config": report_config(config, sel_config, asked) | {

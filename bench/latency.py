@@ -28,7 +28,6 @@ runner writes as JSON; the ADB harness pulls the same dict back from a phone)::
         "turns": int,                  # workload size; every stage has n = runs * turns samples
         "workload": {"name": str, "sha256": str | None},   # "phone" (WORKLOAD) or the --turns file's path
         "texts_per_turn": float, "tokens": {"mean": .., "max": ..},   # what the embedder saw
-        "reranked_share": float | None,  # timed turns whose order the cross-encoder set
         "fresh_process": bool,         # True when run by the runner (cold start is process-level)
         "started": ISO-8601 UTC
       },
@@ -51,8 +50,7 @@ runner writes as JSON; the ADB harness pulls the same dict back from a phone)::
 
 Stages: ``decompose``, ``tokenize`` (the embedder's ``tokenizer.encode`` on the turn's texts),
 ``embed`` (the model run and pooling, i.e. the Selector's embed stage without tokenization),
-``search``, ``lexical`` (BM25 fused into each dense list), ``fuse``, ``rerank`` (only when a reranker
-runs), ``cut`` and ``total`` (end to end, ``select()`` from entry to return). The tokenizer is timed
+``search``, ``lexical`` (BM25 fused into each dense list), ``fuse``, ``cut`` and ``total`` (end to end, ``select()`` from entry to return). The tokenizer is timed
 on the very calls the embedder makes (the selector's tokenizer is wrapped by a timing proxy for the
 measurement), so ``tokenize`` + ``embed`` is exactly the Selector's embed stage. Percentiles are
 numpy's linear interpolation.
@@ -72,8 +70,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 SCHEMA = "magicselector-latency/1"
-# the order select() runs them in (the rerank, where it runs, after the fusion)
-STAGE_ORDER = ("decompose", "tokenize", "embed", "search", "lexical", "fuse", "rerank", "cut", "total")
+# the order select() runs them in
+STAGE_ORDER = ("decompose", "tokenize", "embed", "search", "lexical", "fuse", "cut", "total")
 
 # A fixed set of phone dialogue turns: single intents, multi-intent requests, and follow-ups that
 # only make sense with the history. Kept short, as spoken requests are.
@@ -339,18 +337,14 @@ def load_turns(path: str | Path, limit: int | None = None, seed: int = 0) -> lis
     return turns
 
 
-def _run_config(threads: int, history_mode: str | None, decompose: str | None, rerank: bool | None,
-                rerank_skip_margin: float | None) -> Any:
+def _run_config(threads: int, history_mode: str | None, decompose: str | None) -> Any:
     """The shipped ``SelectorConfig`` with the settings given (None: the shipped one): the bench
-    measures what users run. A negative skip margin: every turn reranks."""
+    measures what users run."""
     from magicselector.config import SelectorConfig
 
     shipped = SelectorConfig()
-    skip = shipped.rerank_skip_margin if rerank_skip_margin is None else (
-        None if rerank_skip_margin < 0 else rerank_skip_margin)
     return SelectorConfig(history=shipped.history if history_mode is None else history_mode, threads=threads,
-                          decompose=shipped.decompose if decompose is None else decompose,
-                          rerank=shipped.rerank if rerank is None else rerank, rerank_skip_margin=skip)
+                          decompose=shipped.decompose if decompose is None else decompose)
 
 
 @dataclass
@@ -359,7 +353,6 @@ class _PassSamples:
 
     stages: dict[str, list[float]] = field(default_factory=dict)  # ms per stage (tokenize split from embed)
     texts_per_turn: list[int] = field(default_factory=list)       # first timed pass only
-    reranked: list[int] = field(default_factory=list)  # did the cross-encoder set the order (skip and gate decide)
 
 
 def _timed_turn(selector: Any, turn: Mapping[str, Any], timed: _TimedTokenizer | None, samples: _PassSamples,
@@ -367,7 +360,6 @@ def _timed_turn(selector: Any, turn: Mapping[str, Any], timed: _TimedTokenizer |
     """One timed select of ``turn``, its stage timings added to ``samples``."""
     sel = selector.select(turn["utterance"], turn.get("history") or [])
     ms = dict(sel.timings_ms)
-    samples.reranked.append(int(sel.reranked > 0))
     if timed is not None and "embed" in ms:
         ms["tokenize"] = timed.ms
         ms["embed"] = max(0.0, ms["embed"] - timed.ms)
@@ -412,7 +404,6 @@ def _share(values: Sequence[int]) -> float | None:
 def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, threads: int = 1,
                     workload: Sequence[Mapping[str, Any]] = WORKLOAD, *, cool_down_s: float = 0.0,
                     history_mode: str | None = None, verify: bool = True, decompose: str | None = None,
-                    rerank: bool | None = None, rerank_skip_margin: float | None = None,
                     progress: Callable[[str], None] | None = None,
                     import_ms: float | None = None, fresh_process: bool = False,
                     workload_name: str = "phone", workload_sha256: str | None = None) -> dict[str, Any]:
@@ -422,8 +413,7 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     Returns the ``magicselector-latency/1`` dict described in the module docstring. ``progress``
     gets one line per pass. ``cool_down_s`` sleeps between passes (thermal headroom on phones).
     ``import_ms`` and ``fresh_process`` are filled in by the runner, which owns the process.
-    ``history_mode`` / ``decompose`` / ``rerank`` / ``rerank_skip_margin`` default to the shipped
-    ``SelectorConfig`` (a negative skip margin: every turn reranks).
+    ``history_mode`` / ``decompose`` default to the shipped ``SelectorConfig``.
     """
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("need runs >= 1, warmup >= 0, threads >= 1")
@@ -436,7 +426,7 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
     from magicselector.selector import Selector
 
     # With a decomposer, the LLM (if any) loads in the first select: part of the cold start.
-    config = _run_config(threads, history_mode, decompose, rerank, rerank_skip_margin)
+    config = _run_config(threads, history_mode, decompose)
     first = workload[0]
     t0 = time.perf_counter()
     selector = Selector.from_bundle(bundle_dir, config=config, verify=verify)
@@ -471,9 +461,6 @@ def measure_latency(bundle_dir: str | Path, runs: int = 20, warmup: int = 3, thr
             "candidates": selector.config.candidates, "cut": selector.config.cut.rule,
             "decomposer": selector.decomposer.name, "verify": verify, "turns": len(workload),
             "workload": {"name": workload_name, "sha256": workload_sha256},
-            "rerank": bool(selector.config.rerank and selector.reranker is not None),
-            "rerank_skip_margin": selector.config.rerank_skip_margin,
-            "reranked_share": _share(samples.reranked),
             "texts_per_turn": _share(samples.texts_per_turn),
             "tokens": ({"mean": sum(tokens) / len(tokens), "max": max(tokens)} if tokens else None),
             "fresh_process": fresh_process, "started": started,

@@ -36,11 +36,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: the shipped SelectorConfig's")
     p.add_argument("--decompose", choices=["none", "rules", "llm", "auto"], default=None,
                    help="the decomposer to run (llm/auto load the GGUF model: its memory counts in the peak RSS)")
-    p.add_argument("--rerank", action="store_true", default=None, help="the bundle's cross-encoder on (default: shipped)")
-    p.add_argument("--no-rerank", action="store_false", dest="rerank", help="the cross-encoder off")
-    p.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S",
-                   help="with the cross-encoder on: skip it where retrieval's top tool leads by S or more "
-                        "(default: shipped; negative: rerank every turn)")
     p.add_argument("--no-verify", action="store_true", help="skip hashing the bundle files on load")
     p.add_argument("--turns", metavar="FILE", help="time these dialogue turns: a benchmark queries.jsonl "
                                                    "({query, history} per line; default: the fixed phone workload)")
@@ -50,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def runner_argv(bundle: str, out: str, *, runs: int, warmup: int, threads: int, cool_down_s: float | None = None,
-                history_mode: str | None = None, decompose: str | None = None, rerank: bool | None = None,
-                rerank_skip_margin: float | None = None, turns: str | None = None, turns_limit: int | None = None,
+                history_mode: str | None = None, decompose: str | None = None,
+                turns: str | None = None, turns_limit: int | None = None,
                 verify: bool = True, module: str = "magicselector.bench.latency_runner") -> list[str]:
     """The runner's command line after the Python executable (``-m module --bundle ...``): the one
     place its flags are spelled, for the local run (``bench latency``) and the phone's
@@ -60,10 +55,8 @@ def runner_argv(bundle: str, out: str, *, runs: int, warmup: int, threads: int, 
     argv = ["-m", module, "--bundle", str(bundle), "--runs", str(runs), "--warmup", str(warmup),
             "--threads", str(threads), "--out", str(out)]
     optional = (("--cool-down-s", cool_down_s), ("--history-mode", history_mode), ("--decompose", decompose),
-                ("--rerank-skip-margin", rerank_skip_margin), ("--turns", turns),
+                ("--turns", turns),
                 ("--turns-limit", turns_limit if turns is not None else None))
-    if rerank is not None:
-        argv.append("--rerank" if rerank else "--no-rerank")
     for flag, value in optional:
         if value is not None:
             argv += [flag, str(value)]
@@ -108,7 +101,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         results = measure_latency(args.bundle, runs=args.runs, warmup=args.warmup, threads=args.threads, **extra,
                                   cool_down_s=args.cool_down_s, history_mode=args.history_mode, decompose=args.decompose,
-                                  rerank=args.rerank, rerank_skip_margin=args.rerank_skip_margin,
                                   verify=not args.no_verify, progress=progress, import_ms=import_ms,
                                   fresh_process=True)
     except MagicSelectorError as e:

@@ -57,18 +57,16 @@ SCHEMA = "magicselector-serve-bench/1"
 class ServeBenchConfig:
     """callers: the concurrent caller counts, in order. requests: requests each caller sends per
     count. warmup: untimed requests per server before the first count. threads: the server's
-    ``--threads`` (None: the shipped default). variants: which of ``shipped`` (no flags) and ``rerank`` (``--rerank``) to run. rounds: each
-    count's requests are sent in this many rounds, the variants taking turns round by round.
-    rerank_skip_margin: passed to the reranking variants as ``--rerank-skip-margin`` (None: the
-    shipped skip; negative: every turn reranks, which is where batching across callers can act)."""
+    ``--threads`` (None: the shipped default). variants: which server configurations of
+    ``BASE_VARIANTS`` to run (``shipped``: no flags). rounds: each count's requests are sent in
+    this many rounds, the variants taking turns round by round."""
 
     callers: tuple[int, ...] = (1, 2, 4)
     requests: int = 48
     warmup: int = 8
     threads: int | None = None
-    variants: tuple[str, ...] = ("shipped", "rerank")
+    variants: tuple[str, ...] = ("shipped",)
     rounds: int = 4
-    rerank_skip_margin: float | None = None
     server_timeout_s: float = 120.0
     transport: str = "stdio"
     processes: tuple[int, ...] = (1, 2)
@@ -94,15 +92,10 @@ class ServeBenchConfig:
 
     def server_variants(self) -> dict[str, list[str]]:
         """variant name -> the ``magicselector serve`` arguments it adds."""
-        out = {name: list(BASE_VARIANTS[name]) for name in self.variants}
-        if self.rerank_skip_margin is not None:
-            for args in out.values():
-                if "--rerank" in args:
-                    args += ["--rerank-skip-margin", f"{self.rerank_skip_margin:g}"]
-        return out
+        return {name: list(BASE_VARIANTS[name]) for name in self.variants}
 
 
-BASE_VARIANTS: dict[str, tuple[str, ...]] = {"shipped": (), "rerank": ("--rerank",)}
+BASE_VARIANTS: dict[str, tuple[str, ...]] = {"shipped": ()}
 TRANSPORTS = ("stdio", "http")
 
 
@@ -576,11 +569,8 @@ def add_arguments(sp: Any) -> None:
     sp.add_argument("--rounds", type=int, default=4, metavar="N",
                     help="the variants take turns in N rounds per caller count (default 4)")
     sp.add_argument("--threads", type=int, metavar="N", help="the server's inference threads (default: the shipped 1)")
-    sp.add_argument("--variants", nargs="*", default=["shipped", "rerank"], choices=sorted(BASE_VARIANTS),
-                    help="server configurations: shipped (no flags), rerank (--rerank); default both")
-    sp.add_argument("--rerank-skip-margin", type=float, metavar="S",
-                    help="pass --rerank-skip-margin S to the reranking variants (default: the shipped skip; "
-                         "negative: every turn reranks)")
+    sp.add_argument("--variants", nargs="*", default=["shipped"], choices=sorted(BASE_VARIANTS),
+                    help="server configurations: shipped (no flags; the default)")
     sp.add_argument("--transport", choices=TRANSPORTS, default="stdio",
                     help="stdio (default: one session per server, the callers share it) or http (serve "
                          "--transport streamable-http on loopback, one connection per caller)")
@@ -611,7 +601,7 @@ def cmd_bench_serve(args: Any) -> int:
         return _cmd_memory(args)
     config = ServeBenchConfig(callers=tuple(args.callers), requests=args.requests, warmup=args.warmup,
                               threads=args.threads, variants=tuple(args.variants), rounds=args.rounds,
-                              rerank_skip_margin=args.rerank_skip_margin, transport=args.transport,
+                              transport=args.transport,
                               processes=tuple(args.processes))
     command = "magicselector bench serve" + "".join(
         f" {flag} {value}" for flag, value in (("--bundle", args.bundle),
@@ -619,9 +609,8 @@ def cmd_bench_serve(args: Any) -> int:
                                                ("--requests", args.requests), ("--rounds", args.rounds),
                                                ("--threads", args.threads))
         if value is not None) + (
-        f" --rerank-skip-margin {args.rerank_skip_margin:g}" if args.rerank_skip_margin is not None else "") + (
         f" --transport http --processes {' '.join(map(str, args.processes))}" if args.transport == "http" else "") + (
-        f" --variants {' '.join(args.variants)}" if list(args.variants) != ["shipped", "rerank"] else "")
+        f" --variants {' '.join(args.variants)}" if list(args.variants) != ["shipped"] else "")
     report = bench_serve(args.bundle, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_markdown(report, command))
     written = write_report(report, args.json, args.md, command)

@@ -54,7 +54,6 @@ class SoakConfig:
     rss_tolerance: float = 0.05
     rss_interval_s: float = 0.5
     seed: int = 0
-    rerank: bool = True
     decompose: str = "none"
     history_share: float = 0.3        # share of selects that carry HISTORY
     copies: bool = True               # churn, and every other select, through with_config() copies (issue 27.2)
@@ -258,12 +257,12 @@ def run_soak(bundle: str | Path | None = None, config: SoakConfig = SoakConfig()
 
     say = progress or (lambda line: None)
     path = bundle if bundle is not None else ensure_default_bundle(progress=False)
-    sel_config = SelectorConfig(rerank=config.rerank, decompose=config.decompose, history="user")
+    sel_config = SelectorConfig(decompose=config.decompose, history="user")
     selector = Selector.from_bundle(path, config=sel_config)
     originals = list(selector.catalog)
     run = _ConcurrentRun(selector, _workload(config), config)
     say(f"[soak] {config.selects:,} selects from {config.threads} threads, churn every "
-        f"{config.churn_interval_ms:g} ms, {len(originals)} tools, rerank={config.rerank}, "
+        f"{config.churn_interval_ms:g} ms, {len(originals)} tools, "
         f"decompose={config.decompose}")
     seconds = run.run(say)
     rss_report, rss_ok = _rss_after_warmup(run.rss, config)
@@ -312,7 +311,7 @@ def format_soak(report: dict[str, Any]) -> str:
     lines = [
         f"soak: {report['selects']:,} selects from {c['threads']} threads in {report['seconds']} s "
         f"({report['selects_per_s']} selects/s), {report['catalog_changes']} catalog changes "
-        f"({report['versions_seen']} versions seen), rerank={c['rerank']}, decompose={c['decompose']}",
+        f"({report['versions_seen']} versions seen), decompose={c['decompose']}",
         f"errors: {report['errors']}; mismatches against the single-threaded replay: {report['mismatches']} "
         f"({report['replayed_pairs']} (utterance, version) pairs replayed in {report['replay_seconds']} s)",
         f"RSS: start {report['rss']['start_mb']} MB, after warm-up {report['rss']['after_warmup_mb']} MB, "

@@ -120,7 +120,7 @@ def run(bundle: str | None = None, modes=("none", "rules"), histories=("none", "
 
 def format_markdown(report: dict[str, Any]) -> str:
     h = report["host"]
-    lines = [f"Host: {h['cpu']} ({', '.join(h['isa'])}), {h['cores']} cores; embedder and reranker threads "
+    lines = [f"Host: {h['cpu']} ({', '.join(h['isa'])}), {h['cores']} cores; embedder threads "
              f"{report['threads']}, LLM threads 2; slowest of {report['runs']} selects after a warm-up turn.", "",
              "| decompose | history | input | slowest ms | median ms | sub-tasks | peak RSS MB (after warm-up) |",
              "|---|---|---|---|---|---|---|"]

@@ -6,14 +6,10 @@ torch and matplotlib are imported inside the commands.
 
 ``bench latency`` runs the latency runner in a fresh process (locally) or on a phone over ADB
 (``--device adb[:SERIAL]``, through ``magicselector.bench.adb``), optionally the side-by-side
-compare on this machine (the reranker's INT8 against its FP32 ONNX and PyTorch source with
-``--reference-reranker``), and writes ``results.json`` (the ``magicselector-latency/1`` dict, plus
+compare on this machine, and writes ``results.json`` (the ``magicselector-latency/1`` dict, plus
 ``compare`` when run and ``llm``, the GGUF decomposer's llama-bench figures, with ``--decompose
 llm|auto``), ``results.csv`` (one row per stage), ``summary.md`` and PNG plots.
 ``bench scaling`` writes ``scaling.json``, ``scaling.csv``, ``scaling.md`` and PNG plots.
-``bench rerank`` times the rerank stage alone (INT8 ONNX vs the FP32 PyTorch checkpoint, per
-thread count; ``magicselector.bench.rerank_latency``), prints a markdown table and optionally
-writes it (``--md``) and the results (``--json``).
 ``bench llm`` measures the GGUF decomposer as llama-bench does (load, pp and tg tokens/s, time to
 first token; ``magicselector.bench.llm_bench``).
 ``bench lexical`` times the runtime's BM25 index on synthetic catalogs, on one core
@@ -77,7 +73,7 @@ def _run_local(bundle: str, args: argparse.Namespace) -> dict[str, Any]:
 
         cmd = [sys.executable] + runner_argv(
             bundle, str(out), runs=args.runs, warmup=args.warmup, threads=args.threads, cool_down_s=args.cool_down_s,
-            decompose=args.decompose, rerank=args.rerank, rerank_skip_margin=args.rerank_skip_margin,
+            decompose=args.decompose,
             turns=None if args.turns is None else str(args.turns), turns_limit=args.turns_limit)
         proc = subprocess.run(cmd)  # progress lines stream straight to our stderr
         if proc.returncode != 0 or not out.is_file():
@@ -92,8 +88,8 @@ def _run_adb(bundle: str, serial: str | None, out_dir: Path, args: argparse.Name
         raise LookupError(f"the ADB harness is not installed (magicselector.bench.adb could not be imported: {e})")
     return run_latency_on_device(bundle, DeviceLatencyOptions(
         serial=serial, runs=args.runs, warmup=args.warmup, threads=args.threads, out_dir=out_dir,
-        cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores, decompose=args.decompose, rerank=args.rerank,
-        rerank_skip_margin=args.rerank_skip_margin, turns=args.turns, turns_limit=args.turns_limit))
+        cool_down_s=args.cool_down_s, pin_big_cores=args.pin_big_cores, decompose=args.decompose,
+        turns=args.turns, turns_limit=args.turns_limit))
 
 
 def write_stage_csv(results: Mapping[str, Any], path: Path) -> None:
@@ -153,9 +149,7 @@ def latency_summary(results: Mapping[str, Any]) -> str:
                  f"passes, {cfg.get('threads')} thread(s), history={cfg.get('history_mode')}, "
                  f"candidates={cfg.get('candidates')}, cut={cfg.get('cut')}, decomposer={cfg.get('decomposer')}, "
                  f"tokens per text mean {((cfg.get('tokens') or {}).get('mean') or 0):.1f} "
-                 f"(max {(cfg.get('tokens') or {}).get('max')}), fresh process: {cfg.get('fresh_process')}"
-                 + (f", rerank on {cfg['reranked_share']:.0%} of turns (skip margin {cfg.get('rerank_skip_margin')})"
-                    if cfg.get("rerank") and cfg.get("reranked_share") is not None else "") + ".")
+                 f"(max {(cfg.get('tokens') or {}).get('max')}), fresh process: {cfg.get('fresh_process')}.")
     lines += ["", "| stage | p50 ms | p90 ms | p99 ms | mean ms | n |", "|---|---:|---:|---:|---:|---:|"]
     for stage, st in results["stages"].items():
         lines.append(f"| {stage} | {st['p50']:.3f} | {st['p90']:.3f} | {st['p99']:.3f} | {st['mean']:.3f} | {st['n']} |")
@@ -190,17 +184,6 @@ def latency_summary(results: Mapping[str, Any]) -> str:
         ag = cmp_.get("agreement") or {}
         if ag:
             lines.append("- agreement: " + ", ".join(f"{k} {v:.3f}" for k, v in ag.items() if v is not None))
-        rr = cmp_.get("rerank") or {}
-        lines.append(f"- rerank: {rr.get('note')}")
-        if rr.get("int8_timed"):
-            m, toks = rr.get("model") or {}, rr.get("tokens_per_pair") or {}
-            lines.append(f"- rerank workload: {rr.get('turns')} turns, {rr.get('calls_per_turn', 0):.2f} reranker "
-                         f"calls and {rr['pairs_per_turn']['mean']:.1f} pairs per turn (max {rr['pairs_per_turn']['max']}), "
-                         f"{toks.get('mean', 0):.1f} tokens per pair (max {toks.get('max')}); {m.get('architecture')}, "
-                         f"{m.get('layers')} layers, window {m.get('max_length')} ({m.get('truncation')})")
-        rag = rr.get("agreement") or {}
-        if rag:
-            lines.append("- rerank agreement: " + ", ".join(f"{k} {v:.3g}" for k, v in rag.items() if v is not None))
     llm = results.get("llm")
     if llm:
         if llm.get("skipped"):
@@ -257,12 +240,6 @@ def _latency_args_problem(bundle: str, args: argparse.Namespace) -> str | None:
     """Why ``bench latency`` cannot run with this bundle and these arguments (before anything runs), or None."""
     if not Path(bundle, "manifest.json").is_file():
         return f"{bundle}: not a bundle folder (no manifest.json)"
-    if args.reference_reranker is not None:
-        if not args.compare:
-            return "--reference-reranker times the FP32 reranker rows of --compare: add --compare"
-        if not Path(args.reference_reranker, "config.json").is_file():
-            return (f"--reference-reranker {args.reference_reranker}: not a Hugging Face checkpoint folder "
-                    "(no config.json)")
     if args.turns_limit is not None and args.turns is None:
         return "--turns-limit needs --turns"
     return None
@@ -287,8 +264,7 @@ def _compare_on_host(bundle: str, results: Mapping[str, Any], workload: list | N
 
     cmp_ = compare_latency(bundle, runs=args.runs, warmup=args.warmup,
                            **({"workload": workload} if workload is not None else {}),
-                           history_mode=results.get("config", {}).get("history_mode", "user"),
-                           reference_reranker=args.reference_reranker, progress=_progress)
+                           history_mode=results.get("config", {}).get("history_mode", "user"), progress=_progress)
     cmp_["host"] = "this machine" if args.device == "local" else "the host (not the phone): compare needs torch"
     return cmp_
 
@@ -495,55 +471,6 @@ def cmd_lexical(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- rerank ---------------------------------------------------------------------------------------
-RERANK_SCHEMA_SET = "magicselector-rerank-latency-set/1"
-
-
-def cmd_rerank(args: argparse.Namespace) -> int:
-    rerankers = list(args.reranker)
-    checkpoints = list(args.checkpoint or [])
-    if checkpoints and len(checkpoints) != len(rerankers):
-        return _err(f"--checkpoint takes one entry per --reranker, paired by position ('-' for none): got "
-                    f"{len(rerankers)} reranker(s) and {len(checkpoints)} checkpoint(s)")
-    pairs = [(r, None if not checkpoints or checkpoints[i] == "-" else checkpoints[i]) for i, r in enumerate(rerankers)]
-    for r, c in pairs:
-        if not Path(r, "reranker.json").is_file():
-            return _err(f"{r}: not a reranker folder (no reranker.json; export one with export_reranker + "
-                        "save_reranker_dir)")
-        if c is not None and not Path(c, "config.json").is_file():
-            return _err(f"{c}: not a Hugging Face checkpoint folder (no config.json)")
-    if args.runs < 1 or args.warmup < 0 or args.candidates < 1 or any(n < 1 for n in args.threads):
-        return _err("--runs, --candidates and --threads must be >= 1 and --warmup >= 0")
-
-    from magicselector.bench.rerank_latency import format_rerank_latency, measure_rerank_latency
-
-    names = [Path(r).resolve().name for r, _ in pairs]
-    results = []
-    for (r, c), name in zip(pairs, names):
-        if names.count(name) > 1:  # two folders of one name: keep the rows apart
-            name = str(Path(r))
-        results.append(measure_rerank_latency(r, c, candidates=args.candidates, threads=args.threads,
-                                              runs=args.runs, warmup=args.warmup, seed=args.seed, name=name,
-                                              progress=_progress))
-    table = format_rerank_latency(results)
-    written = []
-    if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"schema": RERANK_SCHEMA_SET, "results": results}, indent=2) + "\n",
-                       encoding="utf-8")
-        written.append(str(out))
-    if args.md:
-        out = Path(args.md)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(table, encoding="utf-8")
-        written.append(str(out))
-    print(table)
-    if written:
-        print(f"wrote {', '.join(written)}")
-    return 0
-
-
 # -- llm ------------------------------------------------------------------------------------------
 def cmd_llm(args: argparse.Namespace) -> int:
     from magicselector.cli.options import SHIPPED
@@ -576,7 +503,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     if args.selects < 1 or args.threads < 1 or args.churn_ms <= 0:
         return _err("need --selects >= 1, --threads >= 1 and --churn-ms > 0")
     config = SoakConfig(selects=args.selects, threads=args.threads, churn_interval_ms=args.churn_ms, seed=args.seed,
-                        rerank=not args.no_rerank, decompose=args.decompose)
+                        decompose=args.decompose)
     report = run_soak(args.bundle, config, progress=_progress)
     print(format_soak(report))
     if args.out:
@@ -648,20 +575,10 @@ def _add_latency_parser(bsub: Any) -> None:
     add_threads_option(sp)
     sp.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}/)")
     sp.add_argument("--compare", action="store_true",
-                    help="also time FP32 PyTorch, BM25 and exact numpy search side by side, and the bundle's reranker "
-                         "on each turn's rerank head (on this machine)")
-    sp.add_argument("--reference-reranker", metavar="DIR",
-                    help="with --compare: the Hugging Face cross-encoder the bundle's reranker was exported from; "
-                         "adds its FP32 onnxruntime and FP32 PyTorch rerank rows and their ratios (needs torch)")
+                    help="also time FP32 PyTorch, BM25 and exact numpy search side by side (on this machine)")
     sp.add_argument("--cool-down-s", type=float, default=0.0, help="sleep between passes (thermal headroom)")
     sp.add_argument("--pin-big-cores", action="store_true", help="pin the runner to the big cores (phones)")
     add_decompose_options(sp, mode_only=True)  # llm/auto: the GGUF model's memory is in the peak RSS
-    sp.add_argument("--rerank", action="store_true", default=None,
-                    help="the bundle's cross-encoder on (default: the shipped configuration's, off)")
-    sp.add_argument("--no-rerank", action="store_false", dest="rerank", help="the cross-encoder off")
-    sp.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S",
-                    help="with --rerank: skip the cross-encoder where retrieval's top tool leads the runner-up by S "
-                         "or more (default: the shipped 0.3; negative: rerank every turn, to time a reranked turn)")
     sp.add_argument("--turns", metavar="FILE", default=None,
                     help="time these dialogue turns instead of the fixed phone workload: a benchmark queries.jsonl "
                          "({query, history} per line), e.g. your own assistant's logged turns")
@@ -696,23 +613,6 @@ def _add_scaling_parser(bsub: Any) -> None:
     sp.add_argument("--embed-stride", type=int, default=10, help="with --mcp: time every Nth embed batch (default 10)")
     sp.add_argument("--bundle", help="with --mcp: the bundle whose embedder indexes (default: the default bundle)")
     sp.set_defaults(func=cmd_scaling)
-
-
-def _add_rerank_parser(bsub: Any) -> None:
-    """``bench rerank``: the rerank stage alone."""
-    sp = bsub.add_parser("rerank", help="rerank stage latency: INT8 ONNX reranker vs its FP32 PyTorch checkpoint")
-    sp.add_argument("--reranker", nargs="+", required=True, metavar="DIR",
-                    help="reranker folder(s): model.onnx, tokenizer.json, reranker.json")
-    sp.add_argument("--checkpoint", nargs="+", metavar="DIR",
-                    help="the FP32 checkpoint of each --reranker, paired by position ('-' for none); needs torch")
-    sp.add_argument("--candidates", type=int, default=20, help="tool texts per list (one score() call)")
-    sp.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    sp.add_argument("--runs", type=int, default=30)
-    sp.add_argument("--warmup", type=int, default=3)
-    sp.add_argument("--seed", type=int, default=0, help="seeds the candidate picking")
-    sp.add_argument("--json", metavar="OUT", help="write the results as JSON")
-    sp.add_argument("--md", metavar="OUT", help="write the markdown table")
-    sp.set_defaults(func=cmd_rerank)
 
 
 def _add_llm_parser(bsub: Any) -> None:
@@ -750,7 +650,7 @@ def _add_serve_parser(bsub: Any) -> None:
 
     sp = bsub.add_parser("serve", help="throughput and p50/p90/p99 of `magicselector serve` (spawned; over stdio, "
                                        "or streamable HTTP with 1 and 2 processes on one port) at 1, 2 and 4 "
-                                       "concurrent callers (or --callers), with and without the reranker")
+                                       "concurrent callers (or --callers)")
     add_serve_arguments(sp)
     sp.set_defaults(func=cmd_bench_serve)
 
@@ -764,7 +664,6 @@ def _add_soak_parser(bsub: Any) -> None:
     sp.add_argument("--threads", type=int, default=4, help="selecting threads (the churn thread comes on top)")
     sp.add_argument("--churn-ms", type=float, default=50.0, help="pause between catalog changes")
     sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--no-rerank", action="store_true", help="retrieval only (no cross-encoder)")
     sp.add_argument("--decompose", choices=["none", "rules"], default="none")
     sp.add_argument("--out", help="folder for soak.json")
     sp.set_defaults(func=cmd_soak)
@@ -786,7 +685,7 @@ def _add_worst_case_parser(bsub: Any) -> None:
 def _add_quality_parser(bsub: Any) -> None:
     """``bench quality``: every development set's evaluation part per pipeline configuration."""
     sp = bsub.add_parser("quality", help="NDCG, completeness and the cut's K on every development set's evaluation "
-                                         "part: BM25, dense, hybrid, + reranker, + rules, shipped, FP32 reference, the PyPI peers")
+                                         "part: BM25, dense, hybrid, shipped, FP32 reference, the PyPI peers")
     add_bundle_option(sp)
     sp.add_argument("--shared-data", metavar="DIR",
                     help="folder of the public sets (bfcl/, metatool/, nestful/, restbench/, toolalpaca/, gorilla_apibench/, "
@@ -828,13 +727,12 @@ def _add_selections_parser(bsub: Any) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``bench latency``, ``scaling``, ``rerank``, ``llm``, ``lexical``, ``serve``, ``soak``, ``worst-case`` and
+    """Add ``bench latency``, ``scaling``, ``llm``, ``lexical``, ``serve``, ``soak``, ``worst-case`` and
     ``quality`` to the ``magicselector`` command."""
     bp = subparsers.add_parser("bench", help="latency and scaling benchmarks (local or on a phone over ADB)")
     bsub = bp.add_subparsers(dest="bench_command", required=True)
     _add_latency_parser(bsub)
     _add_scaling_parser(bsub)
-    _add_rerank_parser(bsub)
     _add_llm_parser(bsub)
     _add_lexical_parser(bsub)
     _add_serve_parser(bsub)

@@ -122,28 +122,15 @@ def cmd_bundle_build(args: argparse.Namespace) -> int:
         return 0
     # the key signs the bundle in its staging folder, before it replaces the one at OUT
     signed = {"signing_key": _signing_key(args.signing_key), "release": args.release}
-    if args.preset is None and args.reranker is None and not args.retrain_reranker:
+    if args.preset is None:
         from magicselector.default_bundle import build_default_bundle as build_from_shipped  # no exporter needed
 
-        build_from_shipped(out, target=args.target, reranker=not args.no_reranker, **signed)
+        build_from_shipped(out, target=args.target, **signed)
         _report_built(out, args.signing_key)
         return 0
     from magicselector.export.bundle import build_default_bundle
 
-    if args.retrain_reranker:  # train with the shipped recipe, then export that checkpoint
-        import tempfile
-
-        from magicselector.train.reranker import retrain_shipped
-
-        with tempfile.TemporaryDirectory(prefix="magicselector-retrain-") as work:
-            checkpoint = retrain_shipped(work, train_data=args.train_data, progress=True,
-                                         log=lambda msg: print(f"[retrain] {msg}", file=sys.stderr, flush=True))
-            build_default_bundle(out, progress=True, preset=args.preset, reranker=checkpoint, target=args.target,
-                                 **signed)
-        _report_built(out, args.signing_key)
-        return 0
-    reranker = None if args.no_reranker else (args.reranker or "shipped")
-    build_default_bundle(out, progress=True, preset=args.preset, reranker=reranker, target=args.target, **signed)
+    build_default_bundle(out, progress=True, preset=args.preset, target=args.target, **signed)
     _report_built(out, args.signing_key)
     return 0
 
@@ -155,13 +142,9 @@ def _build_custom_bundle(args: argparse.Namespace, custom: list[str]) -> int:
                if v is None]
     if missing:
         raise InputError(f"a custom bundle ({', '.join(custom)}) needs {', '.join(missing)}")
-    if args.retrain_reranker or args.train_data:
-        raise InputError("--retrain-reranker and --train-data build the default bundle; a custom bundle "
-                         "takes a trained --reranker checkpoint (see `magicselector train reranker`)")
     from magicselector.export.cli import run_export_bundle
 
-    return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog,
-                             reranker=None if args.no_reranker else args.reranker, decomposer=args.decomposer,
+    return run_export_bundle(out=args.out, embedder=args.embedder, catalog=args.catalog, decomposer=args.decomposer,
                              fmt=args.model_format or "onnx", preset=args.preset, quant=args.quant or "q8_0",
                              verify=not args.no_verify, signing_key=_signing_key(args.signing_key),
                              target=args.target, release=args.release, head=args.head)
@@ -251,7 +234,7 @@ def _report_built(out: Path, key: str | None) -> None:
 
 def eval_config(args: argparse.Namespace):
     """The EvalConfig of ``eval``'s flags: without flags, exactly the shipped SelectorConfig
-    (its cut, history mode, rerank, fusion and decomposition), measured at ``--at`` (10)."""
+    (its cut, history mode, fusion and decomposition), measured at ``--at`` (10)."""
     from magicselector.bench.evaluate import EvalConfig
 
     at = METRICS_AT if args.at is None else args.at  # --k is the fixed cut's k
@@ -264,8 +247,7 @@ def eval_config(args: argparse.Namespace):
     from dataclasses import replace
 
     return EvalConfig(replace(config, cut=cut, **lexical), k=at, adaptive=not (cut.rule == "fixed" and cut.k_max == at),
-                      retriever=args.retriever, limit=args.limit, reranker=args.reranker,
-                      on_bad_query=args.on_bad_query)
+                      retriever=args.retriever, limit=args.limit, on_bad_query=args.on_bad_query)
 
 
 def eval_cut(args: argparse.Namespace, shipped: Any) -> Any:
@@ -341,16 +323,6 @@ def _add_bundle_build_parser(bp) -> None:
     sp.add_argument("--quant", help="a custom bundle's decomposer GGUF quantization: q8_0 (default), q4_k_m, "
                                     "q4_0, q5_k_m, q6_k, f16, ...")
     sp.add_argument("--no-verify", action="store_true", help="a custom bundle: skip the final bundle verify")
-    rr = sp.add_mutually_exclusive_group()
-    rr.add_argument("--reranker", metavar="PATH", help="a cross-encoder: checkpoint folder, reranker folder, or a "
-                                                       "ready .onnx / .pte (default bundle: the shipped INT8 reranker; "
-                                                       "a custom bundle has a rerank stage only when given one)")
-    rr.add_argument("--retrain-reranker", action="store_true",
-                    help="train the cross-encoder again with its model card's recipe (an hour or more) "
-                         "instead of using the shipped INT8 reranker")
-    rr.add_argument("--no-reranker", action="store_true", help="build without a rerank stage")
-    sp.add_argument("--train-data", metavar="DIR",
-                    help="--retrain-reranker: benchmark folder to train on (default: generate the mobile train split)")
     sp.add_argument("--signing-key", metavar="KEY", help="sign the built bundle with this Ed25519 private key "
                                                          "(PEM, from `bundle keygen`): manifest.sig, written "
                                                          "before the bundle replaces the one at --out")
@@ -434,8 +406,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "(the first --k tools)")
     sp.add_argument("--k", type=int, default=None, metavar="N",
                     help=f"k of the fixed cut; alone it means --cut fixed (default {FIXED_K})")
-    sp.add_argument("--reranker", metavar="DIR",
-                    help="a reranker folder (model.onnx, tokenizer.json, reranker.json) instead of the bundle's")
     sp.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default=None,
                     help="dense (the Selector without its BM25 channel), hybrid (the Selector with its BM25 channel "
                          "fused into every list) or bm25 (the runtime's BM25 alone); default: the shipped one")

@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import Any
 
 from magicselector.config import DECOMPOSE_MODES, HISTORY_MODES, SelectorConfig
-from magicselector.errors import InputError
 from magicselector.stages.cut import CutConfig
 from magicselector.decompose import PROMPT_STYLES
 
@@ -60,7 +59,7 @@ def bundle_trust(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_threads_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, metavar="N",
-                   help=f"inference threads of the embedder and reranker (default {SHIPPED.threads})")
+                   help=f"inference threads of the embedder (default {SHIPPED.threads})")
 
 
 def add_history_mode_option(p: argparse.ArgumentParser, *, default_help: str | None = None) -> None:
@@ -103,23 +102,6 @@ def add_decompose_options(p: argparse.ArgumentParser, *, mode_only: bool = False
                    help=f"threads of the LLM decomposer (default {SHIPPED.llm.threads})")
 
 
-def add_rerank_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rerank", action="store_true", default=None, dest="rerank",
-                   help=f"run the bundle's cross-encoder over the fused list's head (default {'on' if SHIPPED.rerank else 'off'}: "
-                        "docs/bench/defaults.md says why)")
-    p.add_argument("--no-rerank", action="store_true", default=None, dest="no_rerank",
-                   help="retrieval only: switch the bundle's cross-encoder off")
-    p.add_argument("--rerank-weight", type=float, default=None, metavar="W",
-                   help="weight of the cross-encoder's z-scored logit against the retrieval similarity "
-                        f"(1 = cross-encoder only; default {SHIPPED.rerank_weight})")
-    p.add_argument("--rerank-candidates", type=int, default=None, metavar="N",
-                   help=f"tools the cross-encoder scores per turn (default {SHIPPED.rerank_candidates})")
-    p.add_argument("--rerank-skip-margin", type=float, default=None, metavar="S", dest="rerank_skip_margin",
-                   help="skip the cross-encoder on turns where the fused list's top tool leads the runner-up by S "
-                        "or more (default: " + ("never" if SHIPPED.rerank_skip_margin is None
-                                                else str(SHIPPED.rerank_skip_margin)) + "; negative: never skip)")
-
-
 def add_budget_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tools", type=int, default=None, dest="max_tools", metavar="N",
                    help="keep at most N tools a turn, the likeliest first by the learned head where the bundle has "
@@ -135,14 +117,13 @@ def add_head_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_selector_options(p: argparse.ArgumentParser) -> None:
-    """Every SelectorConfig option: bundle, history mode, cut, head, budget, threads, rerank, decomposition."""
+    """Every SelectorConfig option: bundle, history mode, cut, head, budget, threads, decomposition."""
     add_bundle_option(p)
     add_history_mode_option(p)
     add_cut_options(p)
     add_head_option(p)
     add_budget_options(p)
     add_threads_option(p)
-    add_rerank_options(p)
     add_decompose_options(p)
 
 
@@ -156,8 +137,7 @@ def cut_config(args: argparse.Namespace, base: CutConfig | None = None) -> CutCo
 def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **overrides: Any) -> SelectorConfig:
     """``base`` (the shipped SelectorConfig) with what the flags gave; ``overrides`` win over both."""
     changes: dict[str, Any] = {"cut": cut_config(args, base.cut if isinstance(base.cut, CutConfig) else None)}
-    for field, attr in (("history", "history_mode"), ("threads", "threads"), ("rerank_weight", "rerank_weight"),
-                        ("rerank_candidates", "rerank_candidates"), ("rerank_skip_margin", "rerank_skip_margin"),
+    for field, attr in (("history", "history_mode"), ("threads", "threads"),
                         ("decompose", "decompose"), ("max_tools", "max_tools"),
                         ("max_schema_tokens", "max_schema_tokens")):
         value = getattr(args, attr, None)
@@ -168,14 +148,6 @@ def selector_config(args: argparse.Namespace, base: SelectorConfig = SHIPPED, **
         ("threads", "llm_threads")) if getattr(args, attr, None) is not None}
     if llm:
         changes["llm"] = replace(base.llm, **llm)
-    if changes.get("rerank_skip_margin") is not None and changes["rerank_skip_margin"] < 0:
-        changes["rerank_skip_margin"] = None  # a negative margin: never skip
-    if getattr(args, "rerank", None) and getattr(args, "no_rerank", None):
-        raise InputError("--rerank and --no-rerank contradict each other; give one")
-    if getattr(args, "rerank", None):
-        changes["rerank"] = True
-    if getattr(args, "no_rerank", None):
-        changes["rerank"] = False
     if getattr(args, "no_head", None):
         changes["head"] = False
     changes.update(overrides)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from magicselector.cli.options import (HISTORY_MODES, add_bundle_trust_options, add_rerank_options, bundle_trust,
+from magicselector.cli.options import (HISTORY_MODES, add_bundle_trust_options, bundle_trust,
                                        selector_config)
 
 SERVER_NAME = "magicselector"
@@ -51,7 +51,6 @@ def register(sub: Any) -> None:
                     help="what of a call's history retrieval sees (default: the Selector's)")
     sp.add_argument("--threads", type=int, help="inference threads (default: the Selector's)")
     add_bundle_trust_options(sp)
-    add_rerank_options(sp)
     add_transport_options(sp)
     sp.set_defaults(func=cmd_serve)
 

@@ -117,8 +117,12 @@ def _add_sampling_flags(sp) -> None:
 
 
 def _add_reranker_parser(tsub) -> None:
-    sp = tsub.add_parser("reranker", help="train the cross-encoder reranker (point-wise, list-wise, "
-                                          "self-distillation hard-negative mining)")
+    sp = tsub.add_parser("reranker", help="train the cross-encoder reranker: an experiment the runtime does not run "
+                                          "(point-wise, list-wise, self-distillation hard-negative mining)",
+                         description="Train the cross-encoder reranker: an experiment. The runtime carries no "
+                                     "cross-encoder (docs/bench/reranker.md); export the checkpoint with "
+                                     "python3 -m magicselector.export.shipped_reranker and score it on top of the "
+                                     "shipped ranking with python3 -m magicselector.bench.experiments.rerank.")
     _add_data_flags(sp)
     sp.add_argument("--bundle", help="bundle whose dense retriever gives the candidate pools (default bundle)")
     sp.add_argument("--base-model", help="BERT-style checkpoint to start from (default: the packaged MiniLM)")
@@ -153,7 +157,7 @@ def _add_reranker_parser(tsub) -> None:
 
 def _add_embedder_parser(tsub) -> None:
     sp = tsub.add_parser("embedder", help="train the dense embedder (InfoNCE, self-distillation hard-negative "
-                                          "mining); measure it with bundle build + eval --no-rerank")
+                                          "mining); measure it with bundle build + eval")
     _add_data_flags(sp)
     sp.add_argument("--base-model", help="BERT-style checkpoint to start from (default: the packaged MiniLM)")
     sp.add_argument("--seed", type=int)

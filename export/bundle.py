@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from magicselector.bundle_writer import PROBE_QUERIES, build_bundle, rerank_probe_groups  # noqa: F401  (re-exported)
+from magicselector.bundle_writer import PROBE_QUERIES, build_bundle  # noqa: F401  (re-exported)
 from magicselector.catalog import Catalog, load_phone_catalog, tool_text
 from magicselector.default_bundle import shipped_embedder
 from magicselector.stages.embed import TextEmbedder, TextTokenizer
-from magicselector.stages.rerank import RERANKER_META
 from magicselector.targets import TARGETS, resolve_target
 
 from .onnx import (ExportError, apply_embedder_passes, embedder_parity, export_encoder_onnx, get_preset, host_preset,
@@ -66,26 +64,15 @@ def quantization_for(target: str | None, preset: str | None) -> tuple[str, str |
 
 
 def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalog | None = None,
-                         preset: str | None = None, reranker: str | Path | None = "shipped",
-                         min_reranker_spearman: float | None = None, target: str | None = None,
+                         preset: str | None = None, target: str | None = None,
                          signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
-    """The embedded default: the shipped INT8 embedder for ``target`` over the phone catalog,
-    plus the reranker: ``"shipped"`` (the INT8 cross-encoder committed under
-    ``magicselector/models/reranker``), a reranker folder or checkpoint path (e.g. one that
-    ``magicselector.train.reranker.retrain_shipped`` trained with the shipped recipe), or None (no
-    reranker). A trained reranker whose INT8 parity falls below ``min_reranker_spearman`` (default
-    ``MIN_RERANKER_SPEARMAN``) stops the build. ``signing_key`` signs it before it appears;
+    """The embedded default: the shipped INT8 embedder for ``target`` over the phone catalog (no
+    reranker: the cross-encoder left the bundle). ``signing_key`` signs it before it appears;
     ``release`` as ``build_bundle`` takes it. ``preset`` must be ``target``'s quantization (``host``
     or None: this CPU's): the shipped embedder exists as INT8 per target only. Without torch,
     ``magicselector.default_bundle.build_default_bundle`` builds the same bundle from the shipped models."""
-    import tempfile
-
-    from magicselector.bundle import shipped_reranker_dir
-
     t0 = time.perf_counter()
     steps = ["add embedder", "index catalog", "write manifest"]
-    if reranker is not None:
-        steps.insert(1, "add reranker")
 
     def log(msg: str) -> None:
         if progress:
@@ -94,35 +81,21 @@ def build_default_bundle(out: str | Path, progress: bool = True, catalog: Catalo
     log(f"building the default bundle in {out} ({', '.join(steps)}); this happens once")
     catalog = catalog or load_phone_catalog()
     preset, target = quantization_for(target, preset)
-    floor = MIN_RERANKER_SPEARMAN if min_reranker_spearman is None else min_reranker_spearman
     if target is None:
         # the shipped embedder is a checkpoint trained here, shipped as INT8 per target only
         raise ExportError(f"--preset {preset} is not a CPU target's quantization, and the shipped embedder exists "
                           "only as INT8 per target; build from its checkpoint instead: magicselector bundle build "
                           "--embedder CKPT --catalog PATH --preset P (runtime/models/embedder/MODEL_CARD.md)")
-    with tempfile.TemporaryDirectory(prefix="magicselector-export-") as work:
-        emb = shipped_embedder(target)
-        rr = None
-        if reranker == "shipped":
-            shipped = shipped_reranker_dir()
-            if shipped is None:
-                log("no shipped reranker in this checkout; the bundle has no rerank stage")
-            else:
-                rr = export_reranker(shipped, Path(work) / "reranker", preset=preset, target=target, log=log)
-        elif reranker is not None:
-            rr = export_reranker(reranker, Path(work) / "reranker", preset=preset, target=target,
-                                 groups=rerank_probe_groups(catalog), min_spearman=floor, log=log)
-        manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
-                                catalog=catalog, embedder_meta=emb["meta"], embedder_gguf=emb["gguf"], reranker=rr,
-                                log=log, target=target,
-                                signing_key=signing_key, release=release)
+    emb = shipped_embedder(target)
+    manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
+                            catalog=catalog, embedder_meta=emb["meta"], embedder_gguf=emb["gguf"],
+                            log=log, target=target, signing_key=signing_key, release=release)
     log("done")
     return manifest
 
 
-# -- release export: embedder + reranker (+ decomposer) in ONNX or ExecuTorch form -----------------
+# -- release export: embedder (+ decomposer) in ONNX or ExecuTorch form ----------------------------
 
-MIN_RERANKER_SPEARMAN = 0.9  # parity floor (overall Spearman vs PyTorch FP32) for a shipped reranker
 FORMATS = ("onnx", "pte")
 
 
@@ -233,110 +206,9 @@ def _export_embedder_model(source: Path, workdir: Path, fmt: str, preset: str | 
                      "export_seconds": round(rep.seconds, 2)}}
 
 
-def checked_reranker_parity(checkpoint: str | Path, model: str | Path, pairs: Sequence[tuple[str, str]],
-                            max_length: int, min_spearman: float = MIN_RERANKER_SPEARMAN, what: str = "onnx",
-                            log: Callable[[str], None] = print) -> dict[str, Any]:
-    """The ``parity`` of an exported reranker's metadata: ``model`` against its PyTorch checkpoint
-    on the probe ``pairs`` (``reranker_parity``); an overall Spearman below ``min_spearman`` stops
-    the export."""
-    from .onnx import reranker_parity
-
-    log(f"reranker parity of {Path(model).name} against the PyTorch model on {len(pairs)} pairs")
-    parity = reranker_parity(checkpoint, model, pairs, max_length=max_length)
-    parity["probe_pairs_from"] = "catalog tools x probe queries"
-    if parity["spearman"] < min_spearman:
-        raise ExportError(f"{what} INT8 reranker parity too low: Spearman {parity['spearman']:.3f} < {min_spearman} "
-                          f"(top-1 agreement {parity['top1_agreement']:.2f}); try another --preset (per-channel "
-                          "vs per-tensor), static QDQ (quantize_onnx_static) or ship the reranker in FP32")
-    return {"against": "pytorch-fp32", "min_spearman": min_spearman, **parity}
-
-
-def export_reranker(source: str | Path, workdir: str | Path, fmt: str = "onnx", preset: str | None = None,
-                    groups: dict[str, list[str]] | None = None, max_length: int | None = None,
-                    min_spearman: float = MIN_RERANKER_SPEARMAN, log: Callable[[str], None] = print,
-                    target: str | None = None) -> dict[str, Any]:
-    """Cross-encoder checkpoint (or a ready .onnx/.pte, or a reranker folder) -> INT8 reranker
-    with a parity report: ``{"file", "tokenizer", "meta"}``. The pair window (max_length,
-    truncation) is the one the checkpoint was trained with (its ``train_config.json``);
-    ``max_length`` overrides it. Parity below ``min_spearman`` stops the export. ONNX is
-    quantized for ``target`` unless ``preset`` says otherwise (``quantization_for``); from a
-    reranker folder of one file per target, that target's file is taken."""
-    from magicselector.default_bundle import shipped_reranker
-
-    from .onnx import checkpoint_pair_window
-
-    source, workdir = Path(source), Path(workdir)
-    preset, made_for = quantization_for(target, preset)
-    if source.is_dir() and (source / RERANKER_META).is_file():  # an exported reranker folder
-        if fmt == "onnx":
-            return shipped_reranker(made_for, source)
-        meta = json.loads((source / RERANKER_META).read_text(encoding="utf-8"))
-        model = source / "model.pte"
-        if not model.is_file():
-            raise ExportError(f"{source}: the reranker folder has no {model.name}")
-        return {"file": str(model), "tokenizer": str(source / "tokenizer.json"), "meta": meta}
-    if source.is_file():
-        _prebuilt(source, fmt, "reranker")
-        return {"file": str(source), "tokenizer": str(_tokenizer_next_to(source)),
-                "meta": {"max_length": max_length or 96, "format": fmt, "quantization": {"type": "prebuilt"},
-                         "parity": {"against": "none (prebuilt model)"}, "size_bytes": source.stat().st_size}}
-    if not source.is_dir():
-        raise ExportError(f"{source}: no such reranker checkpoint or model file")
-    pairs = [(q, t) for q, texts in (groups or {}).items() for t in texts]
-    if not pairs:
-        raise ExportError("reranker parity needs probe (query, tool text) pairs; pass a non-empty catalog")
-    window = checkpoint_pair_window(source, max_length)
-    max_length = window["max_length"]
-    workdir.mkdir(parents=True, exist_ok=True)
-    if fmt == "onnx":
-        log(f"exporting reranker {source.name} to ONNX (FP32)")
-        fp32 = export_encoder_onnx(source, workdir / "reranker.fp32.onnx", kind="reranker")
-        log(f"quantizing the reranker to INT8 ({preset})")
-        q = quantize_onnx_int8(fp32.output, workdir / "reranker.int8.onnx", preset)
-        model, quant = q.output, {"type": "dynamic-int8", **q.extra}
-        sizes = {"fp32_size_bytes": fp32.size_bytes, "size_bytes": q.size_bytes, **fp32.extra}
-        seconds, shapes = fp32.seconds + q.seconds, {"shapes": "dynamic"}
-    else:
-        from .executorch import export_encoder_pte
-
-        log(f"exporting reranker {source.name} to ExecuTorch (XNNPACK, INT8)")
-        rep = export_encoder_pte(source, workdir / "reranker.int8.pte", kind="reranker", quantize="int8",
-                                 max_length=max_length, calibration_texts=pairs[:8])
-        model, quant = rep.output, {"type": "pt2e-int8", "scheme": rep.extra.get("scheme")}
-        sizes, seconds = {"size_bytes": rep.size_bytes}, rep.seconds
-        shapes = {"shapes": rep.shapes, "max_batch": rep.max_batch, "backend": "xnnpack"}
-    parity = checked_reranker_parity(source, model, pairs, max_length, min_spearman, fmt, log)
-    config = json.loads((source / "config.json").read_text())
-    return {"file": model, "tokenizer": str(source / "tokenizer.json"),
-            "meta": {"architecture": config.get("model_type"), "layers": int(config.get("num_hidden_layers", 0)),
-                     "format": fmt, **window, "quantization": quant, **shapes, "parity": parity,
-                     "target": made_for if fmt == "onnx" else None,  # ExecuTorch INT8 is made for no CPU target
-                     **sizes, "export_seconds": round(seconds, 2)}}
-
-
-def save_reranker_dir(exported: dict[str, Any], out: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write an exported reranker (``export_reranker``'s result) as a reranker folder:
-    ``model.onnx`` (or ``model.pte``), ``tokenizer.json`` and ``reranker.json`` (its metadata,
-    pair window and parity), the form the package ships and ``CrossEncoder.from_dir`` loads."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    src = Path(exported["file"])
-    model = out / ("model.pte" if src.suffix == ".pte" else "model.onnx")
-    if src.resolve() != model.resolve():
-        shutil.copy2(src, model)
-    tok = Path(exported["tokenizer"])
-    if tok.resolve() != (out / "tokenizer.json").resolve():
-        shutil.copy2(tok, out / "tokenizer.json")
-    meta = {**exported.get("meta", {}), **(extra or {})}
-    meta["size_bytes"] = model.stat().st_size
-    (out / RERANKER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return out
-
-
 def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path | Catalog,
-                  reranker: str | Path | None = None, decomposer: str | Path | None = None,
+                  decomposer: str | Path | None = None,
                   fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
-                  min_reranker_spearman: float = MIN_RERANKER_SPEARMAN,
                   min_decomposer_first_token: float | None = None, verify: bool = True,
                   log: Callable[[str], None] = print, signing_key: Any = None,
                   target: str | None = None, release: int | None = None, gguf: bool | None = None,
@@ -368,7 +240,7 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
         from .gguf import check_quant_name
 
         quant = check_quant_name(quant)
-    for role, path in (("embedder", embedder), ("reranker", reranker), ("decomposer", decomposer)):
+    for role, path in (("embedder", embedder), ("decomposer", decomposer)):
         if path is not None and not Path(path).exists():
             raise ExportError(f"{path}: no such {role} checkpoint or model file")
     if head is not None:  # a bad head fails before minutes of export work, as build_bundle would after them
@@ -382,10 +254,6 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
         probes = PROBE_QUERIES + [tool_text(t) for t in list(cat)[:40]]
         emb = export_embedder_for(embedder, work / "embedder", fmt=fmt, preset=preset, probe_texts=probes, log=log,
                                   gguf=gguf)
-        rr = None
-        if reranker is not None:
-            rr = export_reranker(reranker, work / "reranker", fmt=fmt, preset=preset, target=quant_target,
-                                 groups=rerank_probe_groups(cat), min_spearman=min_reranker_spearman, log=log)
         dec = None
         if decomposer is not None:
             from .gguf import export_decomposer
@@ -404,7 +272,7 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                     verify_bundle(root)
 
         manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"], catalog=cat,
-                                embedder_meta=emb["meta"], embedder_gguf=emb["gguf"], reranker=rr, decomposer=dec,
+                                embedder_meta=emb["meta"], embedder_gguf=emb["gguf"], decomposer=dec,
                                 log=log,
                                 extra={"export": {"format": fmt, "preset": preset, "decomposer_quant":
                                                   quant if decomposer is not None else None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | Path,
-                      reranker: str | Path | None = None, decomposer: str | Path | None = None,
+                      decomposer: str | Path | None = None,
                       fmt: str = "onnx", preset: str | None = None, quant: str = "q8_0",
                       verify: bool = True, signing_key: str | None = None, target: str | None = None,
                       release: int | None = None, head: str | Path | None = None) -> int:
@@ -24,11 +24,11 @@ def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | P
     def log(msg: str) -> None:
         print(f"[export {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    manifest = export_bundle(out, embedder=embedder, reranker=reranker, decomposer=decomposer,
+    manifest = export_bundle(out, embedder=embedder, decomposer=decomposer,
                              catalog=catalog, fmt=fmt, preset=preset, quant=quant, verify=verify, log=log,
                              signing_key=signing_key, target=target, release=release, head=head)
     summary = {"out": str(out), "files": {k: v["size"] for k, v in manifest["files"].items()}}
-    for section in ("embedder", "reranker", "decomposer"):
+    for section in ("embedder", "decomposer"):
         sec = manifest.get(section)
         if sec:
             summary[section] = {"file": sec["file"], "quantization": sec.get("quantization"),

@@ -243,7 +243,7 @@ def reranker_scores_torch(checkpoint: str | Path, groups: dict[str, list[str]], 
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from magicselector.stages.rerank import PairTokenizer
+    from magicselector.data.cross_encoder import PairTokenizer
 
     checkpoint = Path(checkpoint)
     tok = PairTokenizer(checkpoint / "tokenizer.json", **checkpoint_pair_window(checkpoint, max_length))
@@ -288,7 +288,7 @@ def reranker_parity(checkpoint: str | Path, onnx_model: str | Path, pairs: Seque
     """Scores of the PyTorch cross-encoder against the exported one (``.onnx`` or ``.pte``) on
     (query, text) pairs: Spearman overall and per query list, top-1 agreement over the query lists,
     the largest absolute logit difference."""
-    from magicselector.stages.rerank import CrossEncoder, PairTokenizer
+    from magicselector.data.cross_encoder import CrossEncoder, PairTokenizer
 
     checkpoint = Path(checkpoint)
     groups = group_pairs(pairs)

@@ -30,23 +30,16 @@ FORMAT_VERSION = 1
 # v9: golden.json gains the pipeline probes of every stage, schema_tokens.json the definition sizes (native core)
 #     and the embedder as GGUF (embedder/model.gguf, the embedder section's gguf) that the native core runs
 # v10: golden.json gains gguf_embeddings, the GGUF's own vectors in llama.cpp (the native embedder's exact check)
-DEFAULT_BUNDLE_RECIPE = "default-v10"
+# v11: no cross-encoder (it left the runtime: docs/bench/reranker.md); the reranker files and golden scores are gone
+DEFAULT_BUNDLE_RECIPE = "default-v11"
 # the sections that stand for one artifact file each (a section's "file", relative to the folder)
-ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "reranker", "decomposer", "lexical", "head")
+ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "decomposer", "lexical", "head")
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings: kilobytes; refuse to read a huge one
-SHIPPED_RERANKER_DIR = Path(__file__).parent / "models" / "reranker"  # committed INT8 ONNX per target + model card
 
 
 def file_entry(root: Path, rel: str) -> dict[str, Any]:
     p = root / rel
     return {"sha256": sha256_file(p), "size": p.stat().st_size}
-
-
-def shipped_reranker_dir() -> Path | None:
-    """The reranker folder that ships inside the package (None when this checkout has none); its
-    model file for a CPU target is ``magicselector.stages.rerank.reranker_model_file``'s."""
-    d = SHIPPED_RERANKER_DIR
-    return d if (d / "reranker.json").is_file() and any(d.glob("model*.onnx")) else None
 
 
 def default_bundle_dir() -> Path:

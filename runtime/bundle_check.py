@@ -10,7 +10,6 @@ import numpy as np
 from .bundle import Bundle
 from .errors import BundleError
 from .golden import SCHEMA_TOKENS_FILE, check_pipeline, schema_token_table
-from .ranks import spearman
 from .selector import Selector
 
 if TYPE_CHECKING:
@@ -54,13 +53,8 @@ def _verify(path: str | Path) -> dict[str, Any]:
         if golden.get("pipeline"):
             checks.update(check_pipeline(selector, golden["pipeline"]))
         checks.update(_check_schema_tokens(bundle, selector))
-        if golden.get("reranker"):
-            checks.update(_check_golden_reranker(selector, golden))
         if golden.get("decomposer"):
             checks.update(_check_golden_decomposer(bundle, golden))
-    if selector.reranker is not None and "golden_reranker_spearman" not in checks:
-        checks["reranker_smoke"] = [round(float(x), 4) for x in
-                                    selector.reranker.score("turn on bluetooth", ["bluetooth toggle", "set alarm"])]
     sel = selector.select("turn on bluetooth")
     checks["smoke_selection"] = sel.ids[:3]
     return checks
@@ -103,30 +97,6 @@ def verify_native(path: str | Path, binary: str | Path, timeout: float = 600.0) 
         said = (run.stdout.strip() or run.stderr.strip())[-2000:]
         raise BundleError(f"native verify failed (exit {run.returncode}): {said}")
     return report
-
-
-def _check_golden_reranker(selector: Selector, golden: dict[str, Any]) -> dict[str, Any]:
-    """Re-score the golden (query, tool text) pairs: ranks must hold and scores stay near."""
-    if selector.reranker is None:
-        raise BundleError("golden.json has reranker probes but the manifest names no reranker")
-    tol = golden.get("reranker_tolerance", {})
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for case in golden["reranker"]:
-        groups.setdefault(case["query"], []).append(case)
-    expected: list[float] = []
-    got: list[float] = []
-    for query, cases in groups.items():
-        expected.extend(c["score"] for c in cases)
-        got.extend(float(x) for x in selector.reranker.score(query, [c["text"] for c in cases]))
-    e, g = np.asarray(expected, dtype=np.float64), np.asarray(got, dtype=np.float64)
-    rho = spearman(e, g)
-    span = float(e.max() - e.min()) or 1.0
-    worst = float(np.abs(e - g).max())
-    if rho < float(tol.get("spearman_min", 0.9)) or worst > float(tol.get("max_abs_diff_of_range", 0.1)) * span + 1e-3:
-        raise BundleError(f"golden reranker scores differ: Spearman {rho:.3f}, max |diff| {worst:.4f} "
-                          f"(score range {span:.4f})")
-    return {"golden_reranker_pairs": len(e), "golden_reranker_spearman": round(rho, 5),
-            "golden_reranker_max_abs_diff": round(worst, 6)}
 
 
 def _check_golden_gguf(bundle: Bundle, golden: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Writing bundle folders: the embedder and reranker files, the catalog embedded into a usearch index,
+"""Writing bundle folders: the embedder files, the catalog embedded into a usearch index,
 golden vectors, a hashed manifest with its release number, and its signature; every write is built
 aside, signed there and swapped into place (``magicselector.files.staged_dir``), so a bundle appears
 complete and signed or not at all. Torch-free: the default bundle is written with it at run time,
@@ -23,12 +23,11 @@ from .files import crash_point, previous_dir, staged_dir
 from .formats import FORMATS
 from .golden import SCHEMA_TOKENS_FILE, schema_token_table, shipped_pipeline_probes
 from .signing import key_fingerprint, load_private_key, sign_manifest_bytes, write_signature
-from .sections import GGUF_EMBEDDER_FILE, EmbedderSection, RerankerSection, open_embedder, open_reranker
+from .sections import GGUF_EMBEDDER_FILE, EmbedderSection, open_embedder
 from .stages.embed import TextEmbedder, TextTokenizer
 from .stages.head import HEAD_FILE, HeadModel
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex
-from .stages.rerank import pair_window
 
 # Utterances that probe parity and index recall; phone requests of the kinds the product serves.
 PROBE_QUERIES = [
@@ -191,16 +190,15 @@ def sign_bundle(bundle_dir: str | Path, private_key: Any) -> dict[str, Any]:
 def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: str | Path, catalog: Catalog,
                  embedder_meta: dict[str, Any], index_dtype: str | None = None,
                  extra: dict[str, Any] | None = None, log: Callable[[str], None] = print,
-                 reranker: dict[str, Any] | None = None, decomposer: dict[str, Any] | None = None,
+                 decomposer: dict[str, Any] | None = None,
                  build_check: Callable[[Path], None] | None = None, target: str | None = None,
                  signing_key: Any = None, release: int | None = None,
                  head: str | Path | None = None, embedder_gguf: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a bundle folder from an exported embedder and a catalog; returns the manifest.
 
-    ``embedder_onnx`` may be an ``.onnx`` or an ExecuTorch ``.pte`` file. ``reranker``
-    (``{"file", "tokenizer", "meta"}``, from ``export_reranker``) and ``decomposer``
-    (``{"gguf", "meta", "golden"}``, from ``magicselector.export.gguf.export_decomposer``) add their
-    artifacts, manifest sections and golden probes. ``build_check`` runs on the finished folder
+    ``embedder_onnx`` may be an ``.onnx`` or an ExecuTorch ``.pte`` file. ``decomposer``
+    (``{"gguf", "meta", "golden"}``, from ``magicselector.export.gguf.export_decomposer``) adds its
+    artifact, manifest section and golden probes. ``build_check`` runs on the finished folder
     before it is moved into place (an exception there leaves nothing behind). ``target`` names the
     CPU target (``magicselector.targets``) the INT8 models were quantized for; the runtime warns once
     when it runs a bundle on another. ``signing_key`` (an Ed25519 private key) signs the manifest
@@ -241,9 +239,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         golden = golden_vectors(embedder, tokenizer)
         if embedder_gguf is not None:
             golden["gguf_embeddings"] = _gguf_golden(root / GGUF_EMBEDDER_FILE, embedder_gguf, tokenizer)
-        rr_section = dec_section = None
-        if reranker:
-            rr_section = _add_reranker(root, reranker, catalog, golden, log)
+        dec_section = None
         if decomposer:
             dec_section = _add_decomposer(root, decomposer, golden)
         head_section = _add_head(root, Path(head)) if head is not None else None
@@ -263,7 +259,6 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             "lexical": {"file": "lexical.npz", **lexical.describe()},
             "golden": {"file": "golden.json"},
             "schema_tokens": {"file": SCHEMA_TOKENS_FILE, "formats": list(FORMATS)},
-            "reranker": rr_section,
             "decomposer": dec_section,
             "head": head_section,
             "target": target,
@@ -300,44 +295,6 @@ def _add_head(root: Path, src: Path) -> dict[str, Any]:
     model = HeadModel.from_bytes(data, str(src))
     (root / HEAD_FILE).write_bytes(data)
     return {"file": HEAD_FILE, "depth": model.depth, "layers": [int(w.shape[1]) for w, _ in model.layers]}
-
-
-def rerank_probe_groups(catalog: Catalog, queries: Sequence[str] = PROBE_QUERIES[:8], per_query: int = 10,
-                        chars: int = 200) -> dict[str, list[str]]:
-    """Query lists for reranker parity: each probe query against a rotating slice of catalog tools."""
-    tools = list(catalog)
-    if not tools:
-        return {}
-    out = {}
-    for i, q in enumerate(queries):
-        start = (i * per_query) % len(tools)
-        picked = [tools[(start + j) % len(tools)] for j in range(min(per_query, len(tools)))]
-        out[q] = [tool_text(t, chars) for t in picked]
-    return out
-
-
-def _add_reranker(root: Path, reranker: dict[str, Any], catalog: Catalog, golden: dict[str, Any],
-                  log: Callable[[str], None]) -> dict[str, Any]:
-    src = Path(reranker["file"])
-    rel = "reranker/model" + (".pte" if src.suffix == ".pte" else ".onnx")
-    (root / "reranker").mkdir()
-    shutil.copy2(src, root / rel)
-    shutil.copy2(reranker["tokenizer"], root / "reranker" / "tokenizer.json")
-    meta = dict(reranker.get("meta", {}))
-    window = pair_window(meta)
-    section = {"file": rel, "tokenizer": "reranker/tokenizer.json", **window,
-               "output": "one relevance logit per (query, tool text) pair", **meta}
-    scorer = open_reranker(RerankerSection.parse(section, "reranker metadata"), root, threads=2)
-    log("golden reranker scores")
-    groups = rerank_probe_groups(catalog, PROBE_QUERIES[:3], per_query=5)
-    cases: list[dict[str, Any]] = []
-    for q, texts in groups.items():
-        scores = scorer.score(q, texts)
-        cases.extend({"query": q, "text": t, "score": round(float(s), 6)} for t, s in zip(texts, scores))
-    golden["reranker"] = cases
-    # Same artifact, another CPU: INT8 kernels may differ slightly; ranks must hold.
-    golden["reranker_tolerance"] = {"spearman_min": 0.9, "max_abs_diff_of_range": 0.1}
-    return section
 
 
 def _add_decomposer(root: Path, decomposer: dict[str, Any], golden: dict[str, Any]) -> dict[str, Any]:

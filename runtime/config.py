@@ -74,8 +74,8 @@ class SelectorConfig:
     """How a Selector turns a dialogue turn into a tool list; ``SelectorConfig()`` is the shipped product.
 
     The shipped defaults were chosen on the mean over every development set's evaluation part
-    (docs/bench/defaults.md holds the tables and the commands); the cross-encoder is off,
-    ``rerank=True`` turns it on.
+    (docs/bench/defaults.md holds the tables and the commands). There is no cross-encoder stage:
+    it never earned its place (docs/bench/reranker.md; an experiment in bench/experiments/rerank.py).
 
     history: what of the dialogue the retrieval query carries: ``none`` (the utterance only),
       ``user`` (plus earlier user turns), ``questions`` (plus earlier user turns and the questions
@@ -84,15 +84,9 @@ class SelectorConfig:
       was fitted under the shipped mode; under another it still runs, on score shapes it did not learn.
     candidates: how many tools each retrieval list returns before fusion and the cut.
     cut: the adaptive cut, ``CutConfig`` (``stages/cut.py``; the bench's rules, bench/cut_rules.py,
-      are ``CutRule``s too). With several retrieval lists (a decomposed turn) and no rerank it runs
-      on each list and the kept tools are united; on a reranked turn it runs once on the reranked list.
-    rerank: run the bundle's cross-encoder (when it has one) once per turn over the fused list's
-      top ``rerank_candidates`` tools (``stages/rerank.py`` ``rerank_fused``); the cut then runs on
-      the reranked list. ``rerank_skip_margin``: where the fused list's top tool leads the runner-up
-      by at least that much, retrieval is sure and the turn costs no rerank (None: every turn
-      reranks). ``rerank_weight`` mixes the cross-encoder's z-scored logits with the z-scored
-      retrieval scores (1.0 = cross-encoder alone).
-    threads: inference threads of the embedder and the cross-encoder.
+      are ``CutRule``s too). With several retrieval lists (a decomposed turn) it runs on each list
+      and the kept tools are united.
+    threads: inference threads of the embedder.
     limits: the bounds on one turn's input (``InputLimits``).
     decompose: ``none`` (passthrough), ``rules`` (clause split + elliptical carry-over, no model),
       ``llm`` (the GGUF decomposer, ``llm``) or ``auto`` (the LLM only for multi-clause, long or
@@ -103,7 +97,7 @@ class SelectorConfig:
       BM25's share; ``lexical_candidates``: BM25 hits per list that enter the fusion.
     head: order the kept tools by the bundle's learned head (``stages/head.py``: a relevance
       probability per candidate from how the retrieval lists rank it) and drop those under
-      ``cut.min_probability``; bundles without a head, and reranked turns, are cut as before.
+      ``cut.min_probability``; bundles without a head are cut as before.
     max_tools, max_schema_tokens: the caller's budget (``stages/budget.py``): the cut never keeps
       more tools, or more tokens of tool definitions (counted in the format select is asked for);
       None: only the cut decides.
@@ -113,10 +107,6 @@ class SelectorConfig:
     history_turns: int = 4
     candidates: int = 30
     cut: CutRule = field(default_factory=CutConfig)
-    rerank: bool = False
-    rerank_candidates: int = 10
-    rerank_weight: float = 0.5
-    rerank_skip_margin: float | None = 0.3
     threads: int = 1
     limits: InputLimits = field(default_factory=InputLimits)
     decompose: str = "rules"
@@ -130,7 +120,6 @@ class SelectorConfig:
 
     def __post_init__(self) -> None:
         self._check_retrieval()
-        self._check_rerank()
         if self.threads < 1:
             raise InputError("threads must be >= 1")
         if self.decompose not in DECOMPOSE_MODES:
@@ -155,12 +144,3 @@ class SelectorConfig:
             raise InputError("lexical_weight must be within [0, 1]")
         if self.lexical_candidates < 1:
             raise InputError("lexical_candidates must be >= 1")
-
-    def _check_rerank(self) -> None:
-        if self.rerank_candidates < 1:
-            raise InputError("rerank_candidates must be >= 1")
-        if self.rerank_skip_margin is not None and not (isinstance(self.rerank_skip_margin, numbers.Real)
-                                                         and self.rerank_skip_margin >= 0):
-            raise InputError(f"rerank_skip_margin must be a number >= 0 or None, got {self.rerank_skip_margin!r}")
-        if not 0.0 <= self.rerank_weight <= 1.0:
-            raise InputError("rerank_weight must be within [0, 1]")

@@ -1,7 +1,6 @@
 """The default bundle, built from what the package ships: the target's INT8 embedder
-(``models/embedder``) and the same embedder as GGUF for the native core, the target's INT8
-reranker (``models/reranker``), the learned head fitted on that embedder's rankings
-(``models/head``) and the phone catalog. No exporter,
+(``models/embedder``) and the same embedder as GGUF for the native core, the learned head fitted
+on that embedder's rankings (``models/head``) and the phone catalog. No exporter,
 no torch: embedding the catalog, the index and the golden vectors are all runtime work.
 ``ensure_default_bundle`` builds it on first use."""
 from __future__ import annotations
@@ -12,12 +11,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .bundle import DEFAULT_BUNDLE_RECIPE, MANIFEST, SHIPPED_RERANKER_DIR, default_bundle_dir
+from .bundle import DEFAULT_BUNDLE_RECIPE, MANIFEST, default_bundle_dir
 from .bundle_writer import build_bundle
 from .catalog import Catalog, load_phone_catalog
 from .errors import BundleError
 from .files import sweep
-from .stages.rerank import RERANKER_META, read_reranker_meta, reranker_model_file
 from .targets import TARGETS, resolve_target
 
 SHIPPED_EMBEDDER_DIR = Path(__file__).parent / "models" / "embedder"  # INT8 ONNX per quantization + model card
@@ -107,54 +105,13 @@ def _shipped_gguf(folder: Path, info: dict[str, Any]) -> dict[str, Any] | None:
     return {"file": str(path), "meta": meta, "golden": golden}
 
 
-# what a per-target reranker folder's metadata says of the model as a whole, copied into the manifest
-_RERANKER_MODEL_FIELDS = ("architecture", "layers", "format", "shapes", "max_length", "truncation", "min_tool_tokens")
-
-
-def shipped_reranker(target: str | None = None, folder: str | Path = SHIPPED_RERANKER_DIR) -> dict[str, Any] | None:
-    """The shipped reranker for ``target`` (``host`` or None: this CPU's) as ``build_bundle`` takes
-    it: ``{"file", "tokenizer", "meta"}``, the meta recording the target its file was quantized
-    for; None where this install has no reranker. A folder of one ``model.onnx`` (no ``targets``
-    in ``reranker.json``) gives that file whatever the target."""
-    folder = Path(folder)
-    if not (folder / RERANKER_META).is_file():
-        return None
-    info = read_reranker_meta(folder)
-    model = reranker_model_file(folder, info, target)
-    tokenizer = folder / "tokenizer.json"
-    if not tokenizer.is_file():
-        raise BundleError(f"{tokenizer}: the reranker folder lacks its tokenizer")
-    if info.get("targets") is None:  # one file: the target it records, else the one its preset is for
-        preset = (info.get("quantization") or {}).get("preset")
-        made_for = next((name for name, spec in TARGETS.items() if spec.preset == preset), None)
-        return {"file": str(model), "tokenizer": str(tokenizer), "meta": {"target": made_for, **info}}
-    target = resolve_target(target)
-    file_info = (info.get("files") or {}).get(model.name)
-    if not isinstance(file_info, dict):
-        raise BundleError(f"{folder / RERANKER_META}: 'files' does not describe {model.name}")
-    meta = {k: info[k] for k in _RERANKER_MODEL_FIELDS if k in info}
-    meta.update({
-        "target": target,
-        "quantization": {**file_info["quantization"], "preset": TARGETS[target].preset, "target": target},
-        "parity": file_info["parity"], "size_bytes": int(file_info["size_bytes"]),
-        "fp32_size_bytes": int(info["source"]["fp32_onnx_size_bytes"]), "source": info["source"],
-    })
-    on_target = (info.get("parity_by_target") or {}).get(target)
-    if on_target:
-        meta["parity_on_target"] = on_target
-    return {"file": str(model), "tokenizer": str(tokenizer), "meta": meta}
-
-
 def build_default_bundle(out: str | Path, *, target: str | None = None, catalog: Catalog | None = None,
-                         reranker: bool = True, progress: bool = True,
-                         log: Callable[[str], None] | None = None,
-                         reranker_folder: str | Path = SHIPPED_RERANKER_DIR, signing_key: Any = None,
-                         release: int | None = None) -> dict[str, Any]:
+                         progress: bool = True, log: Callable[[str], None] | None = None,
+                         signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
     """Write the default bundle to ``out`` from the shipped artifacts, for ``target`` (``host`` or
-    None: this CPU's); returns the manifest. ``catalog`` replaces the phone catalog; ``reranker=False``
-    leaves the rerank stage out; ``reranker_folder`` replaces the shipped reranker folder (e.g. one
-    that ``magicselector.export.shipped_reranker`` wrote). With ``signing_key`` the manifest is
-    signed before the folder appears; ``release`` as ``build_bundle`` takes it."""
+    None: this CPU's); returns the manifest. ``catalog`` replaces the phone catalog. With
+    ``signing_key`` the manifest is signed before the folder appears; ``release`` as ``build_bundle``
+    takes it."""
     t0 = time.perf_counter()
     if log is None:
         def log(msg: str) -> None:
@@ -164,15 +121,9 @@ def build_default_bundle(out: str | Path, *, target: str | None = None, catalog:
     target = resolve_target(target)
     log(f"building the default bundle for {target} in {out} from the shipped models; this happens once")
     emb = shipped_embedder(target)
-    rr = shipped_reranker(target, reranker_folder) if reranker else None
-    if reranker and rr is None:
-        log("no shipped reranker in this install; the bundle has no rerank stage")
-    elif rr is not None and rr["meta"]["target"] != target:
-        log(f"the shipped reranker is one file quantized for {rr['meta']['target'] or 'no recorded target'}, "
-            f"not {target}")
     manifest = build_bundle(out, embedder_onnx=emb["onnx"], tokenizer_file=emb["tokenizer"],
                             catalog=catalog or load_phone_catalog(), embedder_meta=emb["meta"],
-                            embedder_gguf=emb["gguf"], reranker=rr,
+                            embedder_gguf=emb["gguf"],
                             target=target, log=log, signing_key=signing_key, release=release,
                             head=SHIPPED_HEAD if SHIPPED_HEAD.is_file() else None,
                             extra={"recipe": DEFAULT_BUNDLE_RECIPE, "target_description": TARGETS[target].description})

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class LiveCatalog:
     """The catalog a Selector searches and the indexes built from it, changed at run time under one
     lock (``add``, ``remove``) so that no turn reads a catalog and an index that disagree.
-    Selectors made by ``with_config`` / ``with_reranker`` share one, so a tool added through any of
+    Selectors made by ``with_config`` share one, so a tool added through any of
     them is seen by all. ``version`` counts the changes (``Selection.catalog_version``)."""
 
     def __init__(self, catalog: Catalog, index: ToolIndex, lexical: LexicalIndex | None) -> None:

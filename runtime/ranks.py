@@ -1,4 +1,4 @@
-"""Rank statistics: average ranks and Spearman's rank correlation (reranker parity, golden checks, benches)."""
+"""Rank statistics: average ranks and Spearman's rank correlation (INT8 parity checks and the benches)."""
 from __future__ import annotations
 
 from typing import Sequence

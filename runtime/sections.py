@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from .backends import EncoderModel, open_model
 from .bundle import MANIFEST, Bundle
@@ -16,8 +16,6 @@ from .stages.embed import TextEmbedder, TextTokenizer
 from .stages.head import HeadModel
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, bundle_lexical
-from .stages.rerank import PAIR_WINDOW_DEFAULTS, TRUNCATIONS, CrossEncoder, PairTokenizer
-from .targets import TARGETS, warn_if_other_target
 
 _MISSING = object()
 GGUF_EMBEDDER_FILE = "embedder/model.gguf"  # the embedder as GGUF (llama.cpp) in a bundle, for the native core
@@ -73,78 +71,18 @@ class EmbedderSection:
                    max_length=_count(raw, "embedder", "max_length", where, cls.max_length), gguf=gguf)
 
 
-@dataclass(frozen=True)
-class RerankerSection:
-    """The manifest's ``reranker``: the cross-encoder file, its tokenizer, the pair window it was
-    trained with (``magicselector.stages.rerank``) and the CPU target its INT8 weights were
-    quantized for (None: not recorded). Paths are relative to the bundle folder."""
-
-    file: str
-    tokenizer: str
-    max_length: int = PAIR_WINDOW_DEFAULTS["max_length"]
-    truncation: str = PAIR_WINDOW_DEFAULTS["truncation"]
-    min_tool_tokens: int = PAIR_WINDOW_DEFAULTS["min_tool_tokens"]
-    target: str | None = None
-
-    @classmethod
-    def parse(cls, raw: Any, where: str | Path = "manifest.json") -> "RerankerSection":
-        raw = _section(raw, "reranker", where)
-        truncation = _text(raw, "reranker", "truncation", where, cls.truncation)
-        if truncation not in TRUNCATIONS:
-            raise BundleError(f"{where}: manifest section 'reranker', field 'truncation' must be one of "
-                              f"{TRUNCATIONS}, got {truncation!r}")
-        target = raw.get("target")
-        if target is not None and target not in TARGETS:
-            raise BundleError(f"{where}: manifest section 'reranker', field 'target' must be one of "
-                              f"{', '.join(TARGETS)}, got {target!r:.40}")
-        return cls(file=_text(raw, "reranker", "file", where), tokenizer=_text(raw, "reranker", "tokenizer", where),
-                   max_length=_count(raw, "reranker", "max_length", where, cls.max_length), truncation=truncation,
-                   min_tool_tokens=_count(raw, "reranker", "min_tool_tokens", where, cls.min_tool_tokens),
-                   target=target)
-
-
 def _path(bundle: Bundle | Path, rel: str) -> Path:
     # an opened bundle checks that the file is one its manifest lists; a folder being built has no manifest yet
     return bundle.file(rel) if isinstance(bundle, Bundle) else Path(bundle) / rel
 
 
-def _model(bundle: Bundle | Path, rel: str, threads: int, verify: bool, lazy: bool = False) -> EncoderModel:
-    """An opened bundle's model is read once, checked and loaded from those bytes (at once; with
-    ``lazy`` on first use, from the file kept open, ``_kept_file``); a folder being built opens its
-    file (lazily)."""
+def _model(bundle: Bundle | Path, rel: str, threads: int, verify: bool) -> EncoderModel:
+    """An opened bundle's model is read once, checked and loaded from those bytes at once; a folder
+    being built opens its file (lazily)."""
     if isinstance(bundle, Bundle):
         name = str(bundle.path / rel)
-        if lazy:
-            return open_model(bundle.file(rel), threads=threads, data=_kept_file(bundle, rel, verify, name), name=name)
         return open_model(bundle.file(rel), threads=threads, data=bundle.read(rel, verify), name=name)
     return open_model(Path(bundle) / rel, threads=threads)
-
-
-def _kept_file(bundle: Bundle, rel: str, verify: bool, name: str) -> Callable[[], bytes]:
-    """A function that returns the bytes of ``rel`` as they were checked now: the file is read and
-    checked once here (``Bundle.read``), its handle kept open, and read again on first use, so a
-    later rebuild or removal of the folder does not reach it; bytes that differ from the checked
-    ones then are a BundleError naming it."""
-    import hashlib
-    import weakref
-
-    data = bundle.read(rel, verify)
-    size, digest = len(data), hashlib.sha256(data).digest()
-    del data
-    handle = open(bundle.file(rel), "rb")  # noqa: SIM115 - held for the Selector's life, read once
-
-    def read() -> bytes:
-        if handle.closed:
-            raise BundleError(f"{name}: could not be loaded before; reload the bundle")
-        handle.seek(0)
-        got = handle.read(size + 1)
-        handle.close()
-        if len(got) != size or hashlib.sha256(got).digest() != digest:
-            raise BundleError(f"{name}: changed on disk since the bundle was loaded; reload the bundle")
-        return got
-
-    weakref.finalize(read, handle.close)  # a Selector that never reranked closes it when it goes
-    return read
 
 
 def _tokenizer_bytes(bundle: Bundle | Path, rel: str, verify: bool) -> bytes | None:
@@ -159,19 +97,6 @@ def open_embedder(section: EmbedderSection, bundle: Bundle | Path, threads: int 
     key = (f"{bundle.sha256_of(section.file)}:{bundle.sha256_of(section.tokenizer)}:{section.max_length}"
            if isinstance(bundle, Bundle) else "")
     return TextEmbedder(_model(bundle, section.file, threads, verify), tokenizer, dim=section.dim, vectors_key=key)
-
-
-def open_reranker(section: RerankerSection, bundle: Bundle | Path, threads: int = 1,
-                  verify: bool = True, lazy: bool = False) -> CrossEncoder:
-    """The rerank stage of a bundle (or of the folder a bundle is being built in). An opened bundle
-    whose reranker was quantized for another CPU than this one warns once (``magicselector.targets``).
-    ``lazy``: the model is read, checked and loaded on the first turn that reranks (the shipped
-    configuration never does, so it costs no memory)."""
-    if isinstance(bundle, Bundle):
-        warn_if_other_target(section.target, f"{bundle.path}'s reranker")
-    tokenizer = PairTokenizer(_path(bundle, section.tokenizer), section.max_length, section.truncation,
-                              section.min_tool_tokens, data=_tokenizer_bytes(bundle, section.tokenizer, verify))
-    return CrossEncoder(_model(bundle, section.file, threads, verify, lazy), tokenizer, threads=threads)
 
 
 def read_catalog(bundle: Bundle, rel: str, verify: bool = True) -> Catalog:
@@ -198,7 +123,6 @@ class BundleArtifacts:
     catalog: Catalog
     embedder: TextEmbedder
     index: ToolIndex
-    reranker: CrossEncoder | None
     lexical: LexicalIndex | None
     head: HeadModel | None
     read: frozenset[str]  # the files read (and, with verify, checked) here
@@ -206,10 +130,10 @@ class BundleArtifacts:
 
 def load_artifacts(bundle: Bundle, threads: int = 1, verify: bool = True) -> BundleArtifacts:
     """Build every stage of an opened bundle from its files' checked bytes: the embedder's session
-    is created now (the cross-encoder's on the first turn that reranks), the index, catalog and
-    lexical index fully parsed, so a damaged, truncated or missing file is a BundleError naming it
-    before any query. With ``verify``, every other listed file (golden probes, a decomposer) is
-    checked against the manifest too."""
+    is created now, the index, catalog and lexical index fully parsed, so a damaged, truncated or
+    missing file is a BundleError naming it before any query. With ``verify``, every other listed
+    file (golden probes, a decomposer, the cross-encoder files of a bundle built before it left the
+    runtime, which are ignored) is checked against the manifest too."""
     emb, idx, cat = bundle.section("embedder"), bundle.section("index"), bundle.section("catalog")
     if not (emb and idx and cat):
         raise BundleError(f"{bundle.path}: manifest lacks an embedder, index or catalog section")
@@ -223,13 +147,6 @@ def load_artifacts(bundle: Bundle, threads: int = 1, verify: bool = True) -> Bun
     embedder = open_embedder(emb_section, bundle, threads=threads, verify=verify)
     if embedder.dim != index.ndim:
         raise BundleError(f"{where}: the embedder makes {embedder.dim}-d vectors but the index holds {index.ndim}-d")
-    reranker = None
-    rr = bundle.section("reranker")
-    if rr:
-        rr_section = RerankerSection.parse(rr, where)
-        # read and checked now, its session made on the first rerank=True turn
-        reranker = open_reranker(rr_section, bundle, threads=threads, verify=verify, lazy=True)
-        read |= {rr_section.file, rr_section.tokenizer}
     lexical = bundle_lexical(bundle, catalog.ids, verify=verify)
     lex = bundle.section("lexical")
     if lex:
@@ -242,4 +159,4 @@ def load_artifacts(bundle: Bundle, threads: int = 1, verify: bool = True) -> Bun
         read.add(head_file)
     if verify:
         bundle.verify_files(skip=read)
-    return BundleArtifacts(catalog, embedder, index, reranker, lexical, head, frozenset(read))
+    return BundleArtifacts(catalog, embedder, index, lexical, head, frozenset(read))

@@ -1,4 +1,4 @@
-"""The Selector: decompose -> embed -> search + lexical -> fuse -> rerank -> cut + learned head -> budget, with per-stage timings."""
+"""The Selector: decompose -> embed -> search + lexical -> fuse -> cut + learned head -> budget, with per-stage timings."""
 from __future__ import annotations
 
 import time
@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from .bundle import Bundle
-from .catalog import Catalog, Tool, tool_text
+from .catalog import Catalog, Tool
 from .live_catalog import LiveCatalog
 from .plan import RetrievalPlan, plan_turn
 from .config import SelectorConfig
@@ -22,7 +22,6 @@ from .stages.fuse import RankedList, peak_rank_fusion
 from .stages.head import HeadModel, head_cut, head_features
 from .stages.index import ToolIndex
 from .stages.lexical import LexicalIndex, fuse_lexical
-from .stages.rerank import Reranker, rerank_fused
 from .targets import warn_if_other_target
 from .tool_vectors import catalog_index
 
@@ -57,9 +56,8 @@ class Ranking:
     """A turn's retrieval before the cut (``Selector.rank``): what every cut and the learned head
     read. ``texts``: the texts retrieved with (the utterance, its sub-tasks, the history-folded
     utterance; ``history_list`` says which is the last, None: none); ``lists``: each text's ranked
-    list after the lexical fusion and the rerank; ``ids`` / ``scores`` / ``source``: the fused (or
-    reranked) list, each tool's best list; ``catalog``: the catalog the turn searched, ``version``
-    its ``catalog_version``; ``reranked``: 1 where the cross-encoder set the order."""
+    list after the lexical fusion; ``ids`` / ``scores`` / ``source``: the fused list, each tool's
+    best list; ``catalog``: the catalog the turn searched, ``version`` its ``catalog_version``."""
 
     texts: list[str]
     lists: list[RankedList]
@@ -70,7 +68,6 @@ class Ranking:
     subtasks: list[str]
     catalog: Catalog
     version: int
-    reranked: int
     trace: DecomposeTrace
     vectors: Callable[[list[str]], np.ndarray] | None = None  # listed tools' vectors, where the cut reads them
 
@@ -93,8 +90,6 @@ class Selection:
     # selections with the same version saw the same catalog
     catalog_version: int = 0
     trace: DecomposeTrace = field(default_factory=DecomposeTrace)  # how the decomposer got the sub-tasks
-    # lists whose order the cross-encoder set this turn (0: no rerank, or the gate kept retrieval's)
-    reranked: int = 0
     budget: Budget = field(default_factory=Budget)  # the caller's bound on the tools; k is within it
     # tokens of the kept tools' definitions in budget.format (counted where a token budget was set)
     schema_tokens: int | None = None
@@ -116,7 +111,7 @@ class Selection:
 
     @property
     def lists(self) -> list[tuple[str, list[str], list[float]]]:
-        """Per retrieval list (utterance anchor first, then each sub-task), after the rerank: (text,
+        """Per retrieval list (utterance anchor first, then each sub-task), after the fusion: (text,
         ids, scores), what the cut saw; built when read (analysis: bench/cut_curve.py)."""
         if self.ranking is None:
             return []
@@ -139,7 +134,6 @@ class Selection:
             "candidates": self.candidates,
             "decomposer": self.decomposer,
             "decomposition": self.trace.to_dict(),
-            "reranked": self.reranked,
             "budget": {"max_tools": self.budget.max_tools, "max_schema_tokens": self.budget.max_schema_tokens,
                        "format": self.budget.format},
             "schema_tokens": self.schema_tokens,
@@ -166,19 +160,17 @@ class Selector:
 
     One Selector can be shared across threads: inference sessions are thread-safe, and catalog
     changes (add_tool / remove_tool) swap the catalog under a lock. Selectors made from it by
-    ``with_config`` and ``with_reranker`` share its catalog and indexes (``live``, a ``LiveCatalog``).
+    ``with_config`` share its catalog and indexes (``live``, a ``LiveCatalog``).
     """
 
     def __init__(self, catalog: Catalog, embedder: Embedder, index: ToolIndex,
                  config: SelectorConfig | None = None, decomposer: Decomposer | None = None,
-                 bundle: Bundle | None = None, reranker: Reranker | None = None,
-                 lexical: LexicalIndex | None = None, head: HeadModel | None = None, *,
+                 bundle: Bundle | None = None, lexical: LexicalIndex | None = None, head: HeadModel | None = None, *,
                  live: LiveCatalog | None = None) -> None:
         self.config = config or SelectorConfig()
         self.embedder = embedder
         self.decomposer = decomposer or _decomposer_for(self.config, bundle=bundle)
         self.bundle = bundle
-        self.reranker = reranker
         self.head = head  # the learned head (stages/head.py), where the bundle has one
         self.live = live if live is not None else LiveCatalog(catalog, index, lexical)
 
@@ -229,17 +221,17 @@ class Selector:
             config = replace(config, llm=replace(config.llm, model=str(bundle.file(dec["file"])),
                                                  prompt=dec.get("prompt", "few_shot")))
         return cls(parts.catalog, parts.embedder, parts.index, config=config, bundle=bundle,
-                   reranker=parts.reranker, lexical=parts.lexical, head=parts.head)
+                   lexical=parts.lexical, head=parts.head)
 
     def with_config(self, **changes: Any) -> "Selector":
         """A Selector sharing this one's models and index, with some settings changed."""
         config = replace(self.config, **changes)
         return Selector(self.catalog, self.embedder, self.index, config=config, bundle=self.bundle,
-                        decomposer=_decomposer_for(config, self.decomposer, self.bundle), reranker=self.reranker,
-                        head=self.head, live=self.live)
+                        decomposer=_decomposer_for(config, self.decomposer, self.bundle), head=self.head,
+                        live=self.live)
 
     def with_catalog(self, catalog: Catalog, config: SelectorConfig | None = None) -> "Selector":
-        """A Selector over another catalog sharing this one's embedder and reranker; the catalog's
+        """A Selector over another catalog sharing this one's embedder and head; the catalog's
         tool vectors are cached on disk by the embedder's ``vectors_key`` (the bytes a bundle opened
         it from) and the tool texts (``tool_vectors``), so an embedder put in by hand, whatever the
         bundle, never reads another model's vectors."""
@@ -249,12 +241,7 @@ class Selector:
         params = self.live.lexical.params if self.live.lexical is not None else {}
         lexical = LexicalIndex.from_catalog(catalog, **params) if config.lexical else None  # else on first use
         return Selector(catalog, self.embedder, index, config=config, bundle=self.bundle,
-                        reranker=self.reranker, lexical=lexical, head=self.head)
-
-    def with_reranker(self, reranker: Reranker | None) -> "Selector":
-        """A Selector sharing this one's models, index and settings, with another reranker (or none)."""
-        return Selector(self.catalog, self.embedder, self.index, config=self.config, bundle=self.bundle,
-                        decomposer=self.decomposer, reranker=reranker, head=self.head, live=self.live)
+                        lexical=lexical, head=self.head)
 
     # -- catalog changes at run time ------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
@@ -286,9 +273,9 @@ class Selector:
         return self.plan(query, history).texts
 
     def rank(self, query: str, history: Iterable[Any] | None = ()) -> Ranking:
-        """The turn's retrieval before the cut: decompose, embed, search + lexical, fuse and, with
-        ``rerank``, the cross-encoder (``Ranking``); what ``select`` cuts, and what the bench and
-        the head's trainer read to re-apply cuts offline."""
+        """The turn's retrieval before the cut: decompose, embed, search + lexical and fuse
+        (``Ranking``); what ``select`` cuts, and what the bench and the head's trainer read to
+        re-apply cuts offline (or to score another stage on top: bench/experiments)."""
         return self._rank(query, history, _Timer())
 
     def _rank(self, query: str, history: Iterable[Any] | None, timer: _Timer) -> Ranking:
@@ -306,27 +293,9 @@ class Selector:
         t = time.perf_counter()
         fused = peak_rank_fusion(lists)
         ids, scores, source = fused.ids, np.asarray(fused.scores), fused.source
-        t = timer.lap("fuse", t)
-        reranked = 0  # 1 where the cross-encoder set this turn's order (the skip may keep the fused one)
-        if self.reranker is not None and self.config.rerank:
-            ids, scores, source, reranked = self._rerank(catalog, texts, ids, scores, source)
-            timer.lap("rerank", t)
+        timer.lap("fuse", t)
         return Ranking(texts, lists, ids, scores, source, plan.history_list, plan.subtasks, catalog, version,
-                       reranked, trace, vectors_of)
-
-    def _rerank(self, catalog: Catalog, texts: list[str], ids: list[str], scores: np.ndarray, source: list[int]
-                ) -> tuple[list[str], np.ndarray, list[int], int]:
-        """The cross-encoder over the fused list's head (``rerank_fused``); the list as it was where
-        the skip keeps retrieval's order."""
-        assert self.reranker is not None
-        rerank = rerank_fused(self.reranker, lambda n: [(texts[source[i]], tool_text(catalog.get(ids[i])))
-                                                        for i in range(n)],
-                              scores, self.config.rerank_candidates, self.config.rerank_weight,
-                              self.config.rerank_skip_margin)
-        if rerank is None:
-            return ids, scores, source, 0
-        new_order, new_scores = rerank
-        return [ids[i] for i in new_order], np.asarray(new_scores), [source[i] for i in new_order], 1
+                       trace, vectors_of)
 
     def select(self, query: str, history: Iterable[Any] | None = (), *, max_tools: int | None = None,
                max_schema_tokens: int | None = None, format: str = "mcp") -> Selection:
@@ -352,15 +321,14 @@ class Selector:
         return Selection(tools=chosen, k=k, cut=cut, subtasks=ranking.subtasks, candidates=len(ids), budget=budget,
                          schema_tokens=tokens, timings_ms=timer.ms, decomposer=self.decomposer.name,
                          ranked_ids=ids, ranked_scores=scores.tolist(), catalog_version=ranking.version,
-                         trace=ranking.trace, reranked=ranking.reranked, ranking=ranking)
+                         trace=ranking.trace, ranking=ranking)
 
     def _cut(self, ranking: Ranking) -> tuple[list[int], Cut, dict[str, float]]:
         """The cut on the turn's lists (``cut_turn``) and, where the bundle has a learned head, the
         head's order and K of what it kept; with each scored tool's probability."""
         pairs = [(lst.ids, lst.scores) for lst in ranking.lists]
-        order, cut = cut_turn(self.config.cut, pairs, ranking.ids, ranking.scores, ranking.vectors,
-                              per_list=not ranking.reranked)
-        if self.head is None or not self.config.head or ranking.reranked:
+        order, cut = cut_turn(self.config.cut, pairs, ranking.ids, ranking.scores, ranking.vectors)
+        if self.head is None or not self.config.head:
             return order, cut, {}
         rows = head_features(pairs, ranking.history_list, ranking.ids, ranking.scores, self.head.depth)
         probs = self.head.probabilities(rows)
@@ -371,7 +339,7 @@ class Selector:
                   ) -> tuple[Catalog, int, list[RankedList], Callable[[list[str]], np.ndarray] | None]:
         """Dense search and the lexical fusion, the only steps that read the mutable index, under
         the catalog lock; with them the catalog they saw and, where the cut reads tool vectors,
-        those of every listed tool, so that the rerank and the cut run outside the lock on one
+        those of every listed tool, so that the cut runs outside the lock on one
         consistent state (a concurrent remove_tool cannot take a listed tool away mid-turn)."""
         with self.live.lock:
             t = time.perf_counter()
@@ -379,7 +347,7 @@ class Selector:
             results = index.search(vectors, self.config.candidates)
             t = timer.lap("search", t)
             lists = [RankedList(ids, scores) for ids, scores in results]
-            if self.config.lexical:  # BM25 fused into each dense list, before the rerank
+            if self.config.lexical:  # BM25 fused into each dense list
                 lists = fuse_lexical(lists, texts, vectors, index, self.lexical, weight=self.config.lexical_weight,
                                      lexical_candidates=self.config.lexical_candidates,
                                      candidates=self.config.candidates)

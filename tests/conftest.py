@@ -1,6 +1,6 @@
 """Shared fixtures, and how a test that needs an extra skips on the lean install.
 
-The real-model bundle is built once per test session from the INT8 MiniLM and reranker that the
+The real-model bundle is built once per test session from the INT8 MiniLM and head that the
 package ships (a few seconds on 2 cores).
 
 Extras. The lean install (``pip install -e .`` plus pytest and hypothesis; the first lane of

@@ -372,19 +372,20 @@ def test_the_runner_flags_are_spelled_once_for_the_phone_and_the_local_run():
     from magicselector.bench.latency_runner import _parser, runner_argv
 
     argv = runner_argv("B", "o.json", runs=4, warmup=1, threads=2, cool_down_s=0.5, history_mode="all",
-                       decompose="rules", rerank=False, rerank_skip_margin=0.25, turns="t.jsonl", turns_limit=7,
+                       decompose="rules", turns="t.jsonl", turns_limit=7,
                        verify=False)
     assert argv[:2] == ["-m", "magicselector.bench.latency_runner"]
     args = _parser().parse_args(argv[2:])
     assert (args.bundle, args.out, args.runs, args.warmup, args.threads) == ("B", "o.json", 4, 1, 2)
     assert args.cool_down_s == 0.5
-    assert (args.history_mode, args.decompose, args.rerank, args.rerank_skip_margin) == ("all", "rules", False, 0.25)
+    assert (args.history_mode, args.decompose) == ("all", "rules")
     assert (args.turns, args.turns_limit, args.no_verify) == ("t.jsonl", 7, True)
     shipped = _parser().parse_args(runner_argv("B", "-", runs=1, warmup=0, threads=1, turns_limit=3)[2:])
-    assert shipped.rerank is None and shipped.decompose is None and shipped.turns_limit is None  # no --turns
-    phone = DeviceLatencyOptions(passes_per_run=3, warmup=2, threads=4, rerank=True, history_mode="", turns_limit=0)
+    assert shipped.decompose is None and shipped.turns_limit is None  # no --turns
+    phone = DeviceLatencyOptions(passes_per_run=3, warmup=2, threads=4, decompose="rules", history_mode="",
+                                 turns_limit=0)
     args = _parser().parse_args(phone.runner_argv("/d/bundle", "/d/run-1.json", None)[2:])
-    assert (args.runs, args.warmup, args.threads, args.rerank, args.history_mode) == (3, 2, 4, True, None)
+    assert (args.runs, args.warmup, args.threads, args.decompose, args.history_mode) == (3, 2, 4, "rules", None)
     assert args.cool_down_s == 0.0  # the harness cools between runs, not the runner
 
 
@@ -394,8 +395,7 @@ def test_runner_argv_spells_every_flag_the_runner_parses():
     from magicselector.bench.latency_runner import _parser, runner_argv
 
     every = dict(runs=1, warmup=0, threads=1, cool_down_s=0.5, history_mode="all", decompose="rules",
-                 rerank_skip_margin=0.1, turns="t.jsonl", turns_limit=2, verify=False)
-    spelled = {a for rerank in (True, False) for a in runner_argv("B", "o.json", rerank=rerank, **every)
-               if a.startswith("--")}
+                 turns="t.jsonl", turns_limit=2, verify=False)
+    spelled = {a for a in runner_argv("B", "o.json", **every) if a.startswith("--")}
     parsed = {o for action in _parser()._actions for o in action.option_strings if o.startswith("--")}
     assert spelled == parsed - {"--help"}

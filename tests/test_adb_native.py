@@ -162,8 +162,6 @@ def test_what_the_native_runner_cannot_do_is_refused_up_front(fake, bundle_dir, 
     with pytest.raises(DeviceError, match="not an ARM64"):  # a host build pushed to a phone
         run_latency_on_device(bundle_dir, DeviceLatencyOptions(runs=1, out_dir=tmp_path / "o",
                                                                native_runner=sys.executable, progress=None))
-    with pytest.raises(DeviceError, match="cross-encoder runs in the Python runtime only"):
-        run_latency_on_device(bundle_dir, DeviceLatencyOptions(rerank=True, out_dir=tmp_path / "o"))
     with pytest.raises(DeviceError, match="LLM decomposer"):
         run_latency_on_device(bundle_dir, DeviceLatencyOptions(decompose="llm", out_dir=tmp_path / "o"))
     exe = fake_arm64_header(tmp_path / NATIVE_RUNNER)

@@ -12,24 +12,21 @@ from magicselector import BundleError, Selector
 from magicselector.backends import open_model
 from magicselector.backends.executorch import ExecuTorchModel
 from magicselector.backends.onnx import OnnxModel
-from magicselector.bundle import shipped_reranker_dir
+from magicselector.default_bundle import shipped_embedder
 from magicselector.errors import InputError
 from magicselector.ranks import rankdata, spearman
-from magicselector.sections import EmbedderSection, RerankerSection, open_reranker
-from magicselector.stages.rerank import (CrossEncoder, PairTokenizer, pair_window, read_reranker_meta,
-                                         reranker_model_file)
+from magicselector.sections import EmbedderSection
 
-SHIPPED = shipped_reranker_dir()
-needs_shipped = pytest.mark.skipif(SHIPPED is None, reason="this checkout has no shipped reranker")
-PAIRS = ("turn on bluetooth", ["bluetooth toggle: Turn Bluetooth on or off.", "set alarm: Set an alarm.",
-                               "play music: Play songs, artists, albums or genres.", ""])
+SHIPPED = shipped_embedder()["onnx"]  # this CPU's INT8 embedder, the package's own ONNX file
+# one short text as token ids ([CLS] turn on bluetooth [SEP]); a model takes the names its graph has
+FEEDS = {"input_ids": np.asarray([[101, 2735, 2006, 2630, 19392, 102]], dtype=np.int64),
+         "attention_mask": np.ones((1, 6), dtype=np.int64), "token_type_ids": np.zeros((1, 6), dtype=np.int64)}
 
 
 # -- the factory -----------------------------------------------------------------------------------
 
-@needs_shipped
 def test_factory_opens_onnx_with_onnxruntime():
-    model = open_model(reranker_model_file(SHIPPED, read_reranker_meta(SHIPPED)), threads=2)
+    model = open_model(SHIPPED, threads=2)
     assert isinstance(model, OnnxModel) and model.kind == "onnx" and model.threads == 2
     assert model.max_batch is None and model.max_seq_len is None
 
@@ -59,17 +56,14 @@ def test_factory_names_a_missing_file(tmp_path, suffix):
 
 # -- lazy sessions ---------------------------------------------------------------------------------
 
-@needs_shipped
 def test_no_session_before_first_use():
-    encoder = CrossEncoder.from_dir(SHIPPED)
-    assert isinstance(encoder.model, OnnxModel) and not encoder.model.loaded
-    assert encoder.name == "onnx-cross-encoder"
-    assert encoder.score(*PAIRS).shape == (4,)
-    assert encoder.model.loaded
-    assert encoder.model.input_names <= {"input_ids", "attention_mask", "token_type_ids"}
+    model = open_model(SHIPPED)
+    assert isinstance(model, OnnxModel) and not model.loaded
+    assert model.run(FEEDS).shape[0] == 1
+    assert model.loaded
+    assert model.input_names <= {"input_ids", "attention_mask", "token_type_ids"}
 
 
-@needs_shipped
 def test_one_session_under_concurrent_first_use(monkeypatch):
     import onnxruntime as ort
 
@@ -82,7 +76,7 @@ def test_one_session_under_concurrent_first_use(monkeypatch):
         return session
 
     monkeypatch.setattr(ort, "InferenceSession", counting)
-    encoder = CrossEncoder.from_dir(SHIPPED)
+    model = open_model(SHIPPED)
     start = threading.Barrier(8)
     results: list[np.ndarray] = []
     errors: list[BaseException] = []
@@ -90,7 +84,7 @@ def test_one_session_under_concurrent_first_use(monkeypatch):
     def first_use():
         try:
             start.wait()
-            results.append(encoder.score(*PAIRS))
+            results.append(model.run(FEEDS))
         except BaseException as e:  # surfaced below
             errors.append(e)
 
@@ -108,16 +102,10 @@ def test_one_session_under_concurrent_first_use(monkeypatch):
 
 EMBEDDER = {"file": "embedder/model.onnx", "tokenizer": "embedder/tokenizer.json", "dim": 384, "max_length": 128,
             "pooling": "mean", "normalize": True}
-RERANKER = {"file": "reranker/model.onnx", "tokenizer": "reranker/tokenizer.json", "max_length": 96,
-            "truncation": "query_capped", "min_tool_tokens": 32, "output": "one relevance logit per pair"}
 
 
 def test_sections_parse_their_fields():
     assert EmbedderSection.parse(EMBEDDER) == EmbedderSection("embedder/model.onnx", "embedder/tokenizer.json", 384, 128)
-    assert RerankerSection.parse(RERANKER) == RerankerSection("reranker/model.onnx", "reranker/tokenizer.json", 96,
-                                                              "query_capped", 32)
-    bare = RerankerSection.parse({"file": "r.onnx", "tokenizer": "t.json"})  # an unrecorded window
-    assert (bare.max_length, bare.truncation, bare.min_tool_tokens) == tuple(pair_window({}).values())
     assert EmbedderSection.parse({k: v for k, v in EMBEDDER.items() if k != "max_length"}).max_length == 128
 
 
@@ -128,10 +116,6 @@ def test_sections_parse_their_fields():
     (EmbedderSection, EMBEDDER, "dim", True, "field 'dim' must be a positive integer"),
     (EmbedderSection, EMBEDDER, "max_length", 0, "field 'max_length' must be a positive integer, got 0"),
     (EmbedderSection, EMBEDDER, "tokenizer", 7, "field 'tokenizer' must be a non-empty string, got 7"),
-    (RerankerSection, RERANKER, "tokenizer", None, "lacks the field 'tokenizer'"),
-    (RerankerSection, RERANKER, "truncation", "middle_out", "field 'truncation' must be one of"),
-    (RerankerSection, RERANKER, "min_tool_tokens", 2.5, "field 'min_tool_tokens' must be a positive integer"),
-    (RerankerSection, RERANKER, "file", "", "field 'file' must be a non-empty string"),
 ])
 def test_a_bad_field_is_named(cls, base, field, value, says):
     raw = dict(base)
@@ -139,8 +123,7 @@ def test_a_bad_field_is_named(cls, base, field, value, says):
         del raw[field]
     else:
         raw[field] = value
-    section = "embedder" if cls is EmbedderSection else "reranker"
-    with pytest.raises(BundleError, match=rf"^m\.json: manifest section '{section}'.*{says}"):
+    with pytest.raises(BundleError, match=rf"^m\.json: manifest section 'embedder'.*{says}"):
         cls.parse(raw, "m.json")
 
 
@@ -148,18 +131,6 @@ def test_a_bad_field_is_named(cls, base, field, value, says):
 def test_a_section_that_is_not_an_object_is_named(raw):
     with pytest.raises(BundleError, match="manifest section 'embedder' must be an object"):
         EmbedderSection.parse(raw)
-
-
-@needs_shipped
-def test_reranker_from_its_section_scores_as_the_folder_does():
-    meta = read_reranker_meta(SHIPPED)
-    section = RerankerSection.parse({"file": reranker_model_file(SHIPPED, meta).name, "tokenizer": "tokenizer.json",
-                                     **pair_window(meta)})
-    from_section = open_reranker(section, SHIPPED, threads=1)
-    from_dir = CrossEncoder.from_dir(SHIPPED, threads=1)
-    assert isinstance(from_section.tokenizer, PairTokenizer) and from_section.tokenizer.describe() == \
-        from_dir.tokenizer.describe()
-    assert np.allclose(from_section.score(*PAIRS), from_dir.score(*PAIRS), atol=1e-6)
 
 
 @pytest.mark.slow

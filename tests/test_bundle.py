@@ -111,7 +111,7 @@ def test_a_bundles_decomposer_and_its_prompt_are_the_selectors(tmp_path, bundle_
 @pytest.mark.slow
 def test_shipped_default_bundle_matches_the_export_recipe(bundle_dir, tmp_path):
     """The default bundle built without torch from the shipped models equals the one the export
-    path (`bundle build --preset/--reranker`) makes for the same target: the same INT8 embedder
+    path (`bundle build --preset`) makes for the same target: the same INT8 embedder
     bytes and the same golden vectors."""
     import numpy as np
 

@@ -41,17 +41,14 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(b"")
 
 
-MODEL_FILES = ["embedder/model.onnx", "reranker/model.onnx"]
-
-
-@pytest.mark.parametrize("rel", MODEL_FILES)
 @pytest.mark.parametrize("how", ["truncated", "random", "empty"])
-def test_damaged_model_is_a_bundle_error_at_load_or_at_the_first_rerank(copy, rel, how):
-    """The embedder loads with the bundle; the cross-encoder on the first turn that reranks."""
+def test_damaged_model_is_a_bundle_error_at_load(copy, how):
+    """The embedder loads with the bundle: a damaged one fails there, before any turn."""
+    rel = "embedder/model.onnx"
     _damage(copy / rel, how)
     _rehash(copy)
     with pytest.raises(BundleError, match=rf"{rel}: not a loadable ONNX model") as e:
-        Selector.from_bundle(copy).with_config(rerank=True, rerank_skip_margin=None).select("turn on bluetooth")
+        Selector.from_bundle(copy)
     assert "onnxruntime" not in str(e.value).lower() and "protobuf" not in str(e.value).lower()
 
 
@@ -59,7 +56,6 @@ def test_damaged_model_is_a_bundle_error_at_load_or_at_the_first_rerank(copy, re
     ("index.usearch", "not a readable usearch index"),
     ("lexical.npz", "not a readable lexical index"),
     ("embedder/tokenizer.json", "not a readable tokenizer"),
-    ("reranker/tokenizer.json", "not a readable tokenizer"),
 ])
 @pytest.mark.parametrize("how", ["truncated", "random"])
 def test_damaged_index_lexical_or_tokenizer_is_a_bundle_error_at_load(copy, rel, match, how):
@@ -95,37 +91,15 @@ def test_altered_file_is_refused_even_when_its_size_holds(copy):
 
 
 def test_model_swapped_after_load_is_never_run(copy):
-    """The embedder's session is made from the checked bytes at load, the cross-encoder's from the
-    file checked and kept open at load: replacing or removing the files afterwards (what ran
-    unsigned at the first select before) changes nothing the Selector runs."""
+    """The embedder's session is made from the checked bytes at load: replacing the file afterwards
+    (what ran unsigned at the first select before) changes nothing the Selector runs."""
     sel = Selector.from_bundle(copy)
+    assert sel.embedder.model.loaded
     before = sel.embedder.embed(["turn on bluetooth"])
     (copy / "embedder" / "model.onnx").write_bytes(b"swapped")
-    (copy / "reranker" / "model.onnx").unlink()
     after = sel.embedder.embed(["turn on bluetooth"])
     assert (before == after).all()
-    assert sel.reranker.score("turn on bluetooth", ["bluetooth toggle", "set alarm"]).shape == (2,)
     assert sel.select("turn on bluetooth").ids
-
-
-def test_the_embedder_loads_with_the_bundle_and_the_cross_encoder_on_the_first_rerank(copy):
-    sel = Selector.from_bundle(copy)
-    assert sel.embedder.model.loaded and not sel.reranker.model.loaded
-    sel.select("turn on bluetooth and play some jazz")  # the shipped configuration never reranks
-    assert not sel.reranker.model.loaded
-    sel.with_config(rerank=True, rerank_skip_margin=None).select("turn on bluetooth")
-    assert sel.reranker.model.loaded
-
-
-def test_a_cross_encoder_changed_in_place_after_load_is_refused_at_its_first_use(copy):
-    sel = Selector.from_bundle(copy)
-    model = copy / "reranker" / "model.onnx"
-    data = bytearray(model.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    with open(model, "r+b") as f:  # the same file (inode), other bytes
-        f.write(data)
-    with pytest.raises(BundleError, match="reranker/model.onnx: changed on disk since the bundle was loaded"):
-        sel.with_config(rerank=True, rerank_skip_margin=None).select("turn on bluetooth")
 
 
 def test_symlinked_manifest_is_refused(copy, tmp_path):

@@ -34,11 +34,11 @@ def test_eval_defaults_to_what_from_bundle_ships(capsys):
 
 def test_new_spellings(capsys):
     args = parse("select", "hi", "--history-file", "h.json", "--history-mode", "all",
-                 "--range-margin", "0.5", "--range-depth", "0", "--k-max", "8", "--threads", "2", "--no-rerank",
+                 "--range-margin", "0.5", "--range-depth", "0", "--k-max", "8", "--threads", "2",
                  "--decompose", "rules")
     assert args.history_file == "h.json"
     config = selector_config(args)
-    assert config == replace(SelectorConfig(), history="all", threads=2, rerank=False, decompose="rules",
+    assert config == replace(SelectorConfig(), history="all", threads=2, decompose="rules",
                              cut=CutConfig(range_margin=0.5, range_depth=0, k_max=8))
     assert capsys.readouterr().err == ""
 
@@ -63,10 +63,13 @@ def test_eval_cut_is_the_shipped_one_or_a_bench_baseline(capsys):
         parse("select", "hi", "--cut", "paper")  # not a runtime rule
 
 
-def test_rerank_skip_margin_flag():
-    assert selector_config(parse("select", "hi", "--rerank-skip-margin", "0.7")).rerank_skip_margin == 0.7
-    assert selector_config(parse("select", "hi", "--rerank-skip-margin", "-1")).rerank_skip_margin is None  # never
-    assert eval_config(parse("eval", "DIR", "--rerank-skip-margin", "-1")).selector.rerank_skip_margin is None
+@pytest.mark.parametrize("command", [("select", "hi"), ("eval", "DIR"), ("serve",), ("demo",)])
+def test_no_command_takes_a_cross_encoder_flag(command, capsys):
+    """The cross-encoder left the runtime (docs/bench/reranker.md): its flags are gone, not ignored."""
+    for flag in ("--rerank", "--no-rerank", "--rerank-skip-margin", "--rerank-weight", "--reranker"):
+        with pytest.raises(SystemExit):
+            parse(*command, flag, *(["1"] if flag not in ("--rerank", "--no-rerank") else []))
+        assert "unrecognized arguments: " + flag in capsys.readouterr().err
 
 
 def test_a_history_is_used_when_one_is_given(capsys):
@@ -84,20 +87,17 @@ def test_bundle_build_runs_the_export_code(monkeypatch, capsys):
 
     calls = []
     monkeypatch.setattr(export_cli, "run_export_bundle", lambda **kw: calls.append(kw) or 0)
-    common = ["--embedder", "m.onnx", "--catalog", "tools.jsonl", "--out", "B", "--reranker", "R", "--quant", "q4_0"]
+    common = ["--embedder", "m.onnx", "--catalog", "tools.jsonl", "--out", "B", "--quant", "q4_0"]
     new = parse("bundle", "build", *common, "--model-format", "pte")
     assert new.func(new) == 0
     assert "deprecated" not in capsys.readouterr().err
-    assert dict(out="B", embedder="m.onnx", catalog="tools.jsonl", reranker="R", decomposer=None, fmt="pte",
+    assert dict(out="B", embedder="m.onnx", catalog="tools.jsonl", decomposer=None, fmt="pte",
                 preset=None, quant="q4_0", verify=True).items() <= calls[0].items()
 
 
 def test_a_custom_bundle_names_what_it_lacks():
     args = parse("bundle", "build", "--embedder", "m.onnx")
     with pytest.raises(InputError, match="--catalog, --out"):
-        args.func(args)
-    args = parse("bundle", "build", "--embedder", "m.onnx", "--catalog", "c", "--out", "o", "--retrain-reranker")
-    with pytest.raises(InputError, match="retrain"):
         args.func(args)
 
 

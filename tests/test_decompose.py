@@ -371,7 +371,7 @@ def test_selector_reports_decomposer_and_subtasks(selector):
     texts = ["turn on bluetooth and play some jazz", *sel.subtasks]
     assert all(t.subtask in texts for t in sel.tools)
     per = selector.with_config(decompose="rules").select("turn on bluetooth and play some jazz")
-    head = "+head" if selector.head is not None and selector.config.head and not per.reranked else ""
+    head = "+head" if selector.head is not None and selector.config.head else ""
     assert per.cut.rule == f"{selector.config.cut.rule}/subtask{head}" and per.k == len(per.tools)
     assert per.ranked_ids[:per.k] == per.ids
     assert selector.with_config(decompose="auto").decomposer.name == "auto"

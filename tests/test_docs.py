@@ -131,9 +131,9 @@ def test_the_pipeline_picture_names_every_stage_module():
 
 @pytest.mark.slow
 def test_the_pipeline_picture_runs_in_the_order_select_times_its_stages(selector):
-    """A turn with every stage on (history, two intents, the cross-encoder, a budget) times its
-    stages in the order the picture draws them (the head is timed with the cut)."""
-    sel = selector.with_config(rerank=True, rerank_skip_margin=None)
+    """A turn with every stage on (history, two intents, a budget) times its stages in the order
+    the picture draws them (the head is timed with the cut)."""
+    sel = selector.with_config(decompose="rules")
     turn = sel.select("turn on bluetooth and play some jazz", [{"role": "user", "content": "hi"}], max_tools=3)
     timed = [k for k in turn.timings_ms if k not in ("total", "decompose_load")]
     assert [s for s in picture_stages() if s != "head"] == timed

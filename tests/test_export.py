@@ -71,9 +71,9 @@ def tiny_lm(tmp_path_factory) -> Path:
 
 
 def _groups(n_queries: int = 4, per_query: int = 8):
-    from magicselector.export.bundle import rerank_probe_groups
+    from magicselector.bundle_writer import PROBE_QUERIES
+    from magicselector.data.cross_encoder import rerank_probe_groups
 
-    from magicselector.export.bundle import PROBE_QUERIES
     return rerank_probe_groups(load_phone_catalog(), PROBE_QUERIES[:n_queries], per_query=per_query)
 
 

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers", reason="needs the export extr
 
 import onnxruntime as ort  # noqa: E402
 
-from magicselector.bundle import SHIPPED_RERANKER_DIR  # noqa: E402
+from magicselector.data.cross_encoder import EXPERIMENT_RERANKER_DIR  # noqa: E402
 from magicselector.default_bundle import SHIPPED_EMBEDDER_DIR  # noqa: E402
 from magicselector.export.graph_passes import (FIRST_TOKEN_LAST_LAYER, FUSE_ATTENTION, first_token_last_layer,  # noqa: E402
                                                fuse_attention, is_attention_fused, is_first_token_last_layer)
@@ -38,7 +38,7 @@ def checkpoint(tmp_path_factory) -> Path:
                                      num_attention_heads=4, intermediate_size=128, num_labels=1)
     out = tmp_path_factory.mktemp("tiny_ce")
     transformers.BertForSequenceClassification(config).eval().save_pretrained(out)
-    shutil.copy2(SHIPPED_RERANKER_DIR / "tokenizer.json", out / "tokenizer.json")
+    shutil.copy2(EXPERIMENT_RERANKER_DIR / "tokenizer.json", out / "tokenizer.json")
     return out
 
 
@@ -132,11 +132,11 @@ def test_graphs_that_read_every_token_are_left_alone(checkpoint, tmp_path):
     assert "no /encoder/layer.N/" in first_token_last_layer(onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [])))
 
 
-def test_the_shipped_reranker_files_carry_the_pass():
-    meta = json.loads((SHIPPED_RERANKER_DIR / "reranker.json").read_text())
+def test_the_experiment_reranker_files_carry_the_pass():
+    meta = json.loads((EXPERIMENT_RERANKER_DIR / "reranker.json").read_text())
     assert meta["graph_passes"] == [FIRST_TOKEN_LAST_LAYER]
     for name, entry in meta["files"].items():
-        assert is_first_token_last_layer(onnx.load(str(SHIPPED_RERANKER_DIR / name)))
+        assert is_first_token_last_layer(onnx.load(str(EXPERIMENT_RERANKER_DIR / name)))
         derived = entry["derived"]
         assert derived["graph_passes"] == [FIRST_TOKEN_LAST_LAYER] and derived["from_sha256"] != entry["sha256"]
         agreement = derived["agreement_with_source"]
@@ -187,8 +187,8 @@ def test_embedder_int8_pass_and_shipped_files(checkpoint, batch, tmp_path):
 
 def test_the_reranker_pass_list_leaves_attention_unfused():
     """fuse_attention measured no gain on 10 pairs of 64 tokens, so the reranker files do not carry it."""
-    for name in json.loads((SHIPPED_RERANKER_DIR / "reranker.json").read_text())["files"]:
-        assert not is_attention_fused(onnx.load(str(SHIPPED_RERANKER_DIR / name)))
+    for name in json.loads((EXPERIMENT_RERANKER_DIR / "reranker.json").read_text())["files"]:
+        assert not is_attention_fused(onnx.load(str(EXPERIMENT_RERANKER_DIR / name)))
 
 
 def test_a_folder_exported_before_the_passes_is_rewritten_once(exported, tmp_path):
@@ -200,7 +200,7 @@ def test_a_folder_exported_before_the_passes_is_rewritten_once(exported, tmp_pat
     folder.mkdir()
     model = folder / "model-int8.onnx"
     quantize_onnx_int8(exported["full"], model, "qint8_avx512_vnni")
-    shutil.copy2(SHIPPED_RERANKER_DIR / "tokenizer.json", folder / "tokenizer.json")
+    shutil.copy2(EXPERIMENT_RERANKER_DIR / "tokenizer.json", folder / "tokenizer.json")
     source_sha = sha256_file(model)
     meta = {"max_length": 32, "truncation": "query_capped", "min_tool_tokens": 8,
             "targets": {"x86-vnni": {"file": model.name}},

@@ -51,7 +51,7 @@ def test_default_bundle_builds_and_selects_without_torch_transformers_or_llama_c
         "sel = s.select('wake me up at 6:30 tomorrow')\n"
         "m = s.bundle.manifest\n"
         "print(json.dumps({'path': str(s.bundle.path), 'target': m['target'], 'host': host_target(),\n"
-        "                  'tools': [t.id for t in sel.tools], 'reranker': m['reranker'] is not None,\n"
+        "                  'tools': [t.id for t in sel.tools], 'reranker': 'reranker' in m,\n"
         "                  'embedder_sha': m['files']['embedder/model.onnx']['sha256'],\n"
         "                  'heavy': sorted(x for x in sys.modules if x.split('.')[0] in HEAVY)}))\n"
     )
@@ -60,7 +60,7 @@ def test_default_bundle_builds_and_selects_without_torch_transformers_or_llama_c
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["path"].startswith(str(tmp_path / "home"))
-    assert result["target"] == result["host"] and result["reranker"] and result["heavy"] == []
+    assert result["target"] == result["host"] and not result["reranker"] and result["heavy"] == []
     assert result["tools"] and any("alarm" in t for t in result["tools"][:3]), result["tools"]
 
     from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR

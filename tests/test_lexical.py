@@ -148,21 +148,21 @@ def test_bundle_carries_the_index_and_the_selector_finds_lexical_only_tools(bund
         base.add_tool(tool)
     vecs = base.embedder.embed([tool_text(t) for t in UNKNOWN_TOOLS])
     assert float(np.min(vecs @ vecs.T)) > 0.999  # the embedder cannot tell these tools apart
-    dense = base.with_config(rerank=False, lexical=False, decompose="none")
+    dense = base.with_config(lexical=False, decompose="none")
     right_first = {"dense": 0, "hybrid": 0}
     for tid, word in UNKNOWN_WORDS.items():
         right_first["dense"] += dense.select(word).ranked_ids[0] == tid
-        sel = base.with_config(rerank=False, lexical=True, decompose="none").select(word)
+        sel = base.with_config(lexical=True, decompose="none").select(word)
         right_first["hybrid"] += sel.ranked_ids[0] == tid
         assert "lexical" in sel.timings_ms
     assert right_first["dense"] <= 1 and right_first["hybrid"] == len(UNKNOWN_WORDS)
     # every sub-task of a decomposed turn gets the lexical list too
-    multi = base.with_config(rerank=False, lexical=True, decompose="rules").select(
+    multi = base.with_config(lexical=True, decompose="rules").select(
         f"set an alarm for 7 and then open {CODE_QUERY}")
     assert len(multi.subtasks) >= 2
     assert any(ids[0] == CODE_TOOL.id for _, ids, _ in multi.lists[1:])
     assert CODE_TOOL.id in multi.ranked_ids[:10] and any("alarm" in i for i in multi.ranked_ids[:5])
-    hybrid = base.with_config(rerank=False, lexical=True)
+    hybrid = base.with_config(lexical=True)
     base.remove_tool(CODE_TOOL.id)
     assert CODE_TOOL.id not in base.lexical and CODE_TOOL.id not in hybrid.select(CODE_QUERY).ranked_ids
 
@@ -171,13 +171,13 @@ def test_bundle_carries_the_index_and_the_selector_finds_lexical_only_tools(bund
 def test_lexical_index_is_built_on_the_fly_and_for_another_catalog(selector):
     from magicselector import Selector
 
-    fresh = Selector(selector.catalog, selector.embedder, selector.index, reranker=None)
+    fresh = Selector(selector.catalog, selector.embedder, selector.index)
     assert fresh.live.lexical is None
     assert fresh.lexical.ids == selector.lexical.ids
     other = load_phone_catalog()
     for tool in UNKNOWN_TOOLS:
         other = other.with_tool(tool)
-    hybrid = selector.with_catalog(other, selector.config.__class__(lexical=True, rerank=False))
+    hybrid = selector.with_catalog(other, selector.config.__class__(lexical=True))
     assert hybrid.live.lexical is not None and CODE_TOOL.id in hybrid.lexical
     assert hybrid.select(CODE_QUERY).ranked_ids[0] == CODE_TOOL.id
     sel = hybrid.with_config(lexical_weight=0.3).select("turn on bluetooth")
@@ -201,10 +201,10 @@ def test_eval_hybrid_runs_with_decomposition_and_bm25_alone(tiny_benchmark, bund
     from magicselector.bench.evaluate import EvalConfig, evaluate
     from magicselector.config import SelectorConfig
 
-    hybrid = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(decompose="rules", rerank=False), retriever="hybrid"),
+    hybrid = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(decompose="rules"), retriever="hybrid"),
                       bundle=bundle_dir, progress=False)
     assert hybrid["counterfactual"]["queries"] == hybrid["overall"]["queries"]
-    bm25 = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(rerank=False), retriever="bm25"), bundle=bundle_dir, progress=False)
+    bm25 = evaluate(tiny_benchmark, EvalConfig(SelectorConfig(), retriever="bm25"), bundle=bundle_dir, progress=False)
     assert 0.0 < bm25["overall"]["ndcg@10"] <= 1.0
     with pytest.raises(InputError, match="hybrid"):
         EvalConfig(SelectorConfig(decompose="llm"), retriever="bm25")

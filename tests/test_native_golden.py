@@ -52,14 +52,12 @@ def test_native_verify_fails_on_gguf_vectors_that_are_not_the_ggufs(binary, bund
 
 
 def test_open_reads_only_the_files_the_native_core_uses(binary, bundle_dir, tmp_path):
-    """The ONNX embedder and the reranker (Python's) are never read, so damage there does not stop it;
-    damage to the GGUF it runs does, naming the file."""
+    """The ONNX embedder (Python's) is never read, so damage there does not stop it; damage to the
+    GGUF it runs does, naming the file."""
     copy = tmp_path / "b"
     shutil.copytree(bundle_dir, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
-    unused = [manifest["embedder"]["file"]] + ([manifest["reranker"]["file"]] if manifest.get("reranker") else [])
-    for rel in unused:
-        (copy / rel).write_bytes(b"not a model")
+    (copy / manifest["embedder"]["file"]).write_bytes(b"not a model")
     request = '{"query": "turn on bluetooth", "max_tools": 3}\n'
     out = subprocess.run([str(binary), "select", str(copy)], input=request, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and json.loads(out.stdout.splitlines()[0])["tools"], out.stdout + out.stderr

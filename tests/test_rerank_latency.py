@@ -1,4 +1,4 @@
-"""The rerank-stage latency bench: workload, result shape, identical inputs on both backends, CLI.
+"""The cross-encoder experiment's latency bench: workload, result shape, identical inputs on both backends, CLI.
 No timing thresholds. The reranker is a 1-layer MiniLM cross-encoder (untrained head) exported once."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from magicselector.bench.rerank_latency import (DEFAULT_QUERIES, SCHEMA, build_workload, format_rerank_latency,
-                                                inputs_digest, measure_rerank_latency, rerank_inputs)
+from magicselector.bench.experiments.rerank_latency import (DEFAULT_QUERIES, SCHEMA, build_workload, format_rerank_latency,
+                                                            inputs_digest, measure_rerank_latency, rerank_inputs)
 from magicselector.errors import InputError
 
 HEAVY = ("torch", "transformers", "sentence_transformers", "onnx")
@@ -29,8 +29,9 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
 
     from magicselector.catalog import load_phone_catalog
     from magicselector.export.checkpoints import minilm_checkpoint
-    from magicselector.export.bundle import (PROBE_QUERIES, export_reranker, rerank_probe_groups,
-                                             save_reranker_dir)
+    from magicselector.bundle_writer import PROBE_QUERIES
+    from magicselector.data.cross_encoder import rerank_probe_groups
+    from magicselector.export.shipped_reranker import export_reranker, save_reranker_dir
     from magicselector.train.reranker import load_cross_encoder
 
     root = tmp_path_factory.mktemp("rerank-latency")
@@ -54,7 +55,7 @@ def _check(st: dict, n: int) -> None:
 
 
 def test_module_and_cli_import_without_torch():
-    code = ("import sys, magicselector.bench.rerank_latency, magicselector.cli.bench; "
+    code = ("import sys, magicselector.bench.experiments.rerank_latency, magicselector.cli.bench; "
             f"print([m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -97,7 +98,7 @@ def test_int8_only(tiny):
 
 
 def test_quantization_is_read_per_file_in_a_per_target_folder():
-    from magicselector.bench.rerank_latency import _quantization_of
+    from magicselector.bench.experiments.rerank_latency import _quantization_of
 
     per_target = {"targets": {"x86-avx2": {"file": "model-int8-reduce-range.onnx"}},
                   "files": {"model-int8-reduce-range.onnx": {"quantization": {"type": "dynamic-int8"}},
@@ -112,7 +113,7 @@ def test_fp32_rows_and_identical_inputs(tiny):
     torch = pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
     from magicselector.export.onnx import checkpoint_pair_window, reranker_scores_torch
     from magicselector.ranks import spearman
-    from magicselector.stages.rerank import CrossEncoder, PairTokenizer
+    from magicselector.data.cross_encoder import CrossEncoder, PairTokenizer
 
     ckpt, folder = tiny
     torch.set_num_threads(1)
@@ -181,12 +182,12 @@ def test_format_has_a_row_per_model_backend_threads(tiny):
 
 def test_cli_writes_json_and_md(tiny, tmp_path):
     pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
-    from magicselector.cli import main
+    from magicselector.bench.experiments.rerank_latency import main
 
     ckpt, folder = tiny
     out, md = tmp_path / "r.json", tmp_path / "r.md"
     common = ["--candidates", "3", "--threads", "1", "2", "--runs", "1", "--warmup", "0"]
-    assert main(["bench", "rerank", "--reranker", str(folder), str(folder), "--checkpoint", str(ckpt), "-",
+    assert main(["--reranker", str(folder), str(folder), "--checkpoint", str(ckpt), "-",
                  *common, "--json", str(out), "--md", str(md)]) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert len(data["results"]) == 2
@@ -196,4 +197,5 @@ def test_cli_writes_json_and_md(tiny, tmp_path):
     assert first["input_sha256"]["int8"] == first["input_sha256"]["fp32"]
     assert md.read_text(encoding="utf-8") == format_rerank_latency(data["results"])
     # checkpoints are paired by position: a count mismatch is an error
-    assert main(["bench", "rerank", "--reranker", str(folder), "--checkpoint", str(ckpt), str(ckpt), *common]) == 2
+    with pytest.raises(SystemExit, match="paired by position"):
+        main(["--reranker", str(folder), "--checkpoint", str(ckpt), str(ckpt), *common])

@@ -453,7 +453,7 @@ def test_eval_runs_past_malformed_rows(bundle_dir, tiny_benchmark):
 def test_selects_racing_a_thread_that_removes_every_tool(bundle_dir):
     """The issue's race: decomposed selects (the per-sub-task cut reads index vectors) while one
     thread removes every tool and puts them back; nothing raises, every selection is consistent."""
-    s = Selector.from_bundle(bundle_dir, config=SelectorConfig(decompose="rules", rerank=False))
+    s = Selector.from_bundle(bundle_dir, config=SelectorConfig(decompose="rules"))
     tools = list(s.catalog)
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -494,8 +494,7 @@ def test_selects_racing_a_thread_that_removes_every_tool(bundle_dir):
 def test_soak_small(bundle_dir, tmp_path):
     from magicselector.bench.soak import SoakConfig, format_soak, run_soak, write_soak
 
-    report = run_soak(bundle_dir, SoakConfig(selects=400, threads=4, churn_interval_ms=5, rerank=False,
-                                             rss_interval_s=0.05))
+    report = run_soak(bundle_dir, SoakConfig(selects=400, threads=4, churn_interval_ms=5, rss_interval_s=0.05))
     assert report["errors"] == 0, report["error_examples"]
     assert report["mismatches"] == 0, report["mismatch_examples"]
     assert report["selects"] == 400 and report["catalog_changes"] > 5 and report["versions_seen"] > 1

@@ -1,6 +1,5 @@
 """The catalog lock covers only the reads of the catalog and the index (issue 28.2): two callers on
-one Selector are inside the embedder, and inside the cross-encoder, at the same time. Each model
-here waits at a two-party barrier; were its call under the lock, the second caller could not reach
+one Selector are inside the embedder at the same time. The model here waits at a two-party barrier; were its call under the lock, the second caller could not reach
 it and the barrier would break (real default bundle, shared catalog state)."""
 from __future__ import annotations
 
@@ -59,16 +58,6 @@ def _select_at_once(selector: Selector) -> list:
 @pytest.fixture(scope="module")
 def base(bundle_dir) -> Selector:
     return Selector.from_bundle(bundle_dir, config=SelectorConfig(decompose="none"))
-
-
-def test_two_callers_rerank_at_once(base):
-    assert base.reranker is not None  # the default bundle ships the cross-encoder
-    sequential = [base.with_config(rerank=True, rerank_skip_margin=None).select(q).ids for q in QUERIES]
-    meeting = Meeting(base.reranker, "score_pairs")
-    selector = base.with_reranker(meeting).with_config(rerank=True, rerank_skip_margin=None)  # every turn reranks
-    results = _select_at_once(selector)
-    assert meeting.met == len(QUERIES) and all(r.reranked == 1 for r in results)
-    assert [r.ids for r in results] == sequential
 
 
 def test_two_callers_embed_at_once(base):

@@ -27,8 +27,7 @@ UTTERANCES = [
 @pytest.mark.parametrize("rule", ["rmargin", "paper"])
 def test_tools_removed_and_readded_during_concurrent_decomposed_selects(bundle_dir, rule):
     cut = CutConfig() if rule == "rmargin" else PaperCut(k_max=10, anchor_k_max=5)
-    config = SelectorConfig(decompose="rules", cut=cut,
-                            rerank=False)  # the per-sub-task cut, which reads the listed tools' vectors
+    config = SelectorConfig(decompose="rules", cut=cut)  # the per-sub-task cut, which reads the listed tools' vectors
     selector = Selector.from_bundle(bundle_dir, config=config)
     assert all(len(selector.select(u).subtasks) > 1 for u in UTTERANCES)
     # the tools these turns select are the ones to take away and give back
@@ -90,8 +89,7 @@ def test_a_removal_waiting_on_a_select_takes_effect_after_it(bundle_dir, monkeyp
     """The interleaving that used to break a select, made certain: a tool of the turn's lists is
     removed while the per-sub-task cut reads their vectors. The removal waits for the select, which
     completes on the catalog it started with."""
-    config = SelectorConfig(decompose="rules", cut=PaperCut(k_max=10, anchor_k_max=5),
-                            rerank=False)
+    config = SelectorConfig(decompose="rules", cut=PaperCut(k_max=10, anchor_k_max=5))
     selector = Selector.from_bundle(bundle_dir, config=config)
     utterance = UTTERANCES[0]
     before = selector.select(utterance)
@@ -122,7 +120,7 @@ def test_a_removal_waiting_on_a_select_takes_effect_after_it(bundle_dir, monkeyp
 def test_copies_from_with_config_share_one_catalog_state(bundle_dir):
     """Tools added and removed through a with_config copy, while the original and another copy
     select: no error, and every Selector sees the same catalog at every moment (issue 27.1)."""
-    selector = Selector.from_bundle(bundle_dir, config=SelectorConfig(rerank=False))
+    selector = Selector.from_bundle(bundle_dir, config=SelectorConfig())
     writer, reader = selector.with_config(history="none"), selector.with_config(decompose="none")
     churned = list(dict.fromkeys(i for u in UTTERANCES for i in selector.select(u).ranked_ids[:4]))
     originals = {i: selector.catalog.get(i) for i in churned}

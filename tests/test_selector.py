@@ -105,54 +105,6 @@ def test_config_validation():
         SelectorConfig(candidates=0)
 
 
-class WordOverlapReranker:
-    """A test double for the rerank seam: scores a pair by shared words (no model)."""
-
-    name = "word-overlap"
-
-    def __init__(self):
-        self.calls = []
-
-    def score(self, query, texts):
-        import numpy as np
-
-        self.calls.append((query, list(texts)))
-        q = set(query.lower().split())
-        return np.array([len(q & set(t.lower().replace(":", " ").split())) for t in texts], dtype=np.float32)
-
-    def score_pairs(self, pairs):  # the Reranker protocol's one call for a turn: per query text, as score
-        import numpy as np
-
-        out = np.zeros(len(pairs), dtype=np.float32)
-        for query in dict.fromkeys(q for q, _ in pairs):
-            at = [i for i, (q, _) in enumerate(pairs) if q == query]
-            out[at] = self.score(query, [pairs[i][1] for i in at])
-        return out
-
-
-def test_rerank_seam_reorders_each_lists_head(bundle_dir):
-    from magicselector import Selector
-    from magicselector.selector import Selector as S
-
-    base = Selector.from_bundle(bundle_dir)
-    rr = WordOverlapReranker()
-    one_list = dict(decompose="none", lexical=False, history="none")  # one dense list, as the seam is tested on
-    sel = S(base.catalog, base.embedder, base.index,
-            config=base.config.__class__(rerank=True, rerank_candidates=7, rerank_weight=1.0, **one_list),
-            bundle=base.bundle, reranker=rr)
-    out = sel.select("start navigation home")
-    assert "rerank" in out.timings_ms
-    assert len(rr.calls) == 1 and len(rr.calls[0][1]) == 7  # bounded candidate count
-    assert out.candidates == 7 and len(out.ranked_ids) == 7
-    assert out.ranked_scores == sorted(out.ranked_scores, reverse=True)
-    scores = rr.score("start navigation home", rr.calls[0][1])
-    best = max(range(7), key=lambda i: (scores[i], -i))  # stable: first of the highest
-    assert out.ranked_ids[0] == base.with_config(rerank=False, **one_list).select("start navigation home").ranked_ids[best]
-    calls = len(rr.calls)
-    off = sel.with_config(rerank=False).select("start navigation home")
-    assert "rerank" not in off.timings_ms and len(rr.calls) == calls
-
-
 def test_retrieval_texts_are_the_texts_select_embeds(selector):
     """Selector.retrieval_texts (what bench latency and --compare time) lists exactly the texts of
     select's retrieval lists: the utterance, its sub-tasks, the history-folded utterance."""

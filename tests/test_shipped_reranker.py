@@ -1,14 +1,12 @@
-"""The reranker per CPU target: ``export.shipped_reranker`` on a tiny checkpoint trained here, the
-runtime picking the target's file (``CrossEncoder.from_dir``, the default bundle, the export
+"""The cross-encoder experiment's reranker per CPU target: ``export.shipped_reranker`` on a tiny
+checkpoint trained here, the scorer picking the target's file (``CrossEncoder.from_dir``, the export
 paths), and a reranker folder of one ``model.onnx`` still loading."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +15,11 @@ import pytest
 pytest.importorskip("torch", reason="needs the export extra: pip install -e .[export]")
 pytest.importorskip("transformers", reason="needs the export extra: pip install -e .[export]")
 
-from magicselector import targets  # noqa: E402
-from magicselector.catalog import Catalog, load_phone_catalog  # noqa: E402
+from magicselector.catalog import load_phone_catalog  # noqa: E402
 from magicselector.errors import BundleError, InputError  # noqa: E402
 from magicselector.files import sha256_file  # noqa: E402
-from magicselector.stages.rerank import CrossEncoder, PairTokenizer  # noqa: E402
-from magicselector.targets import TARGETS, TargetMismatchWarning, host_target  # noqa: E402
+from magicselector.data.cross_encoder import CrossEncoder, PairTokenizer, rerank_probe_groups  # noqa: E402
+from magicselector.targets import TARGETS, host_target  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +68,7 @@ def folder(checkpoint, tmp_path_factory) -> Path:
 def single_file(checkpoint, tmp_path_factory) -> Path:
     """The same checkpoint as a reranker folder of one model.onnx (no ``targets``), quantized for
     a target that is not this CPU's."""
-    from magicselector.export.bundle import export_reranker, rerank_probe_groups, save_reranker_dir
+    from magicselector.export.shipped_reranker import export_reranker, save_reranker_dir
 
     other = next(t for t in TARGETS if TARGETS[t].reduce_range != TARGETS[host_target()].reduce_range)
     work = tmp_path_factory.mktemp("rr_single")
@@ -82,10 +79,6 @@ def single_file(checkpoint, tmp_path_factory) -> Path:
 
 def _meta(folder: Path) -> dict:
     return json.loads((folder / "reranker.json").read_text())
-
-
-def _small_catalog() -> Catalog:
-    return Catalog(list(load_phone_catalog())[:24], source="phone catalog, first 24 tools")
 
 
 # -- the exporter ------------------------------------------------------------------------------
@@ -163,7 +156,7 @@ def test_from_dir_takes_the_targets_file(folder, checkpoint):
 
 
 def test_a_per_target_folder_missing_a_file_or_a_target_is_a_bundle_error(folder, tmp_path):
-    from magicselector.default_bundle import shipped_reranker
+    from magicselector.export.shipped_reranker import reranker_from_folder
 
     broken = tmp_path / "broken"
     shutil.copytree(folder, broken)
@@ -171,7 +164,7 @@ def test_a_per_target_folder_missing_a_file_or_a_target_is_a_bundle_error(folder
     with pytest.raises(BundleError, match="model-int8-reduce-range.onnx"):
         CrossEncoder.from_dir(broken, target="x86-avx2")
     with pytest.raises(BundleError, match="model-int8-reduce-range.onnx"):
-        shipped_reranker("x86-avx2", broken)
+        reranker_from_folder("x86-avx2", broken)
     assert CrossEncoder.from_dir(broken, target="arm64").model_path.name == "model-int8.onnx"
     meta = _meta(broken)
     del meta["targets"]["arm64"]
@@ -181,15 +174,14 @@ def test_a_per_target_folder_missing_a_file_or_a_target_is_a_bundle_error(folder
 
 
 def test_a_single_file_folder_still_loads_for_every_target(single_file, checkpoint, tmp_path):
-    from magicselector.default_bundle import shipped_reranker
-    from magicselector.export.bundle import export_reranker
+    from magicselector.export.shipped_reranker import export_reranker, reranker_from_folder
 
     meta = _meta(single_file)
     assert "targets" not in meta and (single_file / "model.onnx").is_file()
     made_for = meta["target"]
     for name in TARGETS:
         assert CrossEncoder.from_dir(single_file, target=name).model_path == single_file / "model.onnx"
-        rr = shipped_reranker(name, single_file)
+        rr = reranker_from_folder(name, single_file)
         assert rr["file"] == str(single_file / "model.onnx") and rr["meta"]["target"] == made_for
         assert export_reranker(single_file, tmp_path, target=name)["file"] == str(single_file / "model.onnx")
     scores = CrossEncoder.from_dir(single_file).score("set an alarm", ["Set an alarm.", "Send an email."])
@@ -199,51 +191,13 @@ def test_a_single_file_folder_still_loads_for_every_target(single_file, checkpoi
     shutil.copytree(single_file, older)
     del meta["target"]
     (older / "reranker.json").write_text(json.dumps(meta))
-    assert shipped_reranker("arm64", older)["meta"]["target"] == made_for
+    assert reranker_from_folder("arm64", older)["meta"]["target"] == made_for
 
 
-# -- bundles for a target ----------------------------------------------------------------------
-
-def test_default_bundle_for_each_target_carries_that_targets_reranker(folder, tmp_path):
-    from magicselector import Selector
-    from magicselector.default_bundle import build_default_bundle
-
-    meta = _meta(folder)
-    for name in TARGETS:
-        manifest = build_default_bundle(tmp_path / name, target=name, catalog=_small_catalog(),
-                                        reranker_folder=folder, progress=False)
-        rr, file = manifest["reranker"], meta["targets"][name]["file"]
-        assert manifest["target"] == rr["target"] == rr["quantization"]["target"] == name
-        assert manifest["files"]["reranker/model.onnx"]["sha256"] == meta["files"][file]["sha256"]
-        assert rr["quantization"]["reduce_range"] == TARGETS[name].reduce_range
-        assert rr["parity"] == meta["files"][file]["parity"] and "targets" not in rr and "files" not in rr
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TargetMismatchWarning)
-        sel = Selector.from_bundle(tmp_path / "x86-avx2").with_config(rerank=True, decompose="none")
-    out = sel.select("turn on bluetooth")
-    assert "rerank" in out.timings_ms and out.ranked_ids
-
-
-def test_a_bundle_whose_reranker_is_for_another_cpu_warns_once(folder, single_file, tmp_path, monkeypatch):
-    from magicselector import Selector
-    from magicselector.default_bundle import build_default_bundle
-
-    host = host_target()
-    manifest = build_default_bundle(tmp_path / "mixed", target=host, catalog=_small_catalog(),
-                                    reranker_folder=single_file, progress=False)
-    assert manifest["target"] == host and manifest["reranker"]["target"] == _meta(single_file)["target"] != host
-    monkeypatch.setattr(targets, "_warned", set())
-    with pytest.warns(TargetMismatchWarning, match="reranker was quantized for"):
-        Selector.from_bundle(tmp_path / "mixed")
-    build_default_bundle(tmp_path / "host", target=host, catalog=_small_catalog(), reranker_folder=folder,
-                         progress=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        Selector.from_bundle(tmp_path / "host")  # embedder and reranker made for this CPU: silent
-
+# -- the export paths --------------------------------------------------------------------------
 
 def test_export_paths_take_the_reranker_for_the_target(folder, tmp_path):
-    from magicselector.export.bundle import export_reranker
+    from magicselector.export.shipped_reranker import export_reranker
 
     meta = _meta(folder)
     for name in TARGETS:
@@ -251,20 +205,3 @@ def test_export_paths_take_the_reranker_for_the_target(folder, tmp_path):
         assert Path(rr["file"]).name == meta["targets"][name]["file"] and rr["meta"]["target"] == name
     by_preset = export_reranker(folder, tmp_path, preset="qint8_x86")  # a preset names its target
     assert Path(by_preset["file"]).name == "model-int8-reduce-range.onnx"
-
-
-def test_bundle_build_target_flag_takes_the_shipped_rerankers_file_for_it(tmp_path):
-    from magicselector.bundle import shipped_reranker_dir
-    from magicselector.default_bundle import shipped_reranker
-
-    if shipped_reranker_dir() is None:
-        pytest.skip("this checkout ships no reranker")
-    out = tmp_path / "avx2"
-    run = subprocess.run([sys.executable, "-m", "magicselector", "bundle", "build", "--target", "x86-avx2",
-                          "--out", str(out)], capture_output=True, text=True,
-                         env={**os.environ, "MAGICSELECTOR_HOME": str(tmp_path / "home")})
-    assert run.returncode == 0, run.stderr
-    manifest = json.loads((out / "manifest.json").read_text())
-    shipped = shipped_reranker("x86-avx2")
-    assert manifest["files"]["reranker/model.onnx"]["sha256"] == sha256_file(shipped["file"])
-    assert manifest["reranker"]["target"] == shipped["meta"]["target"]

@@ -125,7 +125,7 @@ def test_default_bundle_for_each_target_takes_that_targets_file(tmp_path):
     from magicselector.default_bundle import build_default_bundle, shipped_embedder
 
     for name in TARGETS:
-        manifest = build_default_bundle(tmp_path / name, target=name, reranker=False, progress=False)
-        assert manifest["target"] == name and manifest["reranker"] is None
+        manifest = build_default_bundle(tmp_path / name, target=name, progress=False)
+        assert manifest["target"] == name and "reranker" not in manifest
         shipped = shipped_embedder(name)["onnx"]
         assert manifest["files"]["embedder/model.onnx"]["sha256"] == sha256_file(shipped)

@@ -296,13 +296,13 @@ def test_stage_checkpoints_and_gold_scoped_catalog(tiny_benchmark, tmp_path):
     assert whole["data"][0]["tools_trained_on"] == 6 and "send_email" in seen[-1]
 
 
-def test_bundle_build_retrain_reranker_path(tiny_benchmark, tmp_path, monkeypatch, home):
-    """`bundle build --retrain-reranker`'s code path, end to end on tiny data: train composes with
-    export as the CLI does (retrain with the recipe, shrunk here; export to INT8 ONNX with parity;
-    ship it in the bundle)."""
+def test_retrain_then_export_path(tiny_benchmark, tmp_path, monkeypatch, home):
+    """The experiment's path end to end on tiny data: retrain with the recipe (shrunk here), export
+    to INT8 ONNX with parity as a reranker folder, and score with it as the bench does."""
     import magicselector.train.reranker as rr
-    from magicselector import Selector
-    from magicselector.export.bundle import build_default_bundle
+    from magicselector.catalog import load_phone_catalog
+    from magicselector.data.cross_encoder import CrossEncoder, rerank_probe_groups
+    from magicselector.export.shipped_reranker import export_reranker, save_reranker_dir
     from magicselector.train import retrain_shipped
 
     monkeypatch.setattr(rr, "SHIPPED_RECIPE", RerankerTrainConfig(**{**TINY, "epochs_pointwise": 2, "rounds": 0}))
@@ -312,13 +312,13 @@ def test_bundle_build_retrain_reranker_path(tiny_benchmark, tmp_path, monkeypatc
     assert checkpoint == tmp_path / "work" / "checkpoint" and "training the reranker" in logged[-1]
     info = json.loads((checkpoint / "train_config.json").read_text())
     assert info["config"]["epochs_pointwise"] == 2 and info["config"]["rounds"] == 0
-    manifest = build_default_bundle(tmp_path / "b", progress=False, reranker=checkpoint,
-                                    min_reranker_spearman=-1.0)  # a 1-layer toy model has no score spread to keep
-    rr_section = manifest["reranker"]
-    assert rr_section["layers"] == 1 and rr_section["truncation"] == "query_capped"
-    assert rr_section["parity"]["against"] == "pytorch-fp32"
-    sel = Selector.from_bundle(tmp_path / "b")
-    assert sel.reranker is not None and "rerank" in sel.with_config(rerank=True).select("turn on bluetooth").timings_ms
+    exported = export_reranker(checkpoint, tmp_path / "export", groups=rerank_probe_groups(load_phone_catalog()),
+                               min_spearman=-1.0, log=logged.append)  # a 1-layer toy model has no spread to keep
+    meta = exported["meta"]
+    assert meta["layers"] == 1 and meta["truncation"] == "query_capped" and meta["parity"]["against"] == "pytorch-fp32"
+    folder = save_reranker_dir(exported, tmp_path / "reranker")
+    scores = CrossEncoder.from_dir(folder).score("turn on bluetooth", ["bluetooth toggle: Turn Bluetooth on", "alarm"])
+    assert scores.shape == (2,) and np.isfinite(scores).all()
 
 
 # -- distillation ------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""INT8-vs-FP32 agreement of the shipped embedder or reranker files on each CPU target, measured
-with the runtime's own embedder and cross-encoder.
+"""INT8-vs-FP32 agreement of the shipped embedder or the cross-encoder experiment's reranker files
+(bench/experiments/reranker) on each CPU target, measured with the runtime's own embedder and the
+experiment's scorer (``magicselector.data.cross_encoder``).
 
 The targets run where this machine allows: natively (x86-vnni on a VNNI host), with CPUID masked
 to an AVX2 CPU (``tools/run_as_cpu.sh avx2``, native speed, where the CPU has CPUID faulting) or
@@ -61,8 +62,8 @@ def worker(job_path: str, out_path: str) -> None:
 
     _import_runtime_without_usearch()
 
+    from magicselector.data.cross_encoder import CrossEncoder, PairTokenizer
     from magicselector.stages.embed import TextEmbedder, TextTokenizer
-    from magicselector.stages.rerank import CrossEncoder, PairTokenizer
 
     job = json.loads(Path(job_path).read_text(encoding="utf-8"))
     out: dict[str, np.ndarray] = {}
@@ -234,11 +235,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--targets", nargs="+", help="measure only these targets")
     ap.add_argument("--files", nargs="+", help="measure only these shipped INT8 files (default: all)")
     ap.add_argument("--no-reranker", action="store_true",
-                    help="skip the cross-target check of a single-file shipped reranker (the embedder role)")
+                    help="skip the cross-target check of a single-file experiment reranker (the embedder role)")
     ap.add_argument("--role", choices=("embedder", "reranker"), default="embedder",
                     help="which shipped model's INT8 files to measure (default: the embedder)")
     ap.add_argument("--reranker-folder", type=Path,
-                    help="--role reranker: the reranker folder to measure (default: the shipped one)")
+                    help="--role reranker: the reranker folder to measure (default: the experiment's, "
+                         "bench/experiments/reranker)")
     ap.add_argument("--checkpoint", type=Path,
                     help="--role reranker: the cross-encoder checkpoint the folder was exported from (its FP32 "
                          "reference)")
@@ -259,10 +261,9 @@ def _parser() -> argparse.ArgumentParser:
 def _check_reranker_source(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.checkpoint is None:
         ap.error("--role reranker needs --checkpoint (the FP32 source of the reranker files)")
-    from magicselector.bundle import SHIPPED_RERANKER_DIR
-    from magicselector.stages.rerank import read_reranker_meta
+    from magicselector.data.cross_encoder import EXPERIMENT_RERANKER_DIR, read_reranker_meta
 
-    folder = args.reranker_folder or SHIPPED_RERANKER_DIR
+    folder = args.reranker_folder or EXPERIMENT_RERANKER_DIR
     check_source(read_reranker_meta(folder).get("source"), args.checkpoint, str(folder))
 
 
@@ -306,16 +307,16 @@ def _probe_plan(sets, ref_model, candidates: int) -> tuple[list[str], list]:
 
 
 def _embedder_job(args: argparse.Namespace, meta: dict, texts: list[str]) -> tuple[dict, list]:
-    """The worker's job for the embedder role (and the single-file shipped reranker, unless
+    """The worker's job for the embedder role (and the single-file experiment reranker, unless
     ``--no-reranker``), and the reranker's probe groups."""
     from magicselector.catalog import load_phone_catalog
-    from magicselector.default_bundle import SHIPPED_EMBEDDER_DIR, shipped_reranker
-    from magicselector.export.bundle import rerank_probe_groups
-    from magicselector.stages.rerank import pair_window, read_reranker_meta
+    from magicselector.data.cross_encoder import pair_window, read_reranker_meta, rerank_probe_groups
+    from magicselector.default_bundle import SHIPPED_EMBEDDER_DIR
+    from magicselector.export.shipped_reranker import reranker_from_folder
 
-    rr = None if args.no_reranker else shipped_reranker()
+    rr = None if args.no_reranker else reranker_from_folder()
     if rr is not None and "targets" in read_reranker_meta(Path(rr["file"]).parent):
-        print("[parity] the shipped reranker has a file per target; measure it with --role reranker",
+        print("[parity] the experiment's reranker has a file per target; measure it with --role reranker",
               file=sys.stderr, flush=True)
         rr = None
     groups = list(rerank_probe_groups(load_phone_catalog()).items()) if rr else []
@@ -455,12 +456,11 @@ def check_source(source: dict, checkpoint: Path, what: str) -> None:
 def measure_reranker(args: argparse.Namespace, plan: list, texts: list[str], work: Path) -> dict:
     """The reranker role: each INT8 file of the reranker folder on each target against the FP32
     ONNX export of its checkpoint, on the (query, tool text) pairs of the embedder's probe lists."""
-    from magicselector.bundle import SHIPPED_RERANKER_DIR
+    from magicselector.data.cross_encoder import (EXPERIMENT_RERANKER_DIR, RERANKER_META, CrossEncoder,
+                                                  PairTokenizer, pair_window, read_reranker_meta)
     from magicselector.export.onnx import export_encoder_onnx
-    from magicselector.stages.rerank import RERANKER_META, CrossEncoder, PairTokenizer, pair_window, \
-        read_reranker_meta
 
-    folder = args.reranker_folder or SHIPPED_RERANKER_DIR
+    folder = args.reranker_folder or EXPERIMENT_RERANKER_DIR
     meta = read_reranker_meta(folder)
     per_target = meta.get("targets")  # None: one model.onnx for every target
     names = list(meta["files"]) if per_target else ["model.onnx"]

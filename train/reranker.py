@@ -1,4 +1,7 @@
-"""Training the cross-encoder reranker (MagicSelector paper, section 4.2-4.3 and Algorithm 1).
+"""Training the cross-encoder reranker, an experiment (MagicSelector paper, section 4.2-4.3 and Algorithm 1).
+
+The runtime carries no cross-encoder: it never earned its place (docs/bench/reranker.md); what this
+trains is scored on top of the shipped ranking by ``bench/experiments/rerank.py``.
 
 Pipeline of one training run::
 
@@ -16,7 +19,7 @@ epochs), with a fresh AdamW and a fresh linear warm-up/decay schedule per round.
 
 Pairs are (query text, tool text). The query text is what the runtime retrieves with
 (``retrieval_text`` under the history mode); the tool text is ``catalog.tool_text``. Truncation
-(``PairEncoder``), decided here and recorded in ``train_config.json`` so the runtime can match it:
+(``PairEncoder``), decided here and recorded in ``train_config.json`` so the scorer can match it:
 
 * ``query_capped`` (default): the query keeps at most ``max_length - specials - m`` tokens, where
   ``m = min(min_tool_tokens, (max_length - specials) // 2)`` (32 tool tokens at the default window
@@ -26,7 +29,8 @@ Pairs are (query text, tool text). The query text is what the runtime retrieves 
   name first, so the part that survives is the most telling one.
 * ``longest_first``: the ``tokenizers`` default.
 
-The rule lives in the runtime (``magicselector.stages.rerank.PairTokenizer``); training uses it as is.
+The rule lives in the data layer (``magicselector.data.cross_encoder.PairTokenizer``), which the
+export and the bench use too; training uses it as is.
 
 The same code trains on one process or many (``torchrun`` / ``accelerate launch``; see
 ``toolkit``): every rank draws the same seeded order and takes its slice of each batch of pairs or
@@ -34,7 +38,7 @@ lists, DDP averages the gradients, teacher scoring is split over the ranks.
 
 The losses are written here rather than taken from sentence-transformers' cross-encoder losses
 (``BinaryCrossEntropyLoss``, ``ListNetLoss``, ``CrossEntropyLoss``): those tokenize the pairs inside
-the loss with the model's tokenizer, so they cannot keep the runtime's query-capped pair window,
+the loss with the model's tokenizer, so they cannot keep the scorer's query-capped pair window,
 and its ``CrossEncoderTrainer`` owns the batching and shuffling that the mining rounds and the
 per-stage checkpoints need to control. Eq. 16 is ``binary_cross_entropy_with_logits``; eq. 18-19
 is a masked log-softmax.
@@ -60,7 +64,7 @@ from magicselector.data.datasets import Benchmark, load_benchmark
 from magicselector.data.mobile import GeneratorConfig
 from magicselector.dialogue import retrieval_text, validate_history
 from magicselector.errors import InputError
-from magicselector.stages.rerank import TRUNCATIONS, PairTokenizer
+from magicselector.data.cross_encoder import TRUNCATIONS, PairTokenizer
 
 from .losses import (  # noqa: F401 - the loss functions: public here too
     ListwiseCELoss,
@@ -174,7 +178,7 @@ SHIPPED_RECIPE = RerankerTrainConfig(
 # ---------------------------------------------------------------------------------------------
 class PairEncoder(PairTokenizer):
     """(query, tool text) pairs -> padded int64 arrays, with the truncation rule of the module
-    docstring: the runtime's ``PairTokenizer`` (so training and the phone cut pairs identically),
+    docstring: ``data.cross_encoder.PairTokenizer`` (so training and the scorer cut pairs identically),
     with the argument order and ``encode(queries, texts)`` form training uses."""
 
     def __init__(self, tokenizer_file: str | Path, max_length: int = 96, min_tool_tokens: int = 32,
@@ -592,10 +596,10 @@ def train_reranker(data_dirs: str | Path | Sequence[str | Path], out_dir: str | 
 
 def retrain_shipped(workdir: str | Path, train_data: str | Path | None = None, progress: bool = True,
                     log: Callable[[str], None] = print) -> Path:
-    """Train the shipped reranker again with the recipe of its model card (``SHIPPED_RECIPE`` on
-    ``SHIPPED_DATA``'s train split, generated into ``workdir/mobile`` unless ``train_data`` names a
-    benchmark folder); returns the checkpoint folder ``workdir/checkpoint``, which
-    ``magicselector.export.bundle.build_default_bundle(reranker=...)`` exports."""
+    """Train the experiment's reranker again with the recipe of its model card (``SHIPPED_RECIPE``
+    on ``SHIPPED_DATA``'s train split, generated into ``workdir/mobile`` unless ``train_data`` names
+    a benchmark folder); returns the checkpoint folder ``workdir/checkpoint``, which
+    ``magicselector.export.shipped_reranker`` exports."""
     from magicselector.data.mobile import generate_benchmark
 
     workdir = Path(workdir)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Mapping, Protocol
 
 import numpy as np
 
@@ -28,14 +28,12 @@ class EncoderModel(Protocol):
     def run(self, feeds: Mapping[str, np.ndarray], release: bool = False) -> np.ndarray: ...
 
 
-def open_model(path: str | Path, *, threads: int = 1, data: bytes | Callable[[], bytes] | None = None,
+def open_model(path: str | Path, *, threads: int = 1, data: bytes | None = None,
                name: str | None = None) -> EncoderModel:
     """The backend model for an encoder file, chosen by its suffix; nothing is loaded until first use
     (and a backend's own package is imported only when a file of its kind is opened). With ``data``
     (the file's bytes, checked against a bundle's manifest) the model is loaded at once from those
-    bytes and the file is not opened again; ``data`` a function that reads and checks them: an
-    ONNX model calls it on first use (``OnnxModel``), another backend now. ``name`` is how errors
-    name it."""
+    bytes and the file is not opened again. ``name`` is how errors name it."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".onnx":
@@ -45,6 +43,6 @@ def open_model(path: str | Path, *, threads: int = 1, data: bytes | Callable[[],
     if suffix == ".pte":
         from .executorch import ExecuTorchModel
 
-        return ExecuTorchModel(path, threads=threads, data=data() if callable(data) else data, name=name)
+        return ExecuTorchModel(path, threads=threads, data=data, name=name)
     raise BundleError(f"{path}: no backend runs {suffix or 'suffix-less'!r} files; an encoder model is "
                       ".onnx (ONNX Runtime) or .pte (ExecuTorch)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -63,16 +63,14 @@ class OnnxModel:
     several threads use the model at the same time, so a stage that never runs costs no memory.
     From ``data`` (the file's bytes, already checked against a bundle's manifest) it is created
     at once from those bytes: the file is not opened again, and a damaged model fails here, as a
-    BundleError naming ``path``, rather than at the first query. ``data`` may instead be a function
-    that reads and checks those bytes: it is called on first use, and the session created from
-    what it returns (a bundle's cross-encoder, which only ``rerank=True`` turns run). ``name`` is
-    how errors name it (default: the path)."""
+    BundleError naming ``path``, rather than at the first query. ``name`` is how errors name it
+    (default: the path)."""
 
     kind = "onnx"
     max_batch: int | None = None  # dynamic axes: any batch, any length
     max_seq_len: int | None = None
 
-    def __init__(self, path: str | Path, threads: int = 1, data: bytes | Callable[[], bytes] | None = None,
+    def __init__(self, path: str | Path, threads: int = 1, data: bytes | None = None,
                  name: str | None = None) -> None:
         self.path = Path(path)
         self.name = name or str(self.path)
@@ -83,7 +81,6 @@ class OnnxModel:
         self._input_names: frozenset[str] = frozenset()
         self._release_options: Any = None
         self._lock = threading.Lock()
-        self._read: Callable[[], bytes] | None = data if callable(data) else None
         if isinstance(data, (bytes, bytearray, memoryview)):
             self._open(bytes(data))
 
@@ -112,7 +109,7 @@ class OnnxModel:
         if self._session is None:
             with self._lock:
                 if self._session is None:
-                    self._open(self._read() if self._read is not None else self.path)
+                    self._open(self.path)
         return self._session
 
     @property

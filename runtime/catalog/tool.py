@@ -31,6 +31,10 @@ _KNOWN_KEYS = frozenset({"id", "name", "title", "description", "inputSchema", "i
                          "outputSchema", "annotations", "domain", "server"})
 
 
+_FIELD_OF_KEY = {"outputSchema": "output_schema"}  # an MCP key whose Tool field is spelled otherwise
+_TEXT_FIELDS = frozenset({"title", "domain", "server"})  # optional text: left out when empty
+
+
 @dataclass(frozen=True)
 class Tool:
     """One tool the assistant can call. ``id`` is unique in a catalog; ``name`` is what the LLM sees."""
@@ -54,15 +58,9 @@ class Tool:
     def to_mcp(self) -> dict[str, Any]:
         """The MCP tool definition (as in a ``tools/list`` result): name, title?, description,
         inputSchema, outputSchema?, annotations?."""
-        out: dict[str, Any] = {"name": self.name}
-        if self.title:
-            out["title"] = self.title
-        out["description"] = self.description
-        out["inputSchema"] = dict(self.parameters) or {"type": "object"}  # MCP requires an object schema
-        if self.output_schema is not None:
-            out["outputSchema"] = dict(self.output_schema)
-        if self.annotations is not None:
-            out["annotations"] = dict(self.annotations)
+        out: dict[str, Any] = {"name": self.name, **self._set_fields(("title",)), "description": self.description,
+                               "inputSchema": dict(self.parameters) or {"type": "object"},  # MCP requires an object schema
+                               **self._set_fields(("outputSchema", "annotations"))}
         for key, value in (self.extra or {}).items():
             out.setdefault(key, value)
         return out
@@ -70,24 +68,27 @@ class Tool:
     def to_record(self) -> dict[str, Any]:
         """The benchmark-format row (``tools.jsonl``); MCP fields are kept when set."""
         row = {"id": self.id, "name": self.name, "description": self.description,
-               "parameters": dict(self.parameters)}
-        if self.domain:
-            row["domain"] = self.domain
-        if self.title:
-            row["title"] = self.title
-        if self.annotations is not None:
-            row["annotations"] = dict(self.annotations)
-        if self.output_schema is not None:
-            row["outputSchema"] = dict(self.output_schema)
-        if self.server:
-            row["server"] = self.server
+               "parameters": dict(self.parameters),
+               **self._set_fields(("domain", "title", "annotations", "outputSchema", "server"))}
         for key, value in (self.extra or {}).items():
             row.setdefault(key, value)
         return row
 
+    def _set_fields(self, keys: tuple[str, ...]) -> dict[str, Any]:
+        """The optional fields that are set, by their MCP key: text fields when not empty, objects
+        (copied) when not None."""
+        out: dict[str, Any] = {}
+        for key in keys:
+            value = getattr(self, _FIELD_OF_KEY.get(key, key))
+            if key in _TEXT_FIELDS and value:
+                out[key] = value
+            elif key not in _TEXT_FIELDS and value is not None:
+                out[key] = dict(value)
+        return out
+
 
 def tool_text(tool: Tool, max_description_chars: int = 400) -> str:
-    """The text a tool is embedded and reranked with: readable name, description, parameter names.
+    """The text a tool is embedded with: readable name, description, parameter names.
 
     Names are de-snake-cased because the embedder's vocabulary knows words, not identifiers.
     The description is cut at a word boundary so long API docs do not crowd out the name.
@@ -140,14 +141,21 @@ def _parse_tool(entry: Any, where: str, domain: str | None, check_schemas: bool,
     title, annotations, output_schema, server = _optional_fields(entry, at)
     extra = _extra(entry, at)
     if check_schemas and schema:  # a tool without parameters may leave its schema out
-        _check_plain_schema(schema, f"{at}: inputSchema", keys.get(schema_key or ""))
-        if output_schema is not None:
-            _check_plain_schema(output_schema, f"{at}: outputSchema", keys.get("outputSchema"))
+        _check_schemas(schema, output_schema, at, keys.get(schema_key or ""), keys.get("outputSchema"))
     dom = entry.get("domain", domain)
     return Tool(id=tool_id, name=name, description=description.strip(), parameters=dict(schema),
                 domain=dom if isinstance(dom, str) else None, title=title or None,
                 annotations=_dict_or_none(annotations), output_schema=_dict_or_none(output_schema),
                 server=server or None, extra=extra or None)
+
+
+def _check_schemas(schema: dict[str, Any], output_schema: dict[str, Any] | None, at: str,
+                   schema_json: str | None, output_json: str | None) -> None:
+    """A tool's input schema and output schema (when it has one) against the JSON Schema meta-schema;
+    ``*_json``: their compact JSON where ``_decoded_bounds`` wrote it."""
+    _check_plain_schema(schema, f"{at}: inputSchema", schema_json)
+    if output_schema is not None:
+        _check_plain_schema(output_schema, f"{at}: outputSchema", output_json)
 
 
 def _bounded_entry(entry: Any, at: str, schema_key: str | None, decoded: bool) -> tuple[Any, dict[str, str]]:

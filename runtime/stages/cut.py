@@ -4,8 +4,8 @@ rmargin keeps the prefix of a ranked list within a margin below its top score, t
 fraction of the score range of the list's head (its first range_depth scores, the whole list
 when 0):
     s_i >= max(s) - range_margin * (max(h) - min(h)),   h = the head,
-i.e. a margin on min-max normalised scores, so one margin means the same on retrieval cosines and
-rerank scores. K is clamped to [k_min, k_max] and never exceeds n; scores are read as float32.
+i.e. a margin on min-max normalised scores, so one margin means the same on any score scale
+(cosines, the lexical fusion's mixes). K is clamped to [k_min, k_max] and never exceeds n; scores are read as float32.
 The ranked list need not be sorted by score (a fused list is ordered by peak rank), which is why
 the rule keeps a prefix rather than counting the tools over a threshold. Constant scores keep
 k_max (nothing separates the tools).

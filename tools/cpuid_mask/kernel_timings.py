@@ -6,7 +6,8 @@ once under ``tools/run_as_cpu.sh avx2 --`` to see the AVX2 kernels against this 
 
 Prints one JSON line: numpy's view of AVX-512F/VNNI, OpenBLAS's and torch's kernel choice, the
 median milliseconds of a 256x384 @ 384x1536 FP32 matmul in numpy and in onnxruntime (1 thread),
-of one query through each shipped INT8 embedder file and of the shipped reranker on 20 tool texts.
+of one query through each shipped INT8 embedder file and of the experiment's cross-encoder
+(bench/experiments/reranker, where the checkout has it) on 20 tool texts.
 Needs the ``onnx`` package (export extra); torch and threadpoolctl are reported where installed.
 """
 from __future__ import annotations
@@ -62,9 +63,9 @@ def main() -> None:
     out["ort_fp32_matmul_ms"] = median_ms(lambda: session.run(None, {"X": a}), 30)
 
     from magicselector.catalog import load_phone_catalog, tool_text
-    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR, shipped_reranker
+    from magicselector.data.cross_encoder import EXPERIMENT_RERANKER_DIR, RERANKER_META, CrossEncoder
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
     from magicselector.stages.embed import TextEmbedder, TextTokenizer
-    from magicselector.stages.rerank import CrossEncoder, PairTokenizer, pair_window
 
     meta = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))
     tokenizer = TextTokenizer(SHIPPED_EMBEDDER_DIR / "tokenizer.json", meta["max_length"])
@@ -72,10 +73,8 @@ def main() -> None:
     for name in sorted(meta["files"]):
         embedder = TextEmbedder(SHIPPED_EMBEDDER_DIR / name, tokenizer, dim=meta["dim"], threads=1)
         out[f"ort_int8_embed_ms[{name}]"] = median_ms(lambda: embedder.embed([query]), 50)
-    reranker = shipped_reranker()
-    if reranker:
-        scorer = CrossEncoder(reranker["file"], PairTokenizer(reranker["tokenizer"], **pair_window(reranker["meta"])),
-                              threads=1)
+    if (EXPERIMENT_RERANKER_DIR / RERANKER_META).is_file():
+        scorer = CrossEncoder.from_dir(EXPERIMENT_RERANKER_DIR, threads=1)
         texts = [tool_text(t) for t in list(load_phone_catalog())[:20]]
         out["ort_int8_rerank_20_pairs_ms"] = median_ms(lambda: scorer.score(query, texts), 10)
     print(json.dumps(out))

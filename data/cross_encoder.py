@@ -1,9 +1,13 @@
-"""The rerank task: score (sub-task, tool text) pairs with a cross-encoder (any backend).
+"""The cross-encoder experiment's shared parts: the (query, tool text) pair tokenizer, the scorer over
+an INT8 ``.onnx`` / ``.pte`` file, reranker folders and their probe lists. The runtime carries no
+cross-encoder (it never earned its place: docs/bench/reranker.md); its training (``train/reranker.py``),
+export (``export/shipped_reranker.py``) and bench (``bench/experiments/rerank.py``) all use these, so
+they sit in the layer below the three.
 
 The cost of a cross-encoder grows with candidates x tokens x layers and nothing can be cached per
-tool, so the stage bounds all three: at most ``candidates`` pairs per list, ``max_length`` tokens a
+tool, so a scorer bounds all three: at most ``candidates`` pairs per list, ``max_length`` tokens a
 pair, and the model's own depth. How a pair is cut to ``max_length`` must match training; the
-reranker's metadata (``reranker.json`` / the manifest section) records it:
+reranker's metadata (``reranker.json``) records it:
 
 * ``query_capped`` (what ``magicselector train reranker`` uses): the query keeps at most
   ``max_length - specials - m`` tokens with ``m = min(min_tool_tokens, (max_length - specials) // 2)``;
@@ -15,17 +19,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from ..backends import EncoderModel, open_model
-from ..errors import BundleError, InputError
-from ..targets import resolve_target
-from .embed import batch_step, grouped_runs, pad_encodings, tokenizer_from
+from magicselector.backends import EncoderModel, open_model
+from magicselector.catalog import Catalog, tool_text
+from magicselector.errors import BundleError, InputError
+from magicselector.stages.embed import batch_step, grouped_runs, pad_encodings, tokenizer_from
+from magicselector.targets import resolve_target
 
 TRUNCATIONS = ("query_capped", "longest_first")
 RERANKER_META = "reranker.json"  # the metadata file of a reranker folder (model + tokenizer + this)
+# the experiment's INT8 cross-encoder (per CPU target) and its model card: in a source checkout only,
+# outside the wheel's package data (bench/experiments/reranker, beside this package's folder)
+EXPERIMENT_RERANKER_DIR = Path(__file__).resolve().parent.parent / "bench" / "experiments" / "reranker"
 
 
 class PairTokenizer:
@@ -209,43 +217,20 @@ def reranker_model_file(folder: str | Path, meta: dict[str, Any], target: str | 
     return model
 
 
-def zscore(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    if len(x) < 2:
-        return np.zeros_like(x)
-    sd = float(x.std())
-    return (x - x.mean()) / sd if sd > 1e-6 else np.zeros_like(x)
+def rerank_probe_groups(catalog: Catalog, queries: Sequence[str] | None = None, per_query: int = 10,
+                        chars: int = 200) -> dict[str, list[str]]:
+    """Query lists for reranker parity: each probe query (default: the first 8 of the bundle
+    writer's ``PROBE_QUERIES``) against a rotating slice of catalog tools."""
+    if queries is None:  # imported here: the scorer itself runs without usearch (tools/quantization_parity.py)
+        from magicselector.bundle_writer import PROBE_QUERIES
 
-
-def mix_scores(rerank: np.ndarray, retrieval: np.ndarray, weight: float) -> np.ndarray:
-    """weight * z(cross-encoder) + (1 - weight) * z(retrieval similarity), over one candidate list.
-
-    z-scoring puts the two on one scale per list; a weight below 1 keeps the retriever's view
-    where the cross-encoder is unsure (e.g. out-of-domain tools)."""
-    if weight >= 1.0:
-        return np.asarray(rerank, dtype=np.float32)
-    return (weight * zscore(rerank) + (1.0 - weight) * zscore(retrieval)).astype(np.float32)
-
-
-def rerank_fused(scorer: Reranker, pairs_of: Callable[[int], list[tuple[str, str]]], scores: np.ndarray,
-                 candidates: int, weight: float, skip_margin: float | None
-                 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The rerank of one turn: skip, score, mix.
-
-    The fused list's head, its first ``candidates`` tools (``scores``: the fused list's scores), is
-    scored by the cross-encoder in one call, each tool paired with the text of the list it came
-    from (``pairs_of(n)`` gives the head's n pairs), and the logits are mixed with the fused scores
-    (``mix_scores``, ``weight``). Returns the head's new order (positions into it) and its mixed
-    scores in that order; the rest of the list is dropped by the caller. None, and no
-    cross-encoder call, where the list is empty or retrieval is sure: its top tool leads the
-    runner-up by ``skip_margin`` or more (None: never sure), since the cross-encoder's gain sits
-    in the turns retrieval is unsure of (docs/bench/defaults.md)."""
-    n = min(candidates, len(scores))
-    if n == 0:
-        return None
-    if skip_margin is not None and n >= 2 and float(scores[0]) - float(scores[1]) >= skip_margin:
-        return None
-    ce = np.asarray(scorer.score_pairs(pairs_of(n)), dtype=np.float32)
-    final = mix_scores(ce, np.asarray(scores[:n], dtype=np.float32), weight)
-    order = np.argsort(-final, kind="stable")
-    return order, final[order]
+        queries = PROBE_QUERIES[:8]
+    tools = list(catalog)
+    if not tools:
+        return {}
+    out = {}
+    for i, q in enumerate(queries):
+        start = (i * per_query) % len(tools)
+        picked = [tools[(start + j) % len(tools)] for j in range(min(per_query, len(tools)))]
+        out[q] = [tool_text(t, chars) for t in picked]
+    return out

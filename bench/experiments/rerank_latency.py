@@ -1,4 +1,9 @@
-"""Latency of the rerank stage alone: the INT8 ONNX cross-encoder against its FP32 PyTorch source.
+"""The cross-encoder experiment's latency: the INT8 ONNX reranker alone against its FP32 PyTorch source.
+
+    python3 -m magicselector.bench.experiments.rerank_latency --reranker DIR [DIR...]
+        [--checkpoint CKPT|- ...] [--candidates 20] [--threads 1 2] [--runs 30] [--json OUT] [--md OUT]
+
+(The runtime has no rerank stage: docs/bench/reranker.md.)
 
 The workload is fixed: ``DEFAULT_QUERIES`` (phone-assistant utterances of mixed length), each
 against ``candidates`` tool texts of the phone catalog (``tool_text``, as the selector builds
@@ -33,19 +38,22 @@ in JSON). torch and transformers are imported only when a checkpoint is given.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
+import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from magicselector.errors import InputError
+from magicselector.errors import InputError, MagicSelectorError
 from magicselector.ranks import spearman
 
-from .latency import isa_summary
+from ..latency import isa_summary
 
 SCHEMA = "magicselector-rerank-latency/1"
 
@@ -125,7 +133,7 @@ def inputs_digest(batches: Iterable[Mapping[str, np.ndarray]]) -> str:
 
 
 def _stats(samples_ms: list[float], per_pair_ms: list[float]) -> dict[str, float]:
-    from .latency import percentiles
+    from ..latency import percentiles
 
     st = percentiles(samples_ms)
     st["ms_per_pair"] = float(np.percentile(per_pair_ms, 50)) if per_pair_ms else 0.0
@@ -133,7 +141,7 @@ def _stats(samples_ms: list[float], per_pair_ms: list[float]) -> dict[str, float
 
 
 def _host(torch_version: str | None) -> dict[str, Any]:
-    from .latency import machine_description
+    from ..latency import machine_description
 
     d = machine_description()
     keep = ("platform", "machine", "cpu_model", "cores", "cores_usable", "isa", "cpuid_mask", "int8_target", "loadavg",
@@ -175,7 +183,7 @@ def _load_fp32(ckpt: Path, folder: Path, workload, tok8, bs: int, digest8: str, 
     import torch
 
     from magicselector.export.onnx import checkpoint_pair_window
-    from magicselector.stages.rerank import PairTokenizer
+    from magicselector.data.cross_encoder import PairTokenizer
 
     if not (ckpt / "config.json").is_file():
         raise InputError(f"{ckpt}: not a Hugging Face checkpoint (no config.json)")
@@ -224,7 +232,7 @@ def _time_backends(folder: Path, probe, threads: list[int], workload, runs: int,
                    say) -> _Timings:
     """Per thread count: warm-up passes, then ``runs`` passes, the backends interleaved list by
     list (the order flips every run); torch's thread count is restored afterwards."""
-    from magicselector.stages.rerank import CrossEncoder
+    from magicselector.data.cross_encoder import CrossEncoder
 
     timings = _Timings()
     prev_threads = torch.get_num_threads() if torch is not None else None
@@ -272,7 +280,7 @@ def measure_rerank_latency(reranker_dir: str | Path, checkpoint: str | Path | No
     """Time the rerank stage (one ``score(query, texts)`` call per list) for the INT8 reranker
     folder and, given its FP32 ``checkpoint``, for PyTorch on the same token ids; see the module
     docstring for the result. torch's thread count is restored afterwards."""
-    from magicselector.stages.rerank import CrossEncoder, read_reranker_meta
+    from magicselector.data.cross_encoder import CrossEncoder, read_reranker_meta
 
     folder = Path(reranker_dir)
     meta = read_reranker_meta(folder)
@@ -371,3 +379,56 @@ def format_rerank_latency(result: Mapping[str, Any] | Sequence[Mapping[str, Any]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+SCHEMA_SET = "magicselector-rerank-latency-set/1"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m magicselector.bench.experiments.rerank_latency",
+                                description="the cross-encoder experiment's latency: INT8 ONNX reranker folder(s) "
+                                            "against their FP32 PyTorch checkpoints")
+    p.add_argument("--reranker", nargs="+", required=True, metavar="DIR",
+                   help="reranker folder(s): model file(s), tokenizer.json, reranker.json "
+                        "(e.g. bench/experiments/reranker)")
+    p.add_argument("--checkpoint", nargs="+", metavar="DIR",
+                   help="the FP32 checkpoint of each --reranker, paired by position ('-' for none); needs torch")
+    p.add_argument("--candidates", type=int, default=20, help="tool texts per list (one score() call)")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0, help="seeds the candidate picking")
+    p.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    p.add_argument("--md", metavar="OUT", help="write the markdown table")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    rerankers, checkpoints = list(args.reranker), list(args.checkpoint or [])
+    if checkpoints and len(checkpoints) != len(rerankers):
+        raise SystemExit(f"--checkpoint takes one entry per --reranker, paired by position ('-' for none): got "
+                         f"{len(rerankers)} reranker(s) and {len(checkpoints)} checkpoint(s)")
+    pairs = [(r, None if not checkpoints or checkpoints[i] == "-" else checkpoints[i]) for i, r in enumerate(rerankers)]
+    names = [Path(r).resolve().name for r, _ in pairs]
+    results = []
+    try:
+        for (r, c), name in zip(pairs, names):
+            results.append(measure_rerank_latency(r, c, candidates=args.candidates, threads=args.threads,
+                                                  runs=args.runs, warmup=args.warmup, seed=args.seed,
+                                                  name=name if names.count(name) == 1 else str(Path(r)),
+                                                  progress=lambda line: print(line, file=sys.stderr, flush=True)))
+    except MagicSelectorError as e:
+        raise SystemExit(f"rerank_latency: error: {e}") from None
+    table = format_rerank_latency(results)
+    for path, text in ((args.json, json.dumps({"schema": SCHEMA_SET, "results": results}, indent=2) + "\n"),
+                       (args.md, table)):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text, encoding="utf-8")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
