@@ -1,4 +1,4 @@
-"""Files on disk: regular files opened without blocking, sha256 of a file, a JSON-lines line, the cache folder,
+"""Files on disk: regular files opened without blocking, sha256 of a file, a JSON-lines line, an .npy header, the cache folder,
 folders built aside and swapped into place atomically under a writers' lock; and the C heap's free memory handed
 back (trim_heap)."""
 from __future__ import annotations
@@ -19,6 +19,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, cast
+
+import numpy as np
 
 STAGING = "staging"  # a folder being built: .NAME.staging-PID-TOKEN, next to NAME
 PREVIOUS = "previous"  # the folder being replaced, between the two renames where no exchange exists
@@ -75,6 +77,15 @@ def read_sized(f: Any, size: int, path: str | Path, error: type[Exception], what
     if len(data) != size:
         raise error(f"{path}: changed while it was read; the bundle is being rebuilt")
     return data
+
+
+def npy_header(f: Any) -> tuple[tuple[int, ...], bool, Any]:
+    """(shape, fortran_order, dtype) of the ``.npy`` array at the open file's position (format
+    1.0 or 2.0), read without reading the array."""
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read_header(f)
+    return shape, fortran, dtype
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

@@ -36,16 +36,21 @@ def text_tokens(text: str) -> int:
         return 0
     n = _PER_PIECE * len(_PIECE.findall(text)) + _PER_NON_ASCII_BYTE * (len(text.encode("utf-8", "surrogatepass")) - len(text))
     for m in _EXTRA.findall(text):
-        c = m[0]
-        if len(m) == 1:
-            n += _PER_UNDERSCORE_CAP if c == "_" else _PER_CAMEL
-        elif c.islower():
-            n += _PER_LONG_LOWER * (len(m) - 6)
-        elif c.isupper():
-            n += _PER_UPPER * (len(m) - 2)
-        else:
-            n += _PER_LONG_PUNCT * (len(m) - 4)
+        n += _extra_tokens(m)
     return max(1, round(n))
+
+
+def _extra_tokens(m: str) -> float:
+    """The tokens one ``_EXTRA`` match adds: an underscore before a capital or a camel-case hump,
+    or a long run of lowercase letters, capitals or punctuation."""
+    c = m[0]
+    if len(m) == 1:
+        return _PER_UNDERSCORE_CAP if c == "_" else _PER_CAMEL
+    if c.islower():
+        return _PER_LONG_LOWER * (len(m) - 6)
+    if c.isupper():
+        return _PER_UPPER * (len(m) - 2)
+    return _PER_LONG_PUNCT * (len(m) - 4)
 
 
 def compact_json(definition: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable
 import numpy as np
 
 from .errors import BundleError
-from .files import cache_home, trim_heap
+from .files import cache_home, npy_header, trim_heap
 from .catalog import Catalog, tool_text
 from .stages.index import ToolIndex
 
@@ -108,9 +108,7 @@ def _open_cached(path: Path, n: int, dim: int) -> _VectorFile | None:
     except OSError:
         return None
     try:
-        version = np.lib.format.read_magic(f)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(f)
+        shape, fortran, dtype = npy_header(f)
         offset = f.tell()
         whole = os.fstat(f.fileno()).st_size == offset + n * dim * _F4.itemsize
         if shape == (n, dim) and not fortran and dtype == _F4 and whole:

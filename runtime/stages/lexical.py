@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypedDict
 import numpy as np
 
 from ..errors import BundleError, InputError, UnknownToolError
-from ..files import trim_heap
+from ..files import npy_header, trim_heap
 from .fuse import RankedList
 
 if TYPE_CHECKING:
@@ -251,14 +251,18 @@ class LexicalIndex:
                 RecursionError) as e:
             raise BundleError(f"{path}: not a readable lexical index ({type(e).__name__}: {str(e)[:200]})") from None
         index._check_arrays(path)
-        index._term_id = {t: i for i, t in enumerate(index._vocab)}
-        index._row = {i: r for r, i in enumerate(index._ids)}
-        if ids is not None and (set(ids) != set(index._row) or len(ids) != len(index._ids)):
-            missing = [i for i in ids if i not in index._row][:3]
-            raise BundleError(f"{path}: the lexical index holds {len(index._ids)} tools, the catalog {len(ids)} "
-                              f"(e.g. {missing} not indexed); rebuild the bundle")
-        index._reweigh()
+        index._bind(ids, path)
         return index
+
+    def _bind(self, ids: Sequence[str] | None, path: Path) -> None:
+        """A loaded index's lookups and weights; with ``ids``, checked to hold exactly those tools."""
+        self._term_id = {t: i for i, t in enumerate(self._vocab)}
+        self._row = {i: r for r, i in enumerate(self._ids)}
+        if ids is not None and (set(ids) != set(self._row) or len(ids) != len(self._ids)):
+            missing = [i for i in ids if i not in self._row][:3]
+            raise BundleError(f"{path}: the lexical index holds {len(self._ids)} tools, the catalog {len(ids)} "
+                              f"(e.g. {missing} not indexed); rebuild the bundle")
+        self._reweigh()
 
     @classmethod
     def _from_arrays(cls, z: Any, path: Path) -> "LexicalIndex":
@@ -422,10 +426,7 @@ def _check_members(source: Any, path: Path) -> None:
                 raise BundleError(f"{path}: member {info.filename!r:.80} is compressed; a lexical index is stored "
                                   "uncompressed (LexicalIndex.save), so its size bounds what loading it takes")
             with archive.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                shape, _, dtype = read_header(member)
+                shape, _, dtype = npy_header(member)
                 need = int(np.prod(shape, dtype=object)) * dtype.itemsize
                 if dtype.hasobject or need > info.file_size:
                     raise BundleError(f"{path}: member {info.filename!r:.80} declares {need:,} bytes of array in "
