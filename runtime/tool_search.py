@@ -160,6 +160,24 @@ def _deferred_functions(tools: list[Any]) -> tuple[list[Tool], dict[str, tuple[s
     return found, origin
 
 
+def _search_call(call: Any) -> Mapping[str, Any]:
+    """A client-executed ``tool_search_call`` item read as a mapping; anything else refused."""
+    item = _mapping(call)  # None where it is no mapping
+    if not isinstance(item, Mapping) or item.get("type") != "tool_search_call":
+        raise InputError("call: expected a {\"type\": \"tool_search_call\", \"call_id\", \"arguments\"} item")
+    if item.get("execution", "client") != "client":
+        raise InputError("call: a server-executed tool_search_call needs no answer from the client")
+    return item
+
+
+def _tool_use(tool_use: Any) -> Mapping[str, Any]:
+    """A ``tool_use`` block (with its id) read as a mapping; anything else refused."""
+    block = _mapping(tool_use)  # None where it is no mapping
+    if not isinstance(block, Mapping) or block.get("type") != "tool_use" or not isinstance(block.get("id"), str):
+        raise InputError("tool_use: expected a {\"type\": \"tool_use\", \"id\", \"name\", \"input\"} block")
+    return block
+
+
 def _has_client_search(tools: list[Any]) -> bool:
     return any(isinstance(t, Mapping) and t.get("type") == "tool_search" and t.get("execution") == "client"
                for t in tools)
@@ -227,9 +245,7 @@ class ToolSearch:
     def anthropic_result(self, request: Mapping[str, Any], tool_use: Mapping[str, Any],
                          history: Any = None) -> dict[str, Any]:
         """The ``tool_result`` block answering one ``tool_use`` of the search tool."""
-        request, block = _mapping(request) or request, _mapping(tool_use)  # block: None where it is no mapping
-        if not isinstance(block, Mapping) or block.get("type") != "tool_use" or not isinstance(block.get("id"), str):
-            raise InputError("tool_use: expected a {\"type\": \"tool_use\", \"id\", \"name\", \"input\"} block")
+        request, block = _mapping(request) or request, _tool_use(tool_use)
         query = _query_of(block.get("input", {}), f"tool_use {block['id']}.input")
         catalog = self.anthropic_catalog(request)
         history = request.get("messages") if history is None else history
@@ -271,11 +287,7 @@ class ToolSearch:
 
     def openai_output(self, request: Mapping[str, Any], call: Mapping[str, Any], history: Any = None) -> dict[str, Any]:
         """The ``tool_search_output`` item answering one client-executed ``tool_search_call``."""
-        request, item = _mapping(request) or request, _mapping(call)  # item: None where it is no mapping
-        if not isinstance(item, Mapping) or item.get("type") != "tool_search_call":
-            raise InputError("call: expected a {\"type\": \"tool_search_call\", \"call_id\", \"arguments\"} item")
-        if item.get("execution", "client") != "client":
-            raise InputError("call: a server-executed tool_search_call needs no answer from the client")
+        request, item = _mapping(request) or request, _search_call(call)
         query = _query_of(item.get("arguments", {}), f"tool_search_call {item.get('call_id')}.arguments")
         catalog, origin = self.openai_catalog(request)
         if history is None:

@@ -36,7 +36,7 @@ def _walk_bounds(value: Any, where: str) -> bool:
         v, depth = stack.pop()
         nodes += 1
         t = type(v)
-        if t is dict or (t not in _SCALAR_TYPES and t is not list and isinstance(v, _abc.Mapping)):
+        if _is_mapping(v, t):
             plain = plain and t is dict
             nodes += _push_mapping(v, depth, stack, where)
         elif t is list or t is tuple:
@@ -46,6 +46,11 @@ def _walk_bounds(value: Any, where: str) -> bool:
         if nodes > MAX_TOOL_NODES:
             raise CatalogError(f"{where}: holds more than {MAX_TOOL_NODES:,} values")
     return plain
+
+
+def _is_mapping(v: Any, t: type) -> bool:
+    """Whether ``v`` (of type ``t``) is an object: a dict, or another mapping (the type tests first: they are the common case)."""
+    return t is dict or (t not in _SCALAR_TYPES and t is not list and isinstance(v, _abc.Mapping))
 
 
 def _check_depth(depth: int, where: str) -> None:

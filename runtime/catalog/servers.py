@@ -73,16 +73,32 @@ def mcp_catalog(servers: Mapping[str, Any], *, source: str = "<mcp servers>", na
             raise CatalogError(f"{source}: servers {prefixes[prefix]!r} and {server!r} both name their tools "
                                f"{prefix!r}; rename one")
         prefixes[prefix] = server
-        entries, _ = _entries_from_data(data, f"{source}: server {server!r}")
-        if not entries:
-            raise CatalogError(f"{source}: server {server!r} lists no tools")
-        local = [parse_tool(e, where=w, domain=prefix, check_schemas=True) for e, w in entries]
-        _check_unique_names(local, f"{source}: server {server!r}")
-        for t in local:
-            tools.append(_namespaced_tool(t, server, prefix, namespace, f"{source}: server {server!r}", t.name))
+        tools += _server_tools(server, data, prefix, namespace, source)
     if not tools:
         raise CatalogError(f"{source}: no servers given")
     return Catalog(tools, source=source)
+
+
+def _file_tools(server: str, path: Path, namespace: str, servers: dict[str, Path]) -> list[Tool]:
+    """One catalog file's tools named under ``server``; ``servers``: the files each prefix came from
+    so far (two files may not share one)."""
+    prefix = sanitize_server_name(server, str(path))
+    if prefix in servers:
+        raise CatalogError(f"{path}: server name {prefix!r} is also {servers[prefix]}'s; name them apart "
+                           "with SERVER=FILE")
+    servers[prefix] = path
+    return [_namespaced_tool(t, server, prefix, namespace, str(path), t.id) for t in load_catalog(path)]
+
+
+def _server_tools(server: str, data: Any, prefix: str, namespace: str, source: str) -> list[Tool]:
+    """One server's ``tools/list`` result as namespaced tools, its names checked unique."""
+    where = f"{source}: server {server!r}"
+    entries, _ = _entries_from_data(data, where)
+    if not entries:
+        raise CatalogError(f"{source}: server {server!r} lists no tools")
+    local = [parse_tool(e, where=w, domain=prefix, check_schemas=True) for e, w in entries]
+    _check_unique_names(local, where)
+    return [_namespaced_tool(t, server, prefix, namespace, where, t.name) for t in local]
 
 
 def server_name_of(path: str | Path) -> str:
@@ -119,11 +135,5 @@ def load_catalogs(specs: Sequence[str | Path], namespace: str = "server") -> Cat
     tools: list[Tool] = []
     servers: dict[str, Path] = {}
     for named, path in parsed:
-        server = named or server_name_of(path)
-        prefix = sanitize_server_name(server, str(path))
-        if prefix in servers:
-            raise CatalogError(f"{path}: server name {prefix!r} is also {servers[prefix]}'s; name them apart "
-                               "with SERVER=FILE")
-        servers[prefix] = path
-        tools += [_namespaced_tool(t, server, prefix, namespace, str(path), t.id) for t in load_catalog(path)]
+        tools += _file_tools(named or server_name_of(path), path, namespace, servers)
     return Catalog(tools, source=" ".join(str(s) for s in specs))

@@ -49,6 +49,10 @@ class GatedDecomposer:
         cheap = self.rules.decompose(query, history).tasks
         if llm.trace.stopped == "deadline":
             return Decomposition(cheap, replace(trace, ran="rules", reason=f"deadline {self.deadline_ms:.0f} ms"))
-        seen = {task_key(t) for t in llm.tasks} | {task_key(query)}  # the utterance is the anchor list already
-        return Decomposition(llm.tasks + tuple(t for t in cheap if task_key(t) not in seen),
-                             replace(trace, reason=f"gate: {why}"))
+        return Decomposition(_with_rules(llm.tasks, cheap, query), replace(trace, reason=f"gate: {why}"))
+
+
+def _with_rules(llm_tasks: tuple[str, ...], rule_tasks: tuple[str, ...], query: str) -> tuple[str, ...]:
+    """The LLM's tasks, then the rules' tasks it did not find (nor the utterance, which is the anchor list already)."""
+    seen = {task_key(t) for t in llm_tasks} | {task_key(query)}
+    return llm_tasks + tuple(t for t in rule_tasks if task_key(t) not in seen)

@@ -63,7 +63,7 @@ class _Clip:
         if kind is str or isinstance(value, str):
             return self.string(value, key in _STRUCTURAL)
         if kind is list or kind is tuple or isinstance(value, (list, tuple)):
-            return [] if spent or depth >= _CLIP_DEPTH else self.items(value, where, depth)
+            return self.items(value, where, depth, spent)
         return self.object(value if kind is dict else as_mapping(value), value, where, depth, key, spent)
 
     def object(self, mapping: Mapping[Any, Any] | None, value: Any, where: str, depth: int, key: str | None,
@@ -76,7 +76,11 @@ class _Clip:
             return {}
         return self.mapping(mapping, where, depth)
 
-    def items(self, values: Sequence[Any], where: str, depth: int) -> list[Any]:
+    def items(self, values: Sequence[Any], where: str, depth: int, spent: bool) -> list[Any]:
+        """A list's last items, as far as the budget reaches (none where it was spent before the
+        list, or the list is too deep)."""
+        if spent or depth >= _CLIP_DEPTH:
+            return []
         out = []
         for j in range(len(values) - 1, max(len(values) - _CLIP_ITEMS, 0) - 1, -1):  # the last items, newest first
             if self.left <= 0:
@@ -151,17 +155,24 @@ def _tail_turns(turns: list[Turn], max_chars: int) -> list[Turn]:
     for turn in reversed(turns):
         if budget <= 0:
             break
-        tools: list[str] = []
-        for name in reversed(turn.tools):  # the tools a turn called count as its text does
-            if budget <= 0:
-                break
-            name = name[len(name) - budget:] if len(name) > budget else name  # a name past it: its last characters
-            tools.append(name)
-            budget -= len(name)
+        tools, budget = _tail_tools(turn.tools, budget)
         content = turn.content[len(turn.content) - budget:] if len(turn.content) > budget else turn.content
         budget -= len(content)
-        kept.append(Turn(turn.role, content, tuple(reversed(tools))))
+        kept.append(Turn(turn.role, content, tuple(tools)))
     return kept[::-1]
+
+
+def _tail_tools(names: tuple[str, ...], budget: int) -> tuple[list[str], int]:
+    """The last tool names a turn called within ``budget`` characters (they count as its text does),
+    oldest first, and the budget left."""
+    tools: list[str] = []
+    for name in reversed(names):
+        if budget <= 0:
+            break
+        name = name[len(name) - budget:] if len(name) > budget else name  # a name past it: its last characters
+        tools.append(name)
+        budget -= len(name)
+    return tools[::-1], budget
 
 
 def bounded_history(history: Iterable[Any] | None, max_turns: int, max_chars: int) -> list[Turn]:

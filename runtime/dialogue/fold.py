@@ -86,13 +86,18 @@ def recent_turns(history: Sequence[Turn], mode: str, turns: int = 4) -> list[Tur
         return []
     if mode == "all":
         return _exchanges(history)[-turns:]
-    merged = _exchanges(history, tool_words=False)
+    return _user_turns(_exchanges(history, tool_words=False), mode == "questions")[-turns:]
+
+
+def _user_turns(merged: list[Turn], questions: bool) -> list[Turn]:
+    """The user turns, each with the tools called in answer to it, and (``questions``) the
+    questions the assistant asked, oldest first."""
     answered = [nxt.tools if nxt.role == "assistant" else () for nxt in [*merged[1:], Turn("user", "")]]
     keep: list[Turn] = []
     for t, tools in zip(merged, answered):
         if t.role == "user":
             keep.append(Turn("user", _with_tools(t.content, tools), tools))
-        elif mode == "questions" and (asked := _questions(t.content)):
+        elif questions and (asked := _questions(t.content)):
             keep.append(Turn("assistant", asked))
-    return keep[-turns:]
+    return keep
 

@@ -168,11 +168,17 @@ def _role(msg: Mapping[str, Any], where: str) -> str:
     if role not in ROLES:
         raise InputError(f"{where}.role: unknown role {reprlib.repr(msg.get('role'))}; roles are "
                          f"{ROLES + tuple(_ROLE_ALIASES)}")
+    _check_content_present(msg, str(role), where)
+    return str(role)
+
+
+def _check_content_present(msg: Mapping[str, Any], role: str, where: str) -> None:
+    """A message's content is there, and not null for a user or system message (an assistant
+    message that only calls tools may leave it out)."""
     if "content" not in msg and not (role == "assistant" and (msg.get("tool_calls") or msg.get("function_call"))):
         raise InputError(f"{where}.content must be a string or a list of content parts (missing)")
     if msg.get("content") is None and role in ("user", "system"):
         raise InputError(f"{where}.content must be a string or a list of content parts, got null")
-    return str(role)
 
 
 def _object_keys(content: Mapping[Any, Any]) -> list[str]:
@@ -206,6 +212,16 @@ def _structured_text(result: Mapping[str, Any], where: str) -> str:
     return _clean(data)
 
 
+def _call_body(call: Mapping[str, Any], where: str) -> tuple[Any, Mapping[str, Any]]:
+    """A Chat Completions tool call's type and its body (``call[type]``: the ``function`` object)."""
+    kind = call.get("type", "function")
+    body = as_mapping(call.get(kind)) if isinstance(kind, str) else None
+    if not isinstance(body, Mapping):
+        raise InputError(f"{where}.{kind if isinstance(kind, str) else 'function'}: a tool call needs a "
+                         "'function' object with the tool's 'name'")
+    return kind, body
+
+
 def _check_tool_result(block: Mapping[str, Any], at: str) -> None:
     if block["type"] not in _RESULT_BLOCKS:
         raise InputError(f"{at}: a {block['type']} block belongs in an assistant message")
@@ -230,19 +246,16 @@ class _Reader:
         if isinstance(content, str):
             return _clean(content)
         if not isinstance(content, (list, tuple)):
-            content = as_mapping(content) or content
-        if isinstance(content, Mapping):
-            return self.object_text(content, where, blocks)
-        if not isinstance(content, (list, tuple)):
-            raise InputError(f"{where}: content must be a string or a list of content parts, "
-                             f"got {type(content).__name__}")
+            return self.object_text(as_mapping(content) or content, where, blocks)
         texts = [self.part_text(part, f"{where}[{j}]", blocks) for j, part in enumerate(content)]
         return " ".join(t for t in texts if t)
 
-    def object_text(self, content: Mapping[str, Any], where: str,
-                    blocks: list[tuple[str, Mapping[str, Any]]] | None) -> str:
+    def object_text(self, content: Any, where: str, blocks: list[tuple[str, Mapping[str, Any]]] | None) -> str:
         """Content that is one object: a content block (MCP prompt and sampling messages) or an MCP
-        CallToolResult."""
+        CallToolResult; anything else refused."""
+        if not isinstance(content, Mapping):
+            raise InputError(f"{where}: content must be a string or a list of content parts, "
+                             f"got {type(content).__name__}")
         if "type" in content:
             return self.text_of([content], where, blocks)
         if "content" in content:
@@ -288,11 +301,7 @@ class _Reader:
         call = as_mapping(call) or call
         if not isinstance(call, Mapping):
             raise InputError(f"{where}: a tool call must be an object, got {type(call).__name__}")
-        kind = call.get("type", "function")
-        body = as_mapping(call.get(kind)) if isinstance(kind, str) else None
-        if not isinstance(body, Mapping):
-            raise InputError(f"{where}.{kind if isinstance(kind, str) else 'function'}: a tool call needs a "
-                             "'function' object with the tool's 'name'")
+        kind, body = _call_body(call, where)
         name = _name(body.get("name"), f"{where}.{kind}.name")
         args = body.get("arguments", body.get("input"))
         if args is not None and not isinstance(args, (str, Mapping)):
@@ -399,14 +408,18 @@ class _Reader:
         # reasoning, tool_search_call/output, web_search_call and other items carry no dialogue
 
 
-def validate_history(history: Iterable[Any] | None) -> list[Turn]:
-    """A history (a list of messages in any shape the module docstring lists) as Turns."""
-    if history is None:
-        return []
+def _check_history_type(history: Any) -> None:
     if isinstance(history, (str, bytes)):
         raise InputError("history must be a list of messages, not a string")
     if isinstance(history, Mapping) or not isinstance(history, Iterable):
         raise InputError(f"history must be a list of messages, got {type(history).__name__}")
+
+
+def validate_history(history: Iterable[Any] | None) -> list[Turn]:
+    """A history (a list of messages in any shape the module docstring lists) as Turns."""
+    if history is None:
+        return []
+    _check_history_type(history)
     reader = _Reader()
     for i, turn in enumerate(history):
         first = len(reader.turns)

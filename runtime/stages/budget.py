@@ -51,18 +51,23 @@ def spend_budget(budget: Budget, ids: Sequence[str], k: int, lists: Sequence[Seq
         return kept
     priority = kept if by_probability else _slot_per_list(ids, kept, lists)
     slots = budget.max_tools if budget.max_tools is not None else len(priority)
-    room = budget.max_schema_tokens
+    return sorted(_spend(priority, slots, budget.max_schema_tokens, lambda i: tokens(ids[i])))
+
+
+def _spend(priority: list[int], slots: int, room: int | None, cost_of: Callable[[int], int]) -> list[int]:
+    """The positions bought in priority order: at most ``slots``, each that fits what is left of
+    ``room`` tokens (a tool too big is passed over, a smaller one after it may still fit)."""
     chosen: list[int] = []
     for i in priority:
         if len(chosen) == slots:
             break
         if room is not None:
-            cost = tokens(ids[i])
+            cost = cost_of(i)
             if cost > room:
                 continue
             room -= cost
         chosen.append(i)
-    return sorted(chosen)
+    return chosen
 
 
 def _slot_per_list(ids: Sequence[str], kept: list[int], lists: Sequence[Sequence[str]]) -> list[int]:

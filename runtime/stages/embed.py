@@ -172,17 +172,21 @@ class TextEmbedder:
         out: np.ndarray | None = None  # sized by the model's output (a probe may not know the dimension yet)
         for start in range(0, len(texts), step):
             batch, of = distinct_rows(self.tokenizer.encode(texts[start:start + step]))
-            distinct: np.ndarray | None = None
-            for rows, feeds, hidden in grouped_runs(self.model, batch, self.max_padding, release):
-                vectors = mean_pool_normalize(hidden, feeds["attention_mask"])
-                if distinct is None:
-                    distinct = np.zeros((len(batch["input_ids"]), vectors.shape[1]), dtype=np.float32)
-                distinct[rows] = vectors
-            distinct = cast(np.ndarray, distinct)  # the batch has a row, so a group ran and sized it
+            distinct = self._distinct_vectors(batch, release)
             if out is None:
                 out = np.zeros((len(texts), distinct.shape[1]), dtype=np.float32)
             out[start:start + len(of)] = distinct[of]
         return cast(np.ndarray, out)  # texts is not empty, so a batch ran and sized it
+
+    def _distinct_vectors(self, batch: dict[str, np.ndarray], release: bool) -> np.ndarray:
+        """One unit vector per row of an encoded batch, run in groups of similar lengths."""
+        distinct: np.ndarray | None = None
+        for rows, feeds, hidden in grouped_runs(self.model, batch, self.max_padding, release):
+            vectors = mean_pool_normalize(hidden, feeds["attention_mask"])
+            if distinct is None:
+                distinct = np.zeros((len(batch["input_ids"]), vectors.shape[1]), dtype=np.float32)
+            distinct[rows] = vectors
+        return cast(np.ndarray, distinct)  # the batch has a row, so a group ran and sized it
 
 
 def distinct_rows(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:

@@ -41,14 +41,7 @@ def head_features(lists: Sequence[tuple[Sequence[str], Any]], history_list: int 
     m, n = len(head), len(lists)
     ranks, gaps = _list_ranks(lists, head)
     present = ranks != ABSENT
-    sub_lists = [li for li in range(1, n) if li != history_list]
-
-    def best(cols: list[int]) -> np.ndarray:
-        return ranks[:, cols].min(axis=1) if cols else np.full(m, float(ABSENT))
-
-    anchor = best([0] if n else [])
-    hist = best([history_list] if history_list is not None and history_list < n else [])
-    sub = best(sub_lists)
+    anchor, hist, sub = _best_ranks(ranks, history_list)
     counts = np.stack([(ranks < c).sum(axis=1) for c in _TOPS], axis=1).astype(np.float64)
     held = present.sum(axis=1)
     gap_sum = np.where(present, gaps, 0.0).sum(axis=1)
@@ -64,6 +57,19 @@ def head_features(lists: Sequence[tuple[Sequence[str], Any]], history_list: int 
         np.where(present, 1.0 / (1.0 + ranks), 0.0).sum(axis=1),
     ]).astype(np.float64)
     return rows.reshape(m, len(FEATURES))
+
+
+def _best_ranks(ranks: np.ndarray, history_list: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each tool's best rank in the anchor list, the history list and the sub-task lists
+    (``ABSENT`` where the turn has no such list)."""
+    m, n = ranks.shape
+    sub_lists = [li for li in range(1, n) if li != history_list]
+
+    def best(cols: list[int]) -> np.ndarray:
+        return ranks[:, cols].min(axis=1) if cols else np.full(m, float(ABSENT))
+
+    return (best([0] if n else []), best([history_list] if history_list is not None and history_list < n else []),
+            best(sub_lists))
 
 
 def _list_ranks(lists: Sequence[tuple[Sequence[str], Any]], head: list[str]) -> tuple[np.ndarray, np.ndarray]:
