@@ -30,6 +30,7 @@ def _verify(path: str | Path) -> dict[str, Any]:
     bundle = cast(Bundle, selector.bundle)  # from_bundle sets it
     checks: dict[str, Any] = {"files": len(bundle.manifest["files"]), "tools": len(selector.catalog),
                               "release": bundle.release}
+    checks.update(check_content_digest(bundle))
     golden_meta = bundle.section("golden")
     if golden_meta:
         try:
@@ -58,6 +59,21 @@ def _verify(path: str | Path) -> dict[str, Any]:
     sel = selector.select("turn on bluetooth")
     checks["smoke_selection"] = sel.ids[:3]
     return checks
+
+
+def check_content_digest(bundle: Bundle) -> dict[str, Any]:
+    """The manifest's ``content_sha256`` (where it has one: bundles built before it was written have
+    none) must be the digest of its content (``bundle_writer.content_digest``)."""
+    from .bundle_writer import content_digest
+
+    want = bundle.manifest.get("content_sha256")
+    if want is None:
+        return {}
+    got = content_digest(bundle.manifest)
+    if want != got:
+        raise BundleError(f"{bundle.path / 'manifest.json'}: content_sha256 {str(want)[:12]:.12}... is not the "
+                          f"digest of the manifest's content ({got[:12]}...); the manifest was edited")
+    return {"content_sha256": got}
 
 
 def _check_schema_tokens(bundle: Bundle, selector: Selector) -> dict[str, Any]:

@@ -57,6 +57,43 @@ PROBE_QUERIES = [
     "call the dentist",
 ]
 
+# Manifest fields that say when, where and how fast a bundle was built (or rewritten), not what it
+# holds: ``content_sha256`` covers the rest, so the same inputs built twice give the same digest.
+VOLATILE_FIELDS = ("build", "release", "content_sha256", "rewritten_from")
+
+
+def content_digest(manifest: Any) -> str:
+    """sha256 of the manifest's content: every field but ``VOLATILE_FIELDS`` (the file hashes
+    included), as canonical JSON (sorted keys, no spaces)."""
+    kept = {k: v for k, v in manifest.items() if k not in VOLATILE_FIELDS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def write_digested_manifest(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """``write_manifest`` (every file hashed into ``files``), with ``content_sha256`` added."""
+    manifest = write_manifest(root, {k: v for k, v in manifest.items() if k != "content_sha256"})
+    manifest["content_sha256"] = content_digest(manifest)
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return manifest
+
+
+def build_block(catalog_source: str, seconds: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest's ``build`` block: when and on what kind of machine (not its name) the bundle was
+    written, where its catalog was read from, how long its exports took."""
+    block: dict[str, Any] = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                             "host": {"machine": platform.machine(), "system": platform.system()},
+                             "catalog_source": catalog_source}
+    if seconds:
+        block["seconds"] = seconds
+    return block
+
+
+def _timed_apart(section: dict[str, Any] | None, name: str, seconds: dict[str, Any]) -> None:
+    """Move a section's ``export_seconds`` (a run's time, not the model's) into ``seconds[name]``."""
+    if section is not None and "export_seconds" in section:
+        seconds[name] = section.pop("export_seconds")
+
+
 def package_versions() -> dict[str, str]:
     """Versions of the packages that made a bundle, read from their metadata (nothing is imported)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -193,7 +230,9 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
                  decomposer: dict[str, Any] | None = None,
                  build_check: Callable[[Path], None] | None = None, target: str | None = None,
                  signing_key: Any = None, release: int | None = None,
-                 head: str | Path | None = None, embedder_gguf: dict[str, Any] | None = None) -> dict[str, Any]:
+                 head: str | Path | None = None, embedder_gguf: dict[str, Any] | None = None,
+                 build: dict[str, Any] | None = None, cards: dict[str, str] | None = None,
+                 head_meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a bundle folder from an exported embedder and a catalog; returns the manifest.
 
     ``embedder_onnx`` may be an ``.onnx`` or an ExecuTorch ``.pte`` file. ``decomposer``
@@ -206,8 +245,13 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
     ``head``: a learned-head file (``stages/head.py``) fitted on this embedder's rankings.
     ``embedder_gguf`` (``{"file", "meta"}``): the same embedder as GGUF for llama.cpp (the native
     core), copied to ``embedder/model.gguf`` and named by the embedder section's ``gguf``.
+    ``build``: more of the manifest's ``build`` block (``build_block``; e.g. ``{"seconds": ...}``);
+    ``cards``: model cards, ``{path in the bundle: Markdown}``; ``head_meta``: more fields of the head
+    section (its training ``record``).
     The folder appears only when everything succeeded, signed when a key was given (built aside,
-    then swapped into place; the bundle that was at ``out`` stays until then).
+    then swapped into place; the bundle that was at ``out`` stays until then). The manifest's
+    ``content_sha256`` covers all but its volatile fields (``VOLATILE_FIELDS``): the same inputs,
+    built twice with the same packages, give the same files and the same digest.
     """
     out = Path(out)
     key = load_private_key(signing_key) if signing_key is not None else None
@@ -231,7 +275,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         recall = measure_index_recall(tool_vecs, embedder.embed(PROBE_QUERIES))
         dtype = index_dtype or choose_index_dtype(recall)
         index = ToolIndex(tool_vecs.shape[1], dtype)
-        index.add(catalog.ids, tool_vecs)
+        index.add(catalog.ids, tool_vecs, threads=1)  # one thread: the same graph, the same bytes, every build
         index.save(root / "index.usearch")
         catalog.write_jsonl(root / "catalog.jsonl")
         lexical = LexicalIndex.from_catalog(catalog)
@@ -243,18 +287,30 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
         if decomposer:
             dec_section = _add_decomposer(root, decomposer, golden)
         head_section = _add_head(root, Path(head)) if head is not None else None
+        if head_section is not None:
+            head_section.update(head_meta or {})
+        for rel, text in (cards or {}).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text, encoding="utf-8")
         written = load_catalog(root / "catalog.jsonl")  # the tools as a Selector reads them (key order included)
         golden["pipeline"] = shipped_pipeline_probes(written, embedder, index, lexical,
                                                      root / HEAD_FILE if head_section else None)
         (root / SCHEMA_TOKENS_FILE).write_text(json.dumps(schema_token_table(written)) + "\n")
         (root / "golden.json").write_text(json.dumps(golden) + "\n")
+        seconds: dict[str, Any] = {}
+        for name, section in (("embedder", emb_section), ("decomposer", dec_section)):
+            _timed_apart(section, name, seconds)
+        block = build_block(catalog.source, seconds)
+        for field, value in (build or {}).items():  # dicts merge (the exporter's seconds beside the models')
+            block[field] = {**block[field], **value} if isinstance(value, dict) and isinstance(block.get(field), dict) \
+                else value
         manifest = {
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "build": block,
             "embedder": emb_section,
             "index": {"file": "index.usearch", "metric": "cos", "dtype": dtype, "ndim": int(tool_vecs.shape[1]),
                       "recall_at_10_vs_exact": recall,
                       "dtype_rule": "i8 when its recall@10 against exact search is >= 0.99, else f16"},
-            "catalog": {"file": "catalog.jsonl", "tools": len(catalog), "source": catalog.source,
+            "catalog": {"file": "catalog.jsonl", "tools": len(catalog),
                         "tool_text": "name (de-snake-cased): description (parameters: names)"},
             "lexical": {"file": "lexical.npz", **lexical.describe()},
             "golden": {"file": "golden.json"},
@@ -267,7 +323,7 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             "release": release,
         }
         log("hashing artifacts into manifest.json")
-        manifest = write_manifest(root, manifest)
+        manifest = write_digested_manifest(root, manifest)
         crash_point("manifest-written")
         if build_check is not None:
             build_check(root)
@@ -384,7 +440,7 @@ def write_state(root: Path, files: dict[str, str], catalog: Catalog, index: Any,
     lexical.save(root / files["lexical"])
     written = load_catalog(root / files["catalog"])  # the tools as a Selector reads them (key order included)
     (root / files["schema_tokens"]).write_text(json.dumps(schema_token_table(written)) + "\n")
-    return {"schema_tokens": {"formats": list(FORMATS)}, "catalog": {"tools": len(catalog), "source": catalog.source},
+    return {"schema_tokens": {"formats": list(FORMATS)}, "catalog": {"tools": len(catalog)},
             "index": {"dtype": index.dtype, "ndim": int(index.ndim)},
             "lexical": lexical.describe()}
 
@@ -422,10 +478,17 @@ def rewrite_bundle(source: Bundle, out: str | Path, *,
             if name == "index" and base.get("dtype") != fields["dtype"]:
                 base.pop("recall_at_10_vs_exact", None)
             manifest[name] = {**base, **fields, "file": names[name]}
-        manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        manifest.get("catalog", {}).pop("source", None)  # bundles before the build block kept it there
+        before = source.manifest.get("build")
+        before = before if isinstance(before, dict) else {}
+        manifest.pop("created", None)
+        manifest["build"] = {**build_block("<rewritten at run time>"),
+                             **({"seconds": before["seconds"]} if "seconds" in before else {})}
         manifest["release"] = release
-        manifest["rewritten_from"] = {"release": source.release, "created": source.manifest.get("created")}
-        manifest = write_manifest(root, manifest)
+        manifest["rewritten_from"] = {"release": source.release,
+                                      "created": before.get("created", source.manifest.get("created")),
+                                      "content_sha256": source.manifest.get("content_sha256")}
+        manifest = write_digested_manifest(root, manifest)
         written = (root / MANIFEST).read_bytes()
         crash_point("manifest-written")
         if key is not None:

@@ -153,8 +153,9 @@ class ToolIndex:
             self._index, self._viewed = copy, False
         return self._index
 
-    def add(self, ids: Sequence[str], vectors: np.ndarray) -> None:
-        """Add tools; an id already present is replaced."""
+    def add(self, ids: Sequence[str], vectors: np.ndarray, threads: int = 0) -> None:
+        """Add tools; an id already present is replaced. ``threads``: usearch's (0: every core); a
+        graph built on one thread is the same bytes from build to build (a bundle's index is)."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape != (len(ids), self.ndim):
             raise InputError(f"expected vectors of shape ({len(ids)}, {self.ndim}), got {vectors.shape}")
@@ -169,7 +170,7 @@ class ToolIndex:
             if other is not None:
                 index.remove(k)
         if keys:
-            index.add(np.array(keys, dtype=np.uint64), vectors)
+            index.add(np.array(keys, dtype=np.uint64), vectors, threads=threads)
         self._id_by_key.update(zip(keys, ids))
         self._key_by_id.update(zip(ids, keys))
 
