@@ -142,8 +142,19 @@ def export_embedder_gguf(checkpoint: str | Path, workdir: str | Path, against: s
                           f"{Path(against).name} < {MIN_GGUF_COSINE}")
     return {"file": rep.output,
             "meta": {"quantization": quant, "pooling": "mean", "normalize": True, "size_bytes": rep.size_bytes,
-                     "from": {"checkpoint": checkpoint.name}, "converter": rep.extra["converter"],
+                     "from": {"checkpoint_weights_sha256": checkpoint_weights_sha256(checkpoint)},
+                     "converter": rep.extra["converter"],
                      "parity": {"against": parity.pop("against"), **parity}}}
+
+
+def checkpoint_weights_sha256(checkpoint: Path) -> str | None:
+    """The checkpoint's weights by their sha256 (a folder's name is not what it holds)."""
+    from magicselector.files import sha256_file
+
+    from .record import weights_file
+
+    weights = weights_file(checkpoint)
+    return sha256_file(weights) if weights is not None else None
 
 
 def export_embedder_for(source: str | Path, workdir: str | Path, fmt: str = "onnx", preset: str | None = None,
@@ -218,7 +229,9 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
     before any export and carried as the bundle's ``head`` section (None: the bundle has no head).
     ONNX models are quantized for ``target`` (``host`` or None: this CPU) unless ``preset`` says otherwise.
     The embedder checkpoint is also written as GGUF for the native core (``gguf``, as
-    ``export_embedder_for`` takes it).
+    ``export_embedder_for`` takes it). Each model's training record (``export.record``: the
+    checkpoint's ``train_config.json``, the head file's ``meta``) goes into its manifest section as
+    ``record`` (None plus ``record_reason`` where there is none) and into a model card in the bundle.
 
     Every argument is checked before any export work; any failure (parity below its floor,
     unsupported architecture, missing tokenizer, unknown quantization) raises ExportError and
@@ -227,6 +240,8 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
     import tempfile
 
     from magicselector.catalog import load_catalog
+
+    from .record import EMBEDDER_CARD, HEAD_CARD, embedder_record, head_record, model_card
 
     if signing_key is not None:  # a bad key fails before any export work
         from magicselector.signing import load_private_key
@@ -248,12 +263,21 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
     cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
     if len(cat) == 0:
         raise ExportError(f"{catalog}: the catalog holds no tools")
+    record, reason, weights_sha256 = embedder_record(Path(embedder))
+    hrecord, hreason = head_record(Path(head)) if head is not None else (None, None)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="magicselector-export-") as work:
         work = Path(work)
         probes = PROBE_QUERIES + [tool_text(t) for t in list(cat)[:40]]
         emb = export_embedder_for(embedder, work / "embedder", fmt=fmt, preset=preset, probe_texts=probes, log=log,
                                   gguf=gguf)
+        emb["meta"].update(record=record, weights_sha256=weights_sha256)
+        if record is None:
+            emb["meta"]["record_reason"] = reason
+        cards = {EMBEDDER_CARD: model_card("embedder", {"file": "embedder/model." + fmt, **emb["meta"]}, record,
+                                           reason)}
+        if head is not None:
+            cards[HEAD_CARD] = model_card("head", {"file": "head.json"}, hrecord, hreason)
         dec = None
         if decomposer is not None:
             from .gguf import export_decomposer
@@ -275,9 +299,11 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
                                 embedder_meta=emb["meta"], embedder_gguf=emb["gguf"], decomposer=dec,
                                 log=log,
                                 extra={"export": {"format": fmt, "preset": preset, "decomposer_quant":
-                                                  quant if decomposer is not None else None,
-                                                  "seconds": round(time.perf_counter() - t0, 1)}},
+                                                  quant if decomposer is not None else None}},
+                                build={"seconds": {"export": round(time.perf_counter() - t0, 1)}},
                                 build_check=check, signing_key=signing_key, release=release, head=head,
+                                cards=cards, head_meta=None if head is None else
+                                {"record": hrecord, **({"record_reason": hreason} if hrecord is None else {})},
                                 # a prebuilt or ExecuTorch embedder was not quantized here for any target
                                 target=quant_target if emb["meta"].get("quantization", {}).get("type")
                                 == "dynamic-int8" else None)

@@ -28,11 +28,14 @@ def run_export_bundle(*, out: str | Path, embedder: str | Path, catalog: str | P
                              catalog=catalog, fmt=fmt, preset=preset, quant=quant, verify=verify, log=log,
                              signing_key=signing_key, target=target, release=release, head=head)
     summary = {"out": str(out), "files": {k: v["size"] for k, v in manifest["files"].items()}}
+    summary["content_sha256"] = manifest["content_sha256"]
     for section in ("embedder", "decomposer"):
         sec = manifest.get(section)
         if sec:
             summary[section] = {"file": sec["file"], "quantization": sec.get("quantization"),
-                                "shapes": sec.get("shapes"), "parity": sec.get("parity")}
-    summary["head"] = manifest.get("head")  # None: the bundle has no learned head
+                                "shapes": sec.get("shapes"), "parity": sec.get("parity"),
+                                "record": "yes" if sec.get("record") else sec.get("record_reason")}
+    head = manifest.get("head")  # None: the bundle has no learned head
+    summary["head"] = {k: v for k, v in head.items() if k != "record"} if head else None
     print(json.dumps(summary, indent=2, default=str))
     return 0

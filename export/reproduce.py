@@ -1,0 +1,172 @@
+"""``bundle verify --against CHECKPOINT``: that a bundle came from a checkpoint, shown by rebuilding it from that checkpoint with the settings its manifest records and comparing every file's sha256 and the content digest."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from magicselector.bundle import Bundle
+from magicselector.errors import BundleError
+
+from .onnx import ExportError
+
+
+def verify_against_checkpoint(bundle_dir: str | Path, checkpoint: str | Path,
+                              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Check that the bundle at ``bundle_dir`` was built from ``checkpoint``: the embedder weights'
+    sha256 the manifest records must be the checkpoint's, then the bundle is rebuilt (same catalog,
+    head, format, quantization, GGUF or not, release) and every file and the ``content_sha256`` must
+    be equal. A BundleError names what differs; the return value is the report."""
+    from .bundle import checkpoint_weights_sha256, export_bundle
+
+    bundle = Bundle.open(bundle_dir, verify=True)
+    m = bundle.manifest
+    ck = Path(checkpoint)
+    if not ck.is_dir():
+        raise ExportError(f"--against {ck}: not a checkpoint folder")
+    emb = m.get("embedder") or {}
+    want = emb.get("weights_sha256")
+    if not isinstance(want, str):
+        raise BundleError(f"{bundle_dir}: the manifest records no embedder weights_sha256 (a default bundle, a "
+                          "prebuilt model file, or a bundle built before records travelled): nothing to check "
+                          "the checkpoint against")
+    got = checkpoint_weights_sha256(ck)
+    if got != want:
+        raise BundleError(f"{bundle_dir}: not built from {ck}: the bundle's embedder weights sha256 is "
+                          f"{want[:16]}..., the checkpoint's {str(got)[:16]}...")
+    if m.get("decomposer"):
+        raise BundleError(f"{bundle_dir}: holds a decomposer; --against rebuilds bundles of an embedder (and a "
+                          "head) only")
+    export = m.get("export") or {}
+    head = bundle.file(m["head"]["file"]) if isinstance(m.get("head"), dict) else None
+    with tempfile.TemporaryDirectory(prefix="magicselector-reproduce-") as work:
+        log(f"rebuilding {bundle_dir} from {ck}")
+        rebuilt = export_bundle(Path(work) / "rebuilt", embedder=ck, catalog=bundle.file(m["catalog"]["file"]),
+                                fmt=export.get("format", "onnx"), preset=export.get("preset"),
+                                target=m.get("target"), head=head, gguf=isinstance(emb.get("gguf"), dict),
+                                verify=False, release=bundle.release, log=log)
+    files, again = m.get("files") or {}, rebuilt["files"]
+    differ = sorted(rel for rel in set(files) | set(again)
+                    if (files.get(rel) or {}).get("sha256") != (again.get(rel) or {}).get("sha256"))
+    report = {"checkpoint": str(ck), "weights_sha256": want, "files": len(files), "files_differ": differ,
+              "content_sha256": m.get("content_sha256"), "rebuilt_content_sha256": rebuilt["content_sha256"],
+              "reproduced": not differ and m.get("content_sha256") == rebuilt["content_sha256"]}
+    if not report["reproduced"]:
+        what = ", ".join(differ) if differ else "the manifest's content (no file differs)"
+        raise BundleError(f"{bundle_dir}: rebuilt from {ck}, it differs in {what}; the bundle did not come from this "
+                          "checkpoint with these packages (the manifest's exporters list the versions it was built "
+                          "with)")
+    return report
+
+
+# -- the shipped embedder's FP32 checkpoint, from its pinned recipe ---------------------------------
+# Where the shipped embedder's training folders came from (embedder.json's source.data paths): the
+# generated train split and the tool-disjoint train parts of two public sets.
+SHIPPED_DATA_SOURCES = {"/tmp/mobile/train": ("mobile", None), "/tmp/splits/bfcl/train": ("bfcl", "train"),
+                        "/tmp/splits/metatool/train": ("metatool", "train")}
+
+
+def shipped_training_data(work: Path, shared_data: Path | None,
+                          log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Write the shipped embedder's training folders under ``work`` as its record says they were made
+    (``magicselector generate --seed 0``'s train split; ``magicselector split``'s bfcl and metatool
+    train parts, seed 0) and hold each one's sha256 against the record: one row per folder, with
+    ``same`` (both files' sha256 equal the recorded ones)."""
+    import json
+
+    from magicselector.data.mobile import GeneratorConfig, generate_benchmark
+    from magicselector.data.splits import PUBLIC_SPLITS, default_shared_data, write_tool_disjoint_split
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
+    from magicselector.files import sha256_file
+
+    source = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+    shared = Path(shared_data) if shared_data is not None else default_shared_data()
+    for recorded in source["data"]:  # every source is there before minutes of work
+        name, _ = SHIPPED_DATA_SOURCES.get(recorded["path"], (None, None))
+        if name is None:
+            raise ExportError(f"embedder.json: no known way to remake the training folder {recorded['path']}")
+        if name != "mobile" and not (shared / name / "queries.jsonl").is_file():
+            raise ExportError(f"{shared / name}: the public set {name} is not there (--shared-data DIR)")
+    rows = []
+    for recorded in source["data"]:
+        name, part = SHIPPED_DATA_SOURCES[recorded["path"]]
+        if name == "mobile":
+            log("generating the mobile benchmark (seed 0)")
+            generate_benchmark(work / "mobile", GeneratorConfig(seed=0))
+            folder = work / "mobile" / "train"
+        else:
+            log(f"splitting {name} (seed 0, its shipped split)")
+            write_tool_disjoint_split(shared / name, work / "splits" / name, PUBLIC_SPLITS[name])
+            folder = work / "splits" / name / str(part)
+        got = {"queries_sha256": sha256_file(folder / "queries.jsonl"),
+               "tools_sha256": sha256_file(folder / "tools.jsonl")}
+        rows.append({"recorded_path": recorded["path"], "folder": str(folder), **got,
+                     "same": all(got[k] == recorded[k] for k in got)})
+    return rows
+
+
+def shipped_train_command(data: list[str], out: str) -> list[str]:
+    """The ``magicselector train embedder`` command line of the shipped embedder's recorded recipe."""
+    import json
+
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
+
+    r = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]["recipe"]
+    argv = ["magicselector", "train", "embedder", "--data", *data, "--out", out, "--seed", str(r["seed"]),
+            "--epochs", str(r["epochs"]), "--rounds", str(r["rounds"]), "--negatives", str(r["negatives"]),
+            "--pool", str(r["pool"]), "--batch-size", str(r["batch_size"]), "--lr", str(r["lr"]),
+            "--temperature", str(r["temperature"]), "--max-length", str(r["max_length"]),
+            "--history-mode", r["history"], "--threads", str(r["threads"]), "--catalog-scope", r["catalog_scope"]]
+    if r.get("max_queries_per_folder") is not None:
+        argv += ["--max-queries-per-folder", str(r["max_queries_per_folder"])]
+    if r.get("max_queries") is not None:
+        argv += ["--max-queries", str(r["max_queries"])]
+    if r.get("layers") is not None:
+        argv += ["--layers", str(r["layers"])]
+    argv += [flag for flag, on in (("--in-batch", r["in_batch"]), ("--freeze-embeddings", r["freeze_embeddings"]),
+                                   ("--no-tasks", not r["include_tasks"])) if on]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python3 -m magicselector.export.reproduce --out DIR [--dry-run]``: remake the shipped
+    embedder's training data, check it against the record, and (without --dry-run) train with the
+    recorded recipe and compare the weights' sha256 with the shipped one's."""
+    import argparse
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
+    from magicselector.errors import MagicSelectorError
+
+    p = argparse.ArgumentParser(prog="python3 -m magicselector.export.reproduce",
+                                description="The shipped embedder's FP32 checkpoint from its pinned recipe.")
+    p.add_argument("--out", required=True, help="work folder: data/ and the checkpoint ckpt/")
+    p.add_argument("--shared-data", help="the public sets' folder (default: ../shared/data beside the checkout)")
+    p.add_argument("--dry-run", action="store_true", help="remake and check the data, print the training command")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    try:
+        rows = shipped_training_data(out / "data", Path(args.shared_data) if args.shared_data else None,
+                                     log=lambda m: print(f"[reproduce] {m}", file=sys.stderr))
+        command = shipped_train_command([r["folder"] for r in rows], str(out / "ckpt"))
+        recorded = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+        report: dict[str, Any] = {"data": rows, "data_reproduced": all(r["same"] for r in rows),
+                                  "command": shlex.join(command), "weights_sha256_recorded": recorded["weights_sha256"]}
+        if not args.dry_run:
+            subprocess.run([sys.executable, "-m", "magicselector", *command[1:]], check=True)
+            from .bundle import checkpoint_weights_sha256
+
+            got = checkpoint_weights_sha256(out / "ckpt")
+            report.update(weights_sha256=got, weights_reproduced=got == recorded["weights_sha256"])
+    except (MagicSelectorError, subprocess.CalledProcessError) as e:
+        print(f"magicselector: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""Continuing from what ships (issue 48, item 6): the shipped embedder's FP32 checkpoint is remade by
+one pinned command, ``python3 -m magicselector.export.reproduce --out DIR``. Its dry path remakes
+the training data and holds it to the sha256 the shipped record names, and its training command is
+the recorded recipe, flag for flag (the training itself takes about an hour on two cores)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from conftest import needs
+
+from magicselector.data.splits import default_shared_data
+from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
+
+
+def _recorded() -> dict:
+    return json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text())["source"]
+
+
+def test_the_training_command_is_the_recorded_recipe(monkeypatch):
+    pytest.importorskip("torch", reason=needs("train"))
+    from magicselector.cli import build_parser
+    from magicselector.export.reproduce import shipped_train_command
+    from magicselector.train import embedder as trainer
+
+    class Captured(Exception):
+        pass
+
+    seen = []
+
+    def fake_train(data, out, config, **kw):  # takes what the command would train with, trains nothing
+        seen.append((data, out, config))
+        raise Captured
+
+    monkeypatch.setattr(trainer, "train_embedder", fake_train)
+    command = shipped_train_command(["/d/mobile/train", "/d/bfcl/train"], "/d/ckpt")
+    args = build_parser().parse_args(command[1:])
+    with pytest.raises(Captured):
+        args.func(args)
+    (data, out, config), = seen
+    assert list(map(str, data)) == ["/d/mobile/train", "/d/bfcl/train"] and str(out) == "/d/ckpt"
+    assert asdict(config) == _recorded()["recipe"]
+
+
+@pytest.mark.slow
+def test_the_dry_path_remakes_the_shipped_training_data(tmp_path, capsys):
+    from magicselector.export.reproduce import main
+
+    shared = default_shared_data()
+    if not all((shared / name / "queries.jsonl").is_file() for name in ("bfcl", "metatool")):
+        pytest.skip(f"the public sets bfcl and metatool are not in {shared}")
+    assert main(["--out", str(tmp_path), "--dry-run", "--shared-data", str(shared)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    recorded = _recorded()
+    assert [r["recorded_path"] for r in report["data"]] == [d["path"] for d in recorded["data"]]
+    assert [(r["queries_sha256"], r["tools_sha256"]) for r in report["data"]] == [
+        (d["queries_sha256"], d["tools_sha256"]) for d in recorded["data"]]
+    assert report["data_reproduced"] is True and "weights_sha256" not in report  # dry: nothing trained
+    assert report["command"].startswith("magicselector train embedder --data ") and "--freeze-embeddings" in \
+        report["command"]
+    assert report["weights_sha256_recorded"] == recorded["weights_sha256"]
+
+
+def test_a_missing_public_set_is_a_clear_error(tmp_path, capsys):
+    from magicselector.export.reproduce import main
+
+    assert main(["--out", str(tmp_path / "o"), "--dry-run", "--shared-data", str(tmp_path / "none")]) == 2
+    assert "the public set bfcl is not there (--shared-data DIR)" in capsys.readouterr().err
