@@ -163,6 +163,11 @@ def cmd_bundle_verify(args: argparse.Namespace) -> int:
         from magicselector.bundle_check import verify_native
 
         checks["native"] = verify_native(args.dir, args.native)
+    if args.against:  # rebuilt from the checkpoint: every file and the content digest must be the same
+        from magicselector.export.reproduce import verify_against_checkpoint
+
+        checks["against"] = verify_against_checkpoint(args.dir, args.against,
+                                                      log=lambda m: print(f"[against] {m}", file=sys.stderr))
     print(json.dumps({"ok": True, **checks, **({"signature": signature} if signature else {})}, indent=2))
     return 0
 
@@ -384,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "Ed25519 public key: PEM file, or the 32 raw bytes as base64 or hex")
     sp.add_argument("--native", metavar="BIN", help="also run a native build's check of every golden stage "
                     "(`BIN verify DIR`, BIN: the magicselector-native executable of `magicselector native build`)")
+    sp.add_argument("--against", metavar="CKPT", help="also show the bundle came from this embedder checkpoint: "
+                    "its weights sha256 as recorded, and a rebuild with the recorded settings equal file for file "
+                    "(needs the export extra; a build's time)")
     sp.set_defaults(func=cmd_bundle_verify)
     sp = bp.add_parser("sign", help="sign a bundle's manifest with an Ed25519 private key (writes manifest.sig)")
     sp.add_argument("dir")
@@ -393,6 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, metavar="PREFIX", help="where to write PREFIX.key (private, owner "
                                                                    "only) and PREFIX.pub (public)")
     sp.set_defaults(func=cmd_bundle_keygen)
+    from magicselector.cli.release import register as register_release, register_bundle_compare
+
+    register_bundle_compare(bp)  # `magicselector bundle compare A B`
+    register_release(sub)  # `magicselector release`
 
     sp = sub.add_parser("eval", help="evaluate on a benchmark folder (tools.jsonl + queries.jsonl); without "
                                      "flags, the shipped configuration")
