@@ -35,8 +35,7 @@ def plan_turn(config: SelectorConfig, decomposer: Decomposer, query: str,
     decomposition = decomposer.decompose(query, turns)
     folds = config.history != "none" and bool(turns)
     if isinstance(decomposer, PassthroughDecomposer):
-        folded = retrieval_text(query, turns, config.history, config.history_turns) if folds else query
-        return RetrievalPlan(query, turns, decomposition, [folded], list(dict.fromkeys([query, folded])), None)
+        return _undecomposed_plan(config, query, turns, decomposition, folds)
     subtasks = (list(decomposition.tasks) or [query])[: limits.max_subtasks]
     texts = list(dict.fromkeys([query, *subtasks]))
     if folds and config.decompose != "none":
@@ -44,3 +43,11 @@ def plan_turn(config: SelectorConfig, decomposer: Decomposer, query: str,
         if folded not in texts:
             return RetrievalPlan(query, turns, decomposition, subtasks, [*texts, folded], len(texts))
     return RetrievalPlan(query, turns, decomposition, subtasks, texts, None)
+
+
+def _undecomposed_plan(config: SelectorConfig, query: str, turns: list[Turn], decomposition: Decomposition,
+                       folds: bool) -> RetrievalPlan:
+    """The plan of a turn nobody decomposes: the history-folded utterance (where the history mode
+    folds one) is its one sub-task, searched beside the utterance."""
+    folded = retrieval_text(query, turns, config.history, config.history_turns) if folds else query
+    return RetrievalPlan(query, turns, decomposition, [folded], list(dict.fromkeys([query, folded])), None)

@@ -115,10 +115,13 @@ def _openai_deferred(defn: Any, where: str, namespace: Mapping[str, Any] | None)
         return None
     tool = parse_tool({k: defn[k] for k in ("name", "description", "parameters") if k in defn},
                       where=where, check_schemas=True)
-    if namespace is None:
-        return tool
-    return Tool(id=f"{namespace['name']}.{tool.name}", name=tool.name, description=tool.description,
-                parameters=tool.parameters, domain=namespace["name"])
+    return tool if namespace is None else _in_namespace(tool, namespace["name"])
+
+
+def _in_namespace(tool: Tool, namespace: str) -> Tool:
+    """A namespaced function: its id ``namespace.name``, its domain the namespace."""
+    return Tool(id=f"{namespace}.{tool.name}", name=tool.name, description=tool.description,
+                parameters=tool.parameters, domain=namespace)
 
 
 def _request_functions(tools: list[Any]) -> Iterator[tuple[Any, str, Mapping[str, Any] | None]]:

@@ -103,14 +103,19 @@ def _check_meta_schema(schema: Mapping[str, Any], cls: Any, where: str) -> None:
     try:
         cls.check_schema(schema)
     except exceptions.SchemaError as e:
-        at = "/".join(str(p) for p in e.path)
-        raise CatalogError(f"{where}: not a valid JSON Schema: {e.message}" + (f" (at /{at})" if at else "")) from None
+        raise CatalogError(f"{where}: not a valid JSON Schema: {e.message}{_at(e.path)}") from None
     except RecursionError:
         raise CatalogError(f"{where}: nested too deeply to check as a JSON Schema") from None
     except (TypeError, ValueError, AttributeError) as e:
         raise CatalogError(f"{where}: not a valid JSON Schema ({type(e).__name__}: {e})") from None
     if fast is False:  # jsonschema-rs refused what jsonschema passed: report jsonschema-rs's reason
         raise CatalogError(f"{where}: not a valid JSON Schema: {_rs_meta_error(schema)}")
+
+
+def _at(path: Any) -> str:
+    """`` (at /a/b)``: where in a schema its validator found the error (nothing at the root)."""
+    at = "/".join(str(p) for p in path)
+    return f" (at /{at})" if at else ""
 
 
 def _rs_meta_valid(schema: Mapping[str, Any]) -> bool | None:
@@ -132,8 +137,7 @@ def _rs_meta_error(schema: Mapping[str, Any]) -> str:
     try:
         jsonschema_rs.meta.validate(dict(schema))
     except jsonschema_rs.ValidationError as e:
-        at = "/".join(str(p) for p in e.instance_path)
-        return str(e.message) + (f" (at /{at})" if at else "")
+        return str(e.message) + _at(e.instance_path)
     except Exception as e:  # pragma: no cover - is_valid said False
         return f"{type(e).__name__}: {e}"
     return "refused by its meta-schema"

@@ -292,15 +292,20 @@ def split_clauses(text: str) -> list[Clause]:
     protected, saved = _protect(text)
     out: list[tuple[str, bool]] = []
     for sent in _sentences(protected):
-        hard = _HARD.split(sent)
-        if len(hard) > 1 and not hard[0].strip(" ,.") and out:  # "Jump forward. Also, ...": joins the one before
-            out[-1] = (out[-1][0], True)
-        for i, piece in enumerate(hard):
-            if piece and piece.strip(" ,."):
-                # a hard connector stands before this piece's first clause or after its last
-                out += _soft_clauses(piece, i > 0, i < len(hard) - 1, saved)
+        _add_sentence(sent, out, saved)
     clauses = [(_strip_fillers(_restore(c, saved)), joined) for c, joined in out]
     return [_clause(c, joined) for c, joined in clauses if c]
+
+
+def _add_sentence(sent: str, out: list[tuple[str, bool]], saved: dict[str, str]) -> None:
+    """One sentence's clauses added to ``out``, each with whether a hard connector stands next to it."""
+    hard = _HARD.split(sent)
+    if len(hard) > 1 and not hard[0].strip(" ,.") and out:  # "Jump forward. Also, ...": joins the one before
+        out[-1] = (out[-1][0], True)
+    for i, piece in enumerate(hard):
+        if piece and piece.strip(" ,."):
+            # a hard connector stands before this piece's first clause or after its last
+            out += _soft_clauses(piece, i > 0, i < len(hard) - 1, saved)
 
 
 def _soft_clauses(piece: str, first: bool, last: bool, saved: dict[str, str]) -> list[tuple[str, bool]]:
