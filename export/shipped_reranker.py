@@ -47,8 +47,9 @@ def reranker_from_folder(target: str | None = None, folder: str | Path = EXPERIM
                          ) -> dict[str, Any] | None:
     """A reranker folder's model for ``target`` (``host`` or None: this CPU's) as ``export_reranker``
     returns it: ``{"file", "tokenizer", "meta"}``, the meta recording the target its file was
-    quantized for; None where the folder holds no reranker (an installed wheel has no experiment folder). A folder of one ``model.onnx`` (no ``targets``
-    in ``reranker.json``) gives that file whatever the target."""
+    quantized for; None where the folder holds no reranker (an installed wheel has no experiment
+    folder). A folder of one ``model.onnx`` (no ``targets`` in ``reranker.json``) gives that file
+    whatever the target."""
     folder = Path(folder)
     if not (folder / RERANKER_META).is_file():
         return None

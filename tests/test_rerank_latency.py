@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from magicselector.bench.experiments.rerank_latency import (DEFAULT_QUERIES, SCHEMA, build_workload, format_rerank_latency,
-                                                            inputs_digest, measure_rerank_latency, rerank_inputs)
+from magicselector.bench.experiments.rerank_latency import (DEFAULT_QUERIES, SCHEMA, build_workload,
+                                                            format_rerank_latency, inputs_digest,
+                                                            measure_rerank_latency, rerank_inputs)
 from magicselector.errors import InputError
 
 HEAVY = ("torch", "transformers", "sentence_transformers", "onnx")

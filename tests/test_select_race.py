@@ -27,7 +27,7 @@ UTTERANCES = [
 @pytest.mark.parametrize("rule", ["rmargin", "paper"])
 def test_tools_removed_and_readded_during_concurrent_decomposed_selects(bundle_dir, rule):
     cut = CutConfig() if rule == "rmargin" else PaperCut(k_max=10, anchor_k_max=5)
-    config = SelectorConfig(decompose="rules", cut=cut)  # the per-sub-task cut, which reads the listed tools' vectors
+    config = SelectorConfig(decompose="rules", cut=cut)  # the per-sub-task cut: it reads the listed tools' vectors
     selector = Selector.from_bundle(bundle_dir, config=config)
     assert all(len(selector.select(u).subtasks) > 1 for u in UTTERANCES)
     # the tools these turns select are the ones to take away and give back
