@@ -26,13 +26,18 @@ def _tools_list_pages(data: Any, where: str) -> list[Mapping[str, Any]] | None:
         return None
     if "jsonrpc" in data or "result" in data or "error" in data:
         data = _response_result(data, where)
-    if "tools" not in data:
+    return [_checked_result(data, where)]
+
+
+def _checked_result(result: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """A ``tools/list`` result: it has a 'tools' member, and its cursor (if any) is a string."""
+    if "tools" not in result:
         raise CatalogError(f"{where}: expected a list of tools, an object with a 'tools' list, or a "
                            "JSON-RPC tools/list response")
-    cursor = data.get("nextCursor")
+    cursor = result.get("nextCursor")
     if cursor is not None and not isinstance(cursor, str):
         raise CatalogError(f"{where}: 'nextCursor' must be a string")
-    return [data]
+    return result
 
 
 def _is_response_list(data: Any) -> bool:
@@ -200,16 +205,18 @@ def _entries_from_data(data: Any, where: str) -> tuple[list[tuple[Any, str]], st
             raise CatalogError(f"{where}: expected a list of tools or an object with a 'tools' list")
         return [(e, f"{where}[{i}]") for i, e in enumerate(_entry_values(data))], None
     entries: list[tuple[Any, str]] = []
-    domain = None
     for page in pages:
-        tools = page["tools"]
-        if not isinstance(tools, (list, _LazyArray)):
-            raise CatalogError(f"{where}: 'tools' must be a list")
-        offset = len(entries)  # pages number their tools on, so that every index is unique
-        entries += [(e, f"{where}[{offset + i}]") for i, e in enumerate(_entry_values(tools))]
-        if isinstance(page.get("domain"), str):
-            domain = page["domain"]
-    return entries, domain
+        entries += _page_entries(page, where, len(entries))  # pages number their tools on: every index is unique
+    domains = [page["domain"] for page in pages if isinstance(page.get("domain"), str)]
+    return entries, domains[-1] if domains else None
+
+
+def _page_entries(page: Mapping[str, Any], where: str, offset: int) -> list[tuple[Any, str]]:
+    """(entry, where) pairs of one ``tools/list`` page, numbered from ``offset``."""
+    tools = page["tools"]
+    if not isinstance(tools, (list, _LazyArray)):
+        raise CatalogError(f"{where}: 'tools' must be a list")
+    return [(e, f"{where}[{offset + i}]") for i, e in enumerate(_entry_values(tools))]
 
 
 def _entries_from_jsonl(path: Path) -> list[tuple[Any, str]]:
@@ -220,15 +227,19 @@ def _entries_from_jsonl(path: Path) -> list[tuple[Any, str]]:
                 line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # a byte-order mark is allowed
             except UnicodeDecodeError as e:
                 raise CatalogError(f"{path}:{n}: not UTF-8 text ({e})") from None
-            if not line.strip():
-                continue
-            try:
-                out.append((json.loads(line), f"{path}:{n}"))
-            except json.JSONDecodeError as e:
-                raise CatalogError(f"{path}:{n}: not valid JSON ({e})") from None
-            except RecursionError:
-                raise CatalogError(f"{path}:{n}: JSON nested too deeply to be a tool") from None
+            if line.strip():
+                out.append((_json_line(line, f"{path}:{n}"), f"{path}:{n}"))
     return out
+
+
+def _json_line(line: str, where: str) -> Any:
+    """One line of a ``tools.jsonl`` file, decoded."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise CatalogError(f"{where}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise CatalogError(f"{where}: JSON nested too deeply to be a tool") from None
 
 
 def _parsed_one_by_one(entries: list[Any], domain: str | None, where: str) -> Iterator[Tool]:
@@ -319,6 +330,11 @@ def _load_catalog(path: Path) -> Catalog:
         if len(entries) >= collection.PACK_AT:
             return _packed_catalog(entries, domain, path)
         tools, strict_names = [_parse_tool(_decoded(e), w, domain, True, decoded=True) for e, w in entries], True
+    return _checked_catalog(tools, strict_names, path)
+
+
+def _checked_catalog(tools: list[Tool], strict_names: bool, path: Path) -> Catalog:
+    """The catalog of a file's tools: not empty, and (``strict_names``) no name twice."""
     if not tools:
         raise CatalogError(f"{path}: the catalog holds no tools")
     if strict_names:

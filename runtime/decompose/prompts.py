@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence, cast
+from typing import Iterator, Sequence, cast
 
 from ..dialogue import Turn, recent_turns
 from ..errors import InputError, ModelError
@@ -109,23 +109,29 @@ def parse_tasks(text: str, query: str, history: Sequence[Turn], max_lines: int, 
                 ) -> tuple[list[str], list[str]]:
     """Lines of model output -> sub-tasks: stop at the first repeat, clip, drop ungrounded lines."""
     sources = [query] + [t.content for t in history]
-    tasks, dropped, seen = [], [], set()
+    tasks: list[str] = []
+    dropped: list[str] = []
+    for line in _answer_lines(text):
+        line = line[:max_chars]
+        (tasks if grounded(line, sources) else dropped).append(line)
+        if len(tasks) >= max_lines:
+            break
+    return tasks, dropped
+
+
+def _answer_lines(text: str) -> Iterator[str]:
+    """The model's answer lines, list marks and quotes stripped, blank ones skipped, up to the
+    first repeated line (which ends the answer)."""
+    seen: set[str] = set()
     for line in text.split("\n"):
         line = line.strip().lstrip("-*•0123456789.) ").strip().strip('"')
         if not line:
             continue
         key = task_key(line)
         if key in seen:
-            break  # the first repeated line ends the answer
+            return
         seen.add(key)
-        line = line[:max_chars]
-        if grounded(line, sources):
-            tasks.append(line)
-        else:
-            dropped.append(line)
-        if len(tasks) >= max_lines:
-            break
-    return tasks, dropped
+        yield line
 
 
 def checkpoint_prompt_style(checkpoint: str | Path) -> str:

@@ -81,14 +81,19 @@ def _model_view(value: Any) -> Mapping[str, Any] | None:
     through what ``model_dump()`` returns."""
     fields = getattr(type(value), "model_fields", None)
     if isinstance(fields, Mapping):
-        extra = getattr(value, "__pydantic_extra__", None) or {}
-        keys = [k for k in itertools.chain(fields, extra) if isinstance(k, str) and getattr(value, k, None) is not None]
-        return _Fields(value, dict.fromkeys(keys))
+        return _pydantic_view(value, fields)
     try:
         dumped = value.model_dump()
     except Exception:  # an object we cannot read is refused by type where it is used
         return None
     return dumped if isinstance(dumped, Mapping) else None
+
+
+def _pydantic_view(value: Any, fields: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A pydantic model by its fields and extra fields whose value is not None (unset, read as absent)."""
+    extra = getattr(value, "__pydantic_extra__", None) or {}
+    keys = [k for k in itertools.chain(fields, extra) if isinstance(k, str) and getattr(value, k, None) is not None]
+    return _Fields(value, dict.fromkeys(keys))
 
 
 def _attribute_view(value: Any) -> Mapping[str, Any] | None:
@@ -158,6 +163,11 @@ def _checked_turn(turn: Turn, where: str) -> Turn:
             or not all(isinstance(n, str) for n in turn.tools):
         raise InputError(f"{where}: a Turn needs a role in {ROLES}, string content and a tuple of tool names")
     return Turn(turn.role, _clean(turn.content), tuple(turn.tools))
+
+
+def _is_pair(turn: Any) -> bool:
+    """A message written as a (role, content) pair."""
+    return isinstance(turn, (list, tuple)) and len(turn) == 2 and isinstance(turn[0], str)
 
 
 def _role(msg: Mapping[str, Any], where: str) -> str:
@@ -346,12 +356,16 @@ class _Reader:
         if not isinstance(turn, (list, tuple)):
             turn = as_mapping(turn) or turn
         if isinstance(turn, Mapping):
-            if "role" not in turn and isinstance(turn.get("type"), str):
-                return self.item(turn, where)
-            return self.message(turn, where)
-        if isinstance(turn, (list, tuple)) and len(turn) == 2 and isinstance(turn[0], str):
+            return self.entry(turn, where)
+        if _is_pair(turn):
             return self.message({"role": turn[0], "content": turn[1]}, where)
         raise InputError(f"{where}: a message is {{'role': ..., 'content': ...}}, got {reprlib.repr(turn)}")
+
+    def entry(self, entry: Mapping[str, Any], where: str) -> None:
+        """A message, or an OpenAI Responses input item (an object with a ``type`` and no ``role``)."""
+        if "role" not in entry and isinstance(entry.get("type"), str):
+            return self.item(entry, where)
+        return self.message(entry, where)
 
     def message(self, msg: Mapping[str, Any], where: str) -> None:
         role = _role(msg, where)

@@ -190,6 +190,17 @@ def cut_per_list(rule: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[fl
     (at most k_max). ``vectors(ids)`` gives unit embeddings, called only when the rule reads them.
     Shared by ``Selector.select`` and the offline re-application in bench/cut_curve.py.
     """
+    keep, parts = _list_cuts(rule, lists, vectors)
+    order = [i for i, t in enumerate(fused_ids) if t in keep] + [i for i, t in enumerate(fused_ids) if t not in keep]
+    k = min(len(keep), rule.k_max)
+    cut = Cut(k, max((c.k_score for c in parts), default=0), max((c.k_sim for c in parts), default=0),
+              f"{rule.rule}/subtask", pool=len(keep))
+    return order, cut
+
+
+def _list_cuts(rule: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],
+               vectors: Vectors | None) -> tuple[set[str], list[Cut]]:
+    """The tools the rule keeps of each non-empty list (their union), and each list's Cut."""
     keep: set[str] = set()
     parts = []
     for j, (ids, scores) in enumerate(lists):
@@ -200,11 +211,7 @@ def cut_per_list(rule: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[fl
         c = rule.apply_list(np.asarray(scores), embeddings, anchor=j == 0)
         keep.update(lid[:c.k])
         parts.append(c)
-    order = [i for i, t in enumerate(fused_ids) if t in keep] + [i for i, t in enumerate(fused_ids) if t not in keep]
-    k = min(len(keep), rule.k_max)
-    cut = Cut(k, max((c.k_score for c in parts), default=0), max((c.k_sim for c in parts), default=0),
-              f"{rule.rule}/subtask", pool=len(keep))
-    return order, cut
+    return keep, parts
 
 
 def cut_turn(rule: CutRule, lists: Sequence[tuple[Sequence[str], Sequence[float] | np.ndarray]],

@@ -6,7 +6,7 @@ holds only the task.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, cast
 
 import numpy as np
 
@@ -76,8 +76,7 @@ def word_boundaries(tok: Tokenizer) -> frozenset[str] | None:
     """Characters at which ``tok``'s pre-tokenizer always ends a word, whatever follows (its
     words are then tokenized each on its own); None where its pipeline is not one known to
     (another normalizer or pre-tokenizer: its texts are always tokenized whole)."""
-    normalizer = type(tok.normalizer).__name__ if tok.normalizer is not None else None
-    pre = type(tok.pre_tokenizer).__name__ if tok.pre_tokenizer is not None else None
+    normalizer, pre = _type_name(tok.normalizer), _type_name(tok.pre_tokenizer)
     if normalizer not in (None, *_CHAR_LOCAL_NORMALIZERS) or (tok.truncation or {}).get("direction") != "right":
         return None
     if pre == "BertPreTokenizer":  # splits at whitespace and isolates every punctuation character
@@ -85,6 +84,11 @@ def word_boundaries(tok: Tokenizer) -> frozenset[str] | None:
     if pre in ("Whitespace", "WhitespaceSplit"):
         return _SPACES
     return None
+
+
+def _type_name(part: Any) -> str | None:
+    """The class name of a tokenizer's pipeline part (its normalizer, pre-tokenizer), None where it has none."""
+    return type(part).__name__ if part is not None else None
 
 
 def prefix_suffices(enc: Encoding, head: str, boundaries: frozenset[str]) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence, TypedDict, cast
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, TypedDict, cast
 
 import numpy as np
 
@@ -163,16 +163,22 @@ class ToolIndex:
             raise InputError("add(): the same tool id appears twice")
         index = self._writable()
         keys = [tool_key(i) for i in ids]
+        for k in self._present_keys(keys, ids):
+            index.remove(k)
+        if keys:
+            index.add(np.array(keys, dtype=np.uint64), vectors, threads=threads)
+        self._id_by_key.update(zip(keys, ids))
+        self._key_by_id.update(zip(ids, keys))
+
+    def _present_keys(self, keys: list[int], ids: Sequence[str]) -> Iterator[int]:
+        """The keys of these tools the index holds already (to replace), in order; an id that
+        collides with another on its key refused when it is reached."""
         for k, i in zip(keys, ids):
             other = self._id_by_key.get(k)
             if other is not None and other != i:
                 raise InputError(f"tool ids {i!r} and {other!r} collide on their index key")
             if other is not None:
-                index.remove(k)
-        if keys:
-            index.add(np.array(keys, dtype=np.uint64), vectors, threads=threads)
-        self._id_by_key.update(zip(keys, ids))
-        self._key_by_id.update(zip(ids, keys))
+                yield k
 
     def remove(self, tool_id: str) -> None:
         key = tool_key(tool_id)
