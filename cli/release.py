@@ -138,7 +138,10 @@ def run_release(config: ReleaseConfig, log: Callable[[str], None] = print) -> di
 
     from magicselector.bench.bundle_compare import CompareConfig, compare_bundles, write_compare
 
+    from magicselector.export.record import require_export_extra
+
     t0 = time.perf_counter()
+    require_export_extra("release", train=bool(config.train_head))
     public = load_private_key(config.signing_key).public_key()  # a bad key fails before any work
     catalog = load_catalog(config.catalog) if config.catalog is not None else load_phone_catalog()
     release = config.release or int(time.time())

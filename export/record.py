@@ -14,6 +14,19 @@ EMBEDDER_CARD = "embedder/MODEL_CARD.md"
 HEAD_CARD = "head/MODEL_CARD.md"
 
 
+def require_export_extra(what: str, train: bool = False) -> None:
+    """ExportError naming the extra ``what`` needs where its packages are not installed (before any work)."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers", "onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ExportError(f"{what} exports models and needs the export extra ({', '.join(missing)} missing): "
+                          "pip install 'magicselector[export]'")
+    if train and importlib.util.find_spec("sklearn") is None:
+        raise ExportError(f"{what} fits the head and needs the train extra (scikit-learn missing): "
+                          "pip install 'magicselector[train]'")
+
+
 def weights_file(checkpoint: Path) -> Path | None:
     """The checkpoint's weights (``model.safetensors`` or ``pytorch_model.bin``), None where it has neither."""
     for name in ("model.safetensors", "pytorch_model.bin"):

@@ -18,8 +18,10 @@ def verify_against_checkpoint(bundle_dir: str | Path, checkpoint: str | Path,
     head, format, quantization, GGUF or not, release) and every file and the ``content_sha256`` must
     be equal. A BundleError names what differs; the return value is the report."""
     from .bundle import checkpoint_weights_sha256, export_bundle
+    from .record import require_export_extra
 
     bundle = Bundle.open(bundle_dir, verify=True)
+    require_export_extra("bundle verify --against")
     m = bundle.manifest
     ck = Path(checkpoint)
     if not ck.is_dir():

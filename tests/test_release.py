@@ -241,3 +241,16 @@ def test_the_arm64_check_runs_the_native_build_under_qemu_and_reports_a_mismatch
     assert "no native ARM64 build at" in release.arm64_parity(bundle, config)["why"]
     (bundle / "manifest.json").write_text(json.dumps({"embedder": {}}))
     assert "no GGUF embedder" in release.arm64_parity(bundle, config)["why"]
+
+
+def test_release_without_the_export_extra_names_it(checkpoint, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    from magicselector.cli import main
+    from magicselector.signing import generate_keypair
+
+    key = generate_keypair(tmp_path / "k")["private_key"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnx" else real(name, *a))
+    assert main(["release", "--embedder", str(checkpoint), "--out", str(tmp_path / "o"), "--signing-key", key]) == 2
+    assert "needs the export extra (onnx missing): pip install 'magicselector[export]'" in capsys.readouterr().err
