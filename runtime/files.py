@@ -1,6 +1,6 @@
-"""Files on disk: regular files opened without blocking, sha256 of a file, a JSON-lines line, an .npy header, the cache folder,
-folders built aside and swapped into place atomically under a writers' lock; and the C heap's free memory handed
-back (trim_heap)."""
+"""Files on disk: regular files opened without blocking, sha256 of a file, a JSON-lines line, an .npy header, the
+cache folder, folders built aside and swapped into place atomically under a writers' lock; and the C heap's free
+memory handed back (trim_heap)."""
 from __future__ import annotations
 
 import ctypes

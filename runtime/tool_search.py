@@ -336,8 +336,8 @@ def _output_tools(ids: list[str], origin: dict[str, tuple[str | None, dict[str, 
             tools.append(defn)
             continue
         if space not in namespaces:
-            namespaces[space] = {"type": "namespace", "name": space, "description": spaces[space].get("description", ""),
-                                 "tools": []}
+            namespaces[space] = {"type": "namespace", "name": space,
+                                 "description": spaces[space].get("description", ""), "tools": []}
             tools.append(namespaces[space])
         namespaces[space]["tools"].append(defn)
     return tools

@@ -127,9 +127,14 @@ def greedy(llm: Any, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int
     for tok in llm.generate(list(prompt_ids), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
                             reset=True):
         out.append(int(tok))
-        if len(out) >= max_new_tokens or tok == llm.token_eos() or (is_eog is not None and is_eog(vocab, tok)):
+        if len(out) >= max_new_tokens or _ends_generation(llm, tok, is_eog, vocab):
             break
     return out
+
+
+def _ends_generation(llm: Any, tok: int, is_eog: Any, vocab: Any) -> bool:
+    """Whether ``tok`` is end-of-sequence, or (where llama.cpp has the test) any end-of-generation token."""
+    return bool(tok == llm.token_eos() or (is_eog is not None and is_eog(vocab, tok)))
 
 
 LLAMA_POOLING_MEAN = 1  # llama_cpp.LLAMA_POOLING_TYPE_MEAN

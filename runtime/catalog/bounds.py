@@ -49,7 +49,8 @@ def _walk_bounds(value: Any, where: str) -> bool:
 
 
 def _is_mapping(v: Any, t: type) -> bool:
-    """Whether ``v`` (of type ``t``) is an object: a dict, or another mapping (the type tests first: they are the common case)."""
+    """Whether ``v`` (of type ``t``) is an object: a dict, or another mapping (the type tests
+    first: they are the common case)."""
     return t is dict or (t not in _SCALAR_TYPES and t is not list and isinstance(v, _abc.Mapping))
 
 

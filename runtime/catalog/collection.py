@@ -76,6 +76,14 @@ class _PackedTools(Sequence[Tool]):
         return _PackedTools(self._buf, self._offsets, order, extras)
 
 
+def _packed(tools: list[Tool]) -> _PackedTools:
+    """The tools so far, packed (a catalog that reaches ``PACK_AT`` tools packs them and goes on packed)."""
+    packed = _PackedTools()
+    for t in tools:
+        packed.append(t)
+    return packed
+
+
 class Catalog(Sequence[Tool]):
     """An ordered, validated set of tools with unique ids. ``tools`` may be a generator: it is read
     once, and from ``PACK_AT`` tools on they are held packed, so a large catalog's Tool objects and
@@ -95,10 +103,7 @@ class Catalog(Sequence[Tool]):
             self._add_name(tool.name, tool.id)
             store.append(tool)
             if type(store) is list and len(store) >= PACK_AT:
-                packed = _PackedTools()
-                for t in store:
-                    packed.append(t)
-                store = packed
+                store = _packed(store)
         self._tools: Sequence[Tool] = store
         if isinstance(store, _PackedTools):
             self._compact_index()
@@ -176,7 +181,7 @@ class Catalog(Sequence[Tool]):
         copy._ids = base._ids + [tool.id]
         copy._pos = dict(base._pos)
         copy._pos[tool.id] = len(base._ids)
-        copy._named = {k: (v if isinstance(v, str) else list(v)) for k, v in base._named.items()}
+        copy._named = base._named_copy()
         copy._add_name(tool.name, tool.id)
         return copy
 
@@ -189,9 +194,13 @@ class Catalog(Sequence[Tool]):
         copy.source, copy._tools = self.source, self._tools.without(position)
         copy._ids = self._ids[:position] + self._ids[position + 1:]
         copy._pos = {i: (p if p < position else p - 1) for i, p in self._pos.items() if i != tool_id}
-        copy._named = {k: (v if isinstance(v, str) else list(v)) for k, v in self._named.items()}
+        copy._named = self._named_copy()
         copy._drop_name(removed.name, tool_id)
         return copy
+
+    def _named_copy(self) -> dict[str, str | list[str]]:
+        """The name -> id(s) map, its lists copied (a copy's changes must not reach this catalog)."""
+        return {k: (v if isinstance(v, str) else list(v)) for k, v in self._named.items()}
 
     def _drop_name(self, name: str, tool_id: str) -> None:
         """``tool_id`` no longer among the tools named ``name`` (the name gone with its last one)."""

@@ -59,7 +59,7 @@ class Tool:
         """The MCP tool definition (as in a ``tools/list`` result): name, title?, description,
         inputSchema, outputSchema?, annotations?."""
         out: dict[str, Any] = {"name": self.name, **self._set_fields(("title",)), "description": self.description,
-                               "inputSchema": dict(self.parameters) or {"type": "object"},  # MCP requires an object schema
+                               "inputSchema": dict(self.parameters) or {"type": "object"},  # MCP: an object schema
                                **self._set_fields(("outputSchema", "annotations"))}
         for key, value in (self.extra or {}).items():
             out.setdefault(key, value)
@@ -306,6 +306,13 @@ def _check_field_types(tool: Tool, where: str) -> None:
     for field_name in ("id", "name", "description"):
         if not isinstance(getattr(tool, field_name), str):
             raise CatalogError(f"{where}: {field_name} must be a string, got {type(getattr(tool, field_name)).__name__}")
+    _check_optional_types(tool, where)
+    if tool.parameters is None:
+        raise CatalogError(f"{where} {tool.id!r}: parameters must be a JSON object (a mapping), got None")
+
+
+def _check_optional_types(tool: Tool, where: str) -> None:
+    """A hand-built Tool's optional text fields strings and its object fields mappings, where set."""
     for field_name in ("title", "domain", "server"):
         value = getattr(tool, field_name)
         if value is not None and not isinstance(value, str):
@@ -315,8 +322,6 @@ def _check_field_types(tool: Tool, where: str) -> None:
         if value is not None and not isinstance(value, Mapping):
             raise CatalogError(f"{where} {tool.id!r}: {field_name} must be a JSON object (a mapping), got "
                                f"{type(value).__name__}")
-    if tool.parameters is None:
-        raise CatalogError(f"{where} {tool.id!r}: parameters must be a JSON object (a mapping), got None")
 
 
 def _tool_record(tool: Tool) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import InputError
 
@@ -26,9 +26,7 @@ class Budget:
 
     def __post_init__(self) -> None:
         for name in ("max_tools", "max_schema_tokens"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-                raise InputError(f"{name} must be an integer >= 1 or None, got {value!r}")
+            _check_bound(name, getattr(self, name))
         from ..formats import check_format
 
         check_format(self.format)
@@ -36,6 +34,11 @@ class Budget:
     @property
     def bounded(self) -> bool:
         return self.max_tools is not None or self.max_schema_tokens is not None
+
+
+def _check_bound(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+        raise InputError(f"{name} must be an integer >= 1 or None, got {value!r}")
 
 
 def spend_budget(budget: Budget, ids: Sequence[str], k: int, lists: Sequence[Sequence[str]],

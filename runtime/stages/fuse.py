@@ -43,13 +43,19 @@ class Fused:
     source: list[int]   # index of the list where each tool reached its peak
 
 
-def peak_rank_fusion(lists: Sequence[RankedList]) -> Fused:
+def _peaks(lists: Sequence[RankedList]) -> dict[str, tuple[int, float, int]]:
+    """Each tool's peak: (its best rank in any list, minus its score there, that list's index),
+    the smallest such key over the lists that hold it (ties broken by score, then list order)."""
     best: dict[str, tuple[int, float, int]] = {}
     for li, lst in enumerate(lists):
         for rank, (tid, score) in enumerate(zip(lst.ids, lst.scores)):
             key = (rank, -float(score), li)
             if tid not in best or key < best[tid]:
                 best[tid] = key
-    order = sorted(best.items(), key=lambda kv: kv[1])
+    return best
+
+
+def peak_rank_fusion(lists: Sequence[RankedList]) -> Fused:
+    order = sorted(_peaks(lists).items(), key=lambda kv: kv[1])
     return Fused([t for t, _ in order], np.array([-k[1] for _, k in order], dtype=np.float32),
                  [k[2] for _, k in order])

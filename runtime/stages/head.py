@@ -183,6 +183,12 @@ def head_cut(probabilities: np.ndarray, order: Sequence[int], cut: Cut, rule: Cu
     return head_order(probabilities, order, pool, rule.min_probability, rule.k_max)
 
 
+def _surest(kept: list[int], probs: list[float], min_probability: float, k_max: int | None) -> list[int]:
+    """Of the kept tools (most likely first), those at ``min_probability`` or more (the surest one
+    where none is), at most ``k_max``."""
+    return ([i for i, p in zip(kept, probs) if p >= min_probability] or kept[:1])[:k_max]
+
+
 def head_order(probabilities: np.ndarray, order: Sequence[int], k: int, min_probability: float,
                k_max: int | None = None) -> tuple[list[int], int]:
     """The kept tools by probability, best first, without those under ``min_probability`` (the
@@ -194,7 +200,7 @@ def head_order(probabilities: np.ndarray, order: Sequence[int], k: int, min_prob
         return float(probabilities[i]) if i < len(probabilities) else 0.0
 
     kept = sorted(order[:k], key=lambda i: (-p(i), i))
-    surest = ([i for i in kept if p(i) >= min_probability] or kept[:1])[:k_max]
+    surest = _surest(kept, [p(i) for i in kept], min_probability, k_max)
     chosen = set(surest)
     rest = [i for i in order if i not in chosen]
     scored = sorted((i for i in rest if i < len(probabilities)), key=lambda i: (-p(i), i))

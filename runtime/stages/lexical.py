@@ -61,13 +61,16 @@ _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # not afte
 @lru_cache(maxsize=1 << 16)
 def s_stem(word: str) -> str:
     """Harman's S-stemmer (1991): strips English plural endings, nothing else."""
-    if len(word) > 3 and word.endswith("ies") and not word.endswith(("eies", "aies")):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
-        return word[:-1]
-    if len(word) > 2 and word.endswith("s") and not word.endswith(("us", "ss")):
-        return word[:-1]
+    for ending, unless, longer_than, drop, add in _S_RULES:
+        if len(word) > longer_than and word.endswith(ending) and not word.endswith(unless):
+            return word[:-drop] + add
     return word
+
+
+# Harman's rules, the first that applies wins: (ending, not after these endings, the word longer
+# than, characters dropped, what replaces them)
+_S_RULES = (("ies", ("eies", "aies"), 3, 3, "y"), ("es", ("aes", "ees", "oes"), 3, 1, ""),
+            ("s", ("us", "ss"), 2, 1, ""))
 
 
 def lexical_tokens(text: str, stem: bool = True) -> list[str]:
@@ -115,14 +118,7 @@ class LexicalIndex:
         index = cls(**params)
         if len(set(ids)) != len(ids):
             raise InputError("lexical build: the same tool id appears twice")
-        postings = _Postings()
-        for row, text in enumerate(texts):
-            if row >= len(ids):
-                raise InputError(f"lexical build: {len(ids)} ids but more texts")
-            counts = index._counts(text)
-            postings.add([index._intern(t) for t in counts], counts)
-            if (row + 1) % _BUILD_CHUNK == 0:
-                postings.flush()
+        postings = index._postings(texts, len(ids))
         lengths = postings.lengths
         if len(lengths) != len(ids):
             raise InputError(f"lexical build: {len(ids)} ids but {len(lengths)} texts")
@@ -134,6 +130,18 @@ class LexicalIndex:
             s_stem.cache_clear()  # a large catalog's words (12 MB over 100,000 tools); queries refill it
             trim_heap()  # what the build's lists and temporaries took, back to the system
         return index
+
+    def _postings(self, texts: Iterable[str], most: int) -> "_Postings":
+        """The postings of at most ``most`` texts, read once, ``_BUILD_CHUNK`` at a time."""
+        postings = _Postings()
+        for row, text in enumerate(texts):
+            if row >= most:
+                raise InputError(f"lexical build: {most} ids but more texts")
+            counts = self._counts(text)
+            postings.add([self._intern(t) for t in counts], counts)
+            if (row + 1) % _BUILD_CHUNK == 0:
+                postings.flush()
+        return postings
 
     @classmethod
     def from_catalog(cls, catalog: Catalog, **params: Unpack[LexicalParams]) -> "LexicalIndex":
@@ -195,15 +203,7 @@ class LexicalIndex:
         """The per-posting BM25 weights from tf, df, N and avgdl."""
         self._stale = False
         n = len(self._ids)
-        df = np.diff(self._indptr).astype(np.float64)
-        if self.idf_mode == "lucene":
-            idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        else:  # rank_bm25's BM25Okapi: idf of the terms that occur, negatives raised to eps * their mean
-            idf = np.log(np.maximum(n - df + 0.5, 1e-12) / (df + 0.5))
-            present = df > 0
-            floor = _OKAPI_EPSILON * (idf[present].mean() if present.any() else 0.0)
-            idf = np.where(idf < 0, floor, idf)
-        self._idf = idf
+        idf = _idf(np.diff(self._indptr).astype(np.float64), n, self.idf_mode)
         avgdl = float(self._doc_len.mean()) if n else 1.0
         avgdl = avgdl if avgdl > 0 else 1.0
         if len(self._docs) == 0:
@@ -284,7 +284,8 @@ class LexicalIndex:
         n, v = len(self._ids), len(self._vocab)
         if (len(self._indptr) != v + 1 or self._indptr[-1] != len(self._docs) or len(self._tf) != len(self._docs)
                 or len(self._doc_len) != n or (len(self._docs) and not 0 <= self._docs.min() <= self._docs.max() < n)):
-            raise BundleError(f"{path}: lexical index arrays disagree (tools {n}, terms {v}, postings {len(self._docs)})")
+            raise BundleError(f"{path}: lexical index arrays disagree (tools {n}, terms {v}, "
+                              f"postings {len(self._docs)})")
 
     # -- catalog changes -------------------------------------------------------------------------
     def add(self, tool_id: str, text: str) -> None:
@@ -384,6 +385,17 @@ class LexicalIndex:
             hit, s = hit[keep], s[keep]
         order = np.lexsort((hit, -s))[:count]
         return [self._ids[i] for i in hit[order]], s[order]
+
+
+def _idf(df: np.ndarray, n: int, mode: str) -> np.ndarray:
+    """Each term's idf from its document frequency over ``n`` tools: Lucene's, or rank_bm25's
+    BM25Okapi (idf of the terms that occur, negatives raised to eps * their mean)."""
+    if mode == "lucene":
+        return np.asarray(np.log1p((n - df + 0.5) / (df + 0.5)))
+    idf = np.log(np.maximum(n - df + 0.5, 1e-12) / (df + 0.5))
+    present = df > 0
+    floor = _OKAPI_EPSILON * (idf[present].mean() if present.any() else 0.0)
+    return np.asarray(np.where(idf < 0, floor, idf))
 
 
 class _Postings:
