@@ -78,6 +78,14 @@ _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 
 
+def _first_time(target: str, host: str) -> bool:
+    """Whether this (bundle target, host target) pair is seen for the first time in this process."""
+    with _warned_lock:
+        first = (target, host) not in _warned
+        _warned.add((target, host))
+    return first
+
+
 def warn_if_other_target(target: str | None, where: str | Path = "the bundle") -> bool:
     """Warn once per process and (bundle target, host target) pair when ``target`` is not this CPU's;
     returns whether the targets differ. A bundle that records no target is not checked; one that
@@ -90,10 +98,7 @@ def warn_if_other_target(target: str | None, where: str | Path = "the bundle") -
     host = host_target()
     if target == host:
         return False
-    with _warned_lock:
-        first = (target, host) not in _warned
-        _warned.add((target, host))
-    if first:
+    if _first_time(target, host):
         warnings.warn(f"{where} was quantized for {target} ({TARGETS[target].description}) but runs on {host}; "
                       "its INT8 scores may drift from its parity report. Build one for this CPU with "
                       f"`magicselector bundle build --target {host}`", TargetMismatchWarning, stacklevel=3)

@@ -93,24 +93,8 @@ class LlmDecomposer:
         with self._lock:
             spent = 0.0
             if self._runner is None:
-                from .model import DEFAULT_MODEL_SHA256, ensure_default_model
-
                 t0 = time.perf_counter()
-                path: str | Path
-                sha256: str | None
-                if self.model_path is None:
-                    path, sha256 = ensure_default_model(), DEFAULT_MODEL_SHA256
-                else:
-                    path, sha256 = self.model_path, self.sha256
-                if sha256 is None:  # a GGUF the caller named, unpinned: opened as it is
-                    self._runner = LlamaRunner(path, n_threads=self.threads, n_ctx=self.n_ctx)
-                else:  # checked and opened from the same file: a swap after the check is never loaded
-                    with pinned_file(path, sha256, ModelError, "decomposer model") as same:
-                        try:
-                            self._runner = LlamaRunner(same, n_threads=self.threads, n_ctx=self.n_ctx)
-                        except ModelError as e:  # name the file, not its descriptor
-                            raise ModelError(str(e).replace(same, str(path))) from None
-                    self._runner.path = Path(path)  # the name, not the descriptor's (closed now)
+                self._runner = self._open_runner()
                 spent += (time.perf_counter() - t0) * 1e3
             if self._grammar is None:
                 self._grammar = Grammar(self._runner, lines_grammar(self.max_lines, self.max_chars))
@@ -119,6 +103,27 @@ class LlmDecomposer:
                 spent += (time.perf_counter() - t0) * 1e3
             self.load_ms += spent
             return spent
+
+    def _open_runner(self) -> LlamaRunner:
+        """The model opened: the caller's GGUF as it is where it is unpinned, else checked against
+        its sha256 and opened from the same file (a swap after the check is never loaded)."""
+        from .model import DEFAULT_MODEL_SHA256, ensure_default_model
+
+        path: str | Path
+        sha256: str | None
+        if self.model_path is None:
+            path, sha256 = ensure_default_model(), DEFAULT_MODEL_SHA256
+        else:
+            path, sha256 = self.model_path, self.sha256
+        if sha256 is None:
+            return LlamaRunner(path, n_threads=self.threads, n_ctx=self.n_ctx)
+        with pinned_file(path, sha256, ModelError, "decomposer model") as same:
+            try:
+                runner = LlamaRunner(same, n_threads=self.threads, n_ctx=self.n_ctx)
+            except ModelError as e:  # name the file, not its descriptor
+                raise ModelError(str(e).replace(same, str(path))) from None
+        runner.path = Path(path)  # the name, not the descriptor's (closed now)
+        return runner
 
     def load(self) -> LlamaRunner:
         """The loaded runner (loading it on first use)."""
