@@ -199,17 +199,6 @@ class Grammar:
     def accept(self, token: int) -> None:
         self._lib.llama_sampler_accept(self._smpl, int(token))
 
-    def accepts_text(self, text: str, runner: "LlamaRunner") -> bool:
-        """Whether the grammar accepts ``text`` followed by end of generation (for checks)."""
-        self.reset()
-        for tok in runner.tokenize(text):
-            if not self.allows(tok):
-                return False
-            self.accept(tok)
-        ok = self.allows(runner.eos)
-        self.reset()
-        return ok
-
     def __del__(self) -> None:
         smpl, self._smpl = getattr(self, "_smpl", None), None
         if smpl:
