@@ -150,7 +150,7 @@ def choose(turns: dict[str, dict[str, list[Turn]]], tables: dict[str, CompanionT
         mean_gain = float(np.mean(gain)) if gain else 0.0
         tried.append({"config": dict(zip(GRID, values)), "multi_C@5_gain": round(mean_gain, 4),
                       "worst_sample_loss": round(worst, 4)})
-        if worst >= -tolerance and mean_gain > best[0]:
+        if worst >= -tolerance - 1e-9 and mean_gain > best[0]:  # a loss of exactly the tolerance holds
             best = (mean_gain, config)
     return best[1], tried
 
