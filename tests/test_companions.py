@@ -135,6 +135,15 @@ def test_a_bad_setting_is_an_input_error_naming_it(field, value):
         CompanionConfig(**{field: value})
 
 
+def test_the_experiments_bad_setting_is_a_usage_error_naming_it(tiny_benchmark, capsys):
+    from magicselector.bench.experiments import companions
+
+    for config, named in (('{"hits": 0}', "companions.hits"), ('{"speed": 1}', "speed")):
+        with pytest.raises(SystemExit):
+            companions.main(["--train", str(tiny_benchmark), "--eval", str(tiny_benchmark), "--config", config])
+        assert named in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_experiment_measures_the_shipped_selections_before_and_after(tmp_path, tiny_benchmark, bundle_dir):
     from magicselector import Selector

@@ -24,6 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from magicselector.errors import InputError
+
 from magicselector.data.datasets import Query, load_benchmark
 from magicselector.data.metrics import completeness_at_k, ndcg_at_k
 from magicselector.export.companions import (FEATURES, CompanionConfig, CompanionTable, PairModel, average_precision,
@@ -242,7 +244,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if not args.train or not args.eval:
         parser.error("name at least one --train and one --eval part")
-    config = CompanionConfig(**args.config) if args.config is not None else None
+    try:
+        config = CompanionConfig(**args.config) if args.config is not None else None
+    except (InputError, TypeError) as e:  # a bad value, or a key CompanionConfig does not have
+        parser.error(f"--config: {e}")
     report = run(args.train, args.eval, args.bundle, args.n, args.seed, args.cache, args.tolerance, args.l2,
                  args.per_tool, config, args.peer)
     write_json(args.out, report)
