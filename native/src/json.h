@@ -17,9 +17,11 @@ using json = nlohmann::json;
 // stack. Nothing the core reads nests deeper than a few levels, so deeper text is refused up front.
 constexpr int kMaxJsonDepth = 64;
 
-// Parses `text`; malformed or too deeply nested text is ms::Error(status, "<what>: ...").
+// Parses `text`; malformed or too deeply nested text is ms::Error(status, "<what>: ..."). A
+// `callback` (nlohmann's parser_callback_t) sees every element as it is read and may leave it out of
+// the result by returning false: a large table goes straight into the caller's own structure.
 inline json parse_json(const std::string &text, ms_status status, const std::string &what,
-                       int max_depth = kMaxJsonDepth) {
+                       int max_depth = kMaxJsonDepth, const json::parser_callback_t &callback = nullptr) {
     int depth = 0;
     bool in_string = false;
     for (std::size_t i = 0; i < text.size(); ++i) {
@@ -40,7 +42,7 @@ inline json parse_json(const std::string &text, ms_status status, const std::str
             --depth;
         }
     }
-    json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    json parsed = json::parse(text, callback, /*allow_exceptions=*/false);
     if (parsed.is_discarded()) {
         fail(status, what + ": not valid JSON");
     }

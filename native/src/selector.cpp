@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
+#include <system_error>
 #include <unordered_map>
 
 #include "error.h"
@@ -232,6 +234,18 @@ std::unique_ptr<Selector> Selector::open(const std::string &dir, const Options &
     s->bundle_ = Bundle::open(dir);
     const Bundle &b = s->bundle_;
     const json &m = b.manifest();
+    // The GGUF (25 MB, most of a verified open) is hashed on a helper thread while the other files
+    // load; llama.cpp opens it only after that hash matched, as before. Errors keep their order: the
+    // other files' are raised first, the GGUF's where it was checked before (the future joins on unwind).
+    const std::string gguf = options.embedder ? b.section_file("embedder", "gguf") : std::string();
+    std::future<std::string> gguf_checked;
+    if (verify && !gguf.empty()) {
+        try {
+            gguf_checked = std::async(std::launch::async, [&b, gguf] { return b.checked_path(gguf, true); });
+        } catch (const std::system_error &) {
+            // no thread to be had: it is hashed in turn below
+        }
+    }
     // the catalog: one tool per line, its id and name
     const std::string catalog_file = b.section_file("catalog");
     if (catalog_file.empty()) fail(MS_ERR_BUNDLE, dir + "/manifest.json: no catalog section");
@@ -286,12 +300,12 @@ std::unique_ptr<Selector> Selector::open(const std::string &dir, const Options &
     const int window = integer(max_length, "manifest embedder.max_length", MS_ERR_BUNDLE, 2, 8192);
     s->tokenizer_.reset(new WordPieceTokenizer(WordPieceTokenizer::from_json(b.read(tokenizer_file, verify), window)));
     if (options.embedder) {
-        const std::string gguf = b.section_file("embedder", "gguf");
         if (gguf.empty()) {
             fail(MS_ERR_BUNDLE, dir + ": the bundle has no GGUF embedder (manifest embedder.gguf), which the native core runs; "
                                       "rebuild it with this magicselector (default-v9 bundles hold one)");
         }
-        s->embedder_ = Embedder::open(b.checked_path(gguf, verify), options.threads, s->index_->ndim(), window);
+        const std::string gguf_path = gguf_checked.valid() ? gguf_checked.get() : b.checked_path(gguf, verify);
+        s->embedder_ = Embedder::open(gguf_path, options.threads, s->index_->ndim(), window);
     }
     return s;
 }
