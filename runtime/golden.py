@@ -35,6 +35,8 @@ from .plan import RetrievalPlan, plan_turn
 
 if TYPE_CHECKING:
     from .catalog import Catalog
+    from .stages.cut import Cut
+    from .stages.fuse import Fused, RankedList
     from .stages.head import HeadModel
     from .stages.index import ToolIndex
     from .stages.lexical import LexicalIndex
@@ -209,60 +211,89 @@ def replay(selector: Pipeline, texts: Sequence[str], vectors: np.ndarray, histor
            inputs: dict[str, Any]) -> dict[str, Any]:
     """Every stage after the embedder on these retrieval texts and their vectors, as ``Selector.select``
     runs them: dense search, BM25, their fusion, peak-rank fusion, the cut, the head, the budget."""
-    from .stages.budget import Budget, spend_budget
-    from .stages.cut import cut_turn
-    from .stages.fuse import peak_rank_fusion
-    from .stages.head import head_cut, head_features
+    from .stages.fuse import RankedList, peak_rank_fusion
     from .stages.lexical import fuse_lexical
 
     cfg, index, lexical = selector.config, selector.index, selector.lexical
     search = index.search(vectors, cfg.candidates)
-    from .stages.fuse import RankedList
-
     lists = [RankedList(ids, scores) for ids, scores in search]
-    lexical_hits = []
-    for text in texts:
-        bm25 = lexical.scores(text)
-        lex_ids, lex_scores = lexical.top(bm25, cfg.lexical_candidates)
-        lexical_hits.append({"ids": lex_ids, "scores": _f32(lex_scores)})
+    lexical_hits = [_lexical_hits(lexical, text, cfg.lexical_candidates) for text in texts]
     if cfg.lexical:
         lists = fuse_lexical(lists, texts, vectors, index, lexical, weight=cfg.lexical_weight,
                              lexical_candidates=cfg.lexical_candidates, candidates=cfg.candidates)
     fused = peak_rank_fusion(lists)
     pairs = [(lst.ids, lst.scores) for lst in lists]
-    per_list = [cfg.cut.apply_list(np.asarray(s), None, anchor=j == 0).k for j, (_, s) in enumerate(pairs)] \
-        if len(lists) > 1 else []
-    order, cut = cut_turn(cfg.cut, pairs, fused.ids, fused.scores, lambda ids: np.zeros((len(ids), index.ndim)))
-    cut_block = {"order": list(order), "k": cut.k, "pool": cut.pool, "per_list_k": per_list}
-    head_block = None
-    probability: dict[str, float] = {}
-    if selector.head is not None and cfg.head:
-        rows = head_features(pairs, history_list, fused.ids, fused.scores, selector.head.depth)
-        probs = selector.head.probabilities(rows)
-        order, k = head_cut(probs, order, cut, cfg.cut)
-        cut = type(cut)(k, cut.k_score, cut.k_sim, f"{cut.rule}+head", cut.pool)
-        probability = dict(zip(fused.ids, map(float, probs)))
-        head_block = {"features": [_f64(r) for r in rows], "probabilities": _f64(probs), "order": list(order), "k": k}
+    order, cut, cut_block = _replay_cut(cfg, pairs, fused, index.ndim)
+    order, cut, probability, head_block = _replay_head(selector, pairs, history_list, fused, order, cut)
     ids = [fused.ids[i] for i in order]
-    budget = Budget(inputs.get("max_tools"), inputs.get("max_schema_tokens"), inputs.get("format", "mcp"))
-    kept = spend_budget(budget, ids, cut.k, [lst.ids for lst in lists], lambda t: tool_tokens(selector, t, budget.format),
-                        bool(probability))
-    tokens = sum(tool_tokens(selector, ids[i], budget.format) for i in kept) \
-        if budget.max_schema_tokens is not None else None
+    kept, tokens = _replay_budget(selector, inputs, ids, cut.k, lists, bool(probability))
     final = [ids[i] for i in kept]
     scores = np.asarray(fused.scores)[order]
     return {
         "search": [{"ids": list(i), "scores": _f32(s)} for i, s in search],
         "lexical": lexical_hits,
-        "lists": [{"ids": list(lst.ids), "scores": _f32(lst.scores),
-                   "dense": _f32(lst.dense) if lst.dense is not None else None,
-                   "lexical": _f32(lst.lexical) if lst.lexical is not None else None} for lst in lists],
+        "lists": [_list_block(lst) for lst in lists],
         "fused": {"ids": list(fused.ids), "scores": _f32(fused.scores), "source": list(fused.source)},
         "cut": cut_block,
         "head": head_block,
         "budget": {"kept": kept, "schema_tokens": tokens},
         "selection": {"ids": final, "k": len(final), "scores": _f32([scores[i] for i in kept])},
     }
+
+
+def _lexical_hits(lexical: LexicalIndex, text: str, count: int) -> dict[str, Any]:
+    """One retrieval text's BM25 hits, as the lexical stage ranks them."""
+    lex_ids, lex_scores = lexical.top(lexical.scores(text), count)
+    return {"ids": lex_ids, "scores": _f32(lex_scores)}
+
+
+def _list_block(lst: RankedList) -> dict[str, Any]:
+    """One retrieval list after the lexical fusion: ids, scores, and the dense and BM25 parts."""
+    return {"ids": list(lst.ids), "scores": _f32(lst.scores),
+            "dense": _f32(lst.dense) if lst.dense is not None else None,
+            "lexical": _f32(lst.lexical) if lst.lexical is not None else None}
+
+
+def _replay_cut(cfg: SelectorConfig, pairs: list[tuple[Sequence[str], Any]], fused: Fused, ndim: int
+                ) -> tuple[list[int], Cut, dict[str, Any]]:
+    """The cut's order and Cut, and its block: with each list's own K on a turn of several lists."""
+    from .stages.cut import cut_turn
+
+    per_list = [cfg.cut.apply_list(np.asarray(s), None, anchor=j == 0).k for j, (_, s) in enumerate(pairs)] \
+        if len(pairs) > 1 else []
+    order, cut = cut_turn(cfg.cut, pairs, fused.ids, fused.scores, lambda ids: np.zeros((len(ids), ndim)))
+    return order, cut, {"order": list(order), "k": cut.k, "pool": cut.pool, "per_list_k": per_list}
+
+
+def _replay_head(selector: Pipeline, pairs: list[tuple[Sequence[str], Any]], history_list: int | None,
+                 fused: Fused, order: list[int], cut: Cut
+                 ) -> tuple[list[int], Cut, dict[str, float], dict[str, Any] | None]:
+    """The learned head's order and Cut, each fused tool's probability and the head's block, where
+    the bundle has a head and the configuration runs it; else the cut's, unchanged."""
+    from .stages.head import head_cut, head_features
+
+    if selector.head is None or not selector.config.head:
+        return order, cut, {}, None
+    rows = head_features(pairs, history_list, fused.ids, fused.scores, selector.head.depth)
+    probs = selector.head.probabilities(rows)
+    order, k = head_cut(probs, order, cut, selector.config.cut)
+    cut = type(cut)(k, cut.k_score, cut.k_sim, f"{cut.rule}+head", cut.pool)
+    probability = dict(zip(fused.ids, map(float, probs)))
+    return order, cut, probability, {"features": [_f64(r) for r in rows], "probabilities": _f64(probs),
+                                     "order": list(order), "k": k}
+
+
+def _replay_budget(selector: Pipeline, inputs: dict[str, Any], ids: list[str], k: int, lists: Sequence[RankedList],
+                   by_probability: bool) -> tuple[list[int], int | None]:
+    """The positions the probe's budget keeps, and the schema tokens they spend (where it bounds tokens)."""
+    from .stages.budget import Budget, spend_budget
+
+    budget = Budget(inputs.get("max_tools"), inputs.get("max_schema_tokens"), inputs.get("format", "mcp"))
+    kept = spend_budget(budget, ids, k, [lst.ids for lst in lists], lambda t: tool_tokens(selector, t, budget.format),
+                        by_probability)
+    tokens = sum(tool_tokens(selector, ids[i], budget.format) for i in kept) \
+        if budget.max_schema_tokens is not None else None
+    return kept, tokens
 
 
 def tool_tokens(selector: Pipeline, tool_id: str, format: str) -> int:
