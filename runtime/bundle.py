@@ -31,7 +31,9 @@ FORMAT_VERSION = 1
 #     and the embedder as GGUF (embedder/model.gguf, the embedder section's gguf) that the native core runs
 # v10: golden.json gains gguf_embeddings, the GGUF's own vectors in llama.cpp (the native embedder's exact check)
 # v11: no cross-encoder (it left the runtime: docs/bench/reranker.md); the reranker files and golden scores are gone
-DEFAULT_BUNDLE_RECIPE = "default-v11"
+# v12: tools embedded and indexed as catalog.jsonl gives them back (parameters in key order), a build
+#      block beside the content_sha256 of the rest (reproducible bytes, issue 48)
+DEFAULT_BUNDLE_RECIPE = "default-v12"
 # the sections that stand for one artifact file each (a section's "file", relative to the folder)
 ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "decomposer", "lexical", "head")
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings: kilobytes; refuse to read a huge one
@@ -44,6 +46,71 @@ def file_entry(root: Path, rel: str) -> dict[str, Any]:
 
 def default_bundle_dir() -> Path:
     return cache_home() / "bundles" / DEFAULT_BUNDLE_RECIPE
+
+
+def _bundle_folder(path: Any) -> Path:
+    """The bundle folder at ``path``: a folder path, or the previous folder where a build was killed
+    between the two renames of its swap."""
+    if not isinstance(path, (str, os.PathLike)) or "\x00" in os.fspath(path):
+        raise BundleError(f"bundle path must be a folder path, got {path!r:.80}")
+    folder = Path(path)
+    if not folder.is_dir() and (previous_dir(folder) / MANIFEST).is_file():
+        folder = previous_dir(folder)
+    if not folder.is_dir():
+        raise BundleError(f"{folder}: no such bundle folder")
+    return folder
+
+
+def _parsed_manifest(raw: bytes, mpath: Path) -> Mapping[str, Any]:
+    """The manifest's JSON, checked to be this format and version."""
+    try:
+        manifest = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise BundleError(f"{mpath}: not UTF-8 text ({e})") from None
+    except json.JSONDecodeError as e:
+        raise BundleError(f"{mpath}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise BundleError(f"{mpath}: JSON nested too deeply to be a manifest") from None
+    if not isinstance(manifest, Mapping) or manifest.get("format") != FORMAT:
+        raise BundleError(f"{mpath}: not a magicselector bundle manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise BundleError(f"{mpath}: format version {manifest.get('format_version')!r:.40} is not "
+                          f"{FORMAT_VERSION}; rebuild the bundle with this magicselector")
+    return manifest
+
+
+def _relative_path(rel: Any, where: str) -> str:
+    """A manifest's file path, checked: a non-empty, valid Unicode path relative to the bundle
+    folder, never out of it."""
+    if not isinstance(rel, str) or not rel:
+        raise BundleError(f"{where}: a file path must be a non-empty string, got {rel!r:.80}")
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BundleError(f"{where}: the path {rel!r:.80} is not valid Unicode") from None
+    parts = PurePosixPath(rel).parts
+    if ("\x00" in rel or "\\" in rel or rel.startswith("/") or PureWindowsPath(rel).drive or ".." in parts):
+        raise BundleError(f"{where}: the path {rel!r:.120} leaves the bundle folder (an absolute path, a drive "
+                          "or '..'); a bundle names its files relative to its own folder")
+    return rel
+
+
+def _sized_digest(f: Any, size: int, p: Path) -> str:
+    """The sha256 of an open file that must hold ``size`` bytes: its size checked first, and one
+    byte more than listed read, so a file that grows while it is hashed fails the check."""
+    actual = os.fstat(f.fileno()).st_size
+    if actual != size:
+        raise BundleError(f"{p}: size {actual} does not match the manifest ({size}); "
+                          "the file was altered or truncated")
+    h = hashlib.sha256()
+    left = size + 1
+    try:
+        while left > 0 and (block := f.read(min(1 << 20, left))):
+            h.update(block)
+            left -= len(block)
+    except OSError as e:
+        raise BundleError(f"{p}: cannot be read ({e.strerror or e})") from None
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -65,41 +132,26 @@ class Bundle:
              min_release: int | None = None) -> "Bundle":
         """Read and check the manifest (and with ``verify``, every file it lists). ``min_release``:
         refuse a bundle whose signed ``release`` is lower (an older bundle put back: a rollback)."""
-        if not isinstance(path, (str, os.PathLike)) or "\x00" in os.fspath(path):
-            raise BundleError(f"bundle path must be a folder path, got {path!r:.80}")
-        path = Path(path)
-        if not path.is_dir() and (previous_dir(path) / MANIFEST).is_file():
-            path = previous_dir(path)  # a build was killed between the two renames of its swap
-        if not path.is_dir():
-            raise BundleError(f"{path}: no such bundle folder")
+        path = _bundle_folder(path)
         raw = cls._read_manifest(path)
         if public_key is not None:  # before parsing: nothing unsigned is interpreted
             verify_manifest_bytes(raw, read_signature(path), public_key, str(path))
-        mpath = path / MANIFEST
-        try:
-            manifest = json.loads(raw.decode("utf-8-sig"))
-        except UnicodeDecodeError as e:
-            raise BundleError(f"{mpath}: not UTF-8 text ({e})") from None
-        except json.JSONDecodeError as e:
-            raise BundleError(f"{mpath}: not valid JSON ({e})") from None
-        except RecursionError:
-            raise BundleError(f"{mpath}: JSON nested too deeply to be a manifest") from None
-        if not isinstance(manifest, Mapping) or manifest.get("format") != FORMAT:
-            raise BundleError(f"{mpath}: not a magicselector bundle manifest")
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise BundleError(f"{mpath}: format version {manifest.get('format_version')!r:.40} is not "
-                              f"{FORMAT_VERSION}; rebuild the bundle with this magicselector")
-        bundle = cls(path, manifest, raw)
-        release = bundle.release  # checks the field
-        if min_release is not None:
-            if isinstance(min_release, bool) or not isinstance(min_release, int):
-                raise BundleError(f"min_release must be an integer, got {min_release!r:.40}")
-            if release < min_release:
-                raise BundleError(f"{mpath}: release {release} is older than the oldest this app accepts "
-                                  f"({min_release}); an older bundle was put back (a rollback)")
+        bundle = cls(path, _parsed_manifest(raw, path / MANIFEST), raw)
+        bundle._check_release(min_release)
         if verify:
             bundle.verify_files()
         return bundle
+
+    def _check_release(self, min_release: int | None) -> None:
+        """The manifest's ``release`` checked, and (with ``min_release``) no lower than it."""
+        release = self.release  # checks the field
+        if min_release is None:
+            return
+        if isinstance(min_release, bool) or not isinstance(min_release, int):
+            raise BundleError(f"min_release must be an integer, got {min_release!r:.40}")
+        if release < min_release:
+            raise BundleError(f"{self.path / MANIFEST}: release {release} is older than the oldest this app accepts "
+                              f"({min_release}); an older bundle was put back (a rollback)")
 
     @staticmethod
     def _read_manifest(path: Path) -> bytes:
@@ -139,25 +191,16 @@ class Bundle:
     def _confined(self, rel: Any, entry: str) -> Path:
         """``path / rel`` after checking that ``rel`` stays inside the bundle folder."""
         where = f"{self.path / MANIFEST}: {entry}"
-        if not isinstance(rel, str) or not rel:
-            raise BundleError(f"{where}: a file path must be a non-empty string, got {rel!r:.80}")
-        try:
-            rel.encode("utf-8")
-        except UnicodeEncodeError:
-            raise BundleError(f"{where}: the path {rel!r:.80} is not valid Unicode") from None
-        parts = PurePosixPath(rel).parts
-        if ("\x00" in rel or "\\" in rel or rel.startswith("/") or PureWindowsPath(rel).drive or ".." in parts):
-            raise BundleError(f"{where}: the path {rel!r:.120} leaves the bundle folder (an absolute path, a drive "
-                              "or '..'); a bundle names its files relative to its own folder")
+        name = _relative_path(rel, where)
         try:
             root = self.path.resolve()
-            target = (root / rel).resolve()
+            target = (root / name).resolve()
         except (OSError, RuntimeError) as e:  # a name too long, a symlink loop
-            raise BundleError(f"{where}: the path {rel!r:.120} cannot be resolved ({e})") from None
+            raise BundleError(f"{where}: the path {name!r:.120} cannot be resolved ({e})") from None
         if target != root and root not in target.parents:
-            raise BundleError(f"{where}: {rel!r:.120} resolves to {target}, outside the bundle folder "
+            raise BundleError(f"{where}: {name!r:.120} resolves to {target}, outside the bundle folder "
                               "(a symbolic link out of it)")
-        return self.path / rel
+        return self.path / name
 
     def _entry(self, rel: str) -> Mapping[str, Any]:
         files = self.manifest.get("files")
@@ -182,19 +225,7 @@ class Bundle:
             entry = self._entry(rel)
             size = self._size(rel, entry)
             with self._open(p) as f:
-                actual = os.fstat(f.fileno()).st_size
-                if actual != size:
-                    raise BundleError(f"{p}: size {actual} does not match the manifest ({size}); "
-                                      "the file was altered or truncated")
-                h = hashlib.sha256()
-                left = size + 1  # one byte more than listed: a file that grows while it is hashed fails the check
-                try:
-                    while left > 0 and (block := f.read(min(1 << 20, left))):
-                        h.update(block)
-                        left -= len(block)
-                except OSError as e:
-                    raise BundleError(f"{p}: cannot be read ({e.strerror or e})") from None
-                digest = h.hexdigest()
+                digest = _sized_digest(f, size, p)
             self._check_digest(p, digest, entry)
 
     @staticmethod
