@@ -33,22 +33,8 @@ def _verify(path: str | Path) -> dict[str, Any]:
     checks.update(check_content_digest(bundle))
     golden_meta = bundle.section("golden")
     if golden_meta:
-        try:
-            golden = json.loads(bundle.read(golden_meta["file"]).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise BundleError(f"{bundle.file(golden_meta['file'])}: not readable golden probes ({e})") from None
-        tok = cast("TextEmbedder", selector.embedder).tokenizer  # what a bundle's embedder section loads
-        for case in golden["tokenizer"]:
-            enc = tok.encode([case["text"]])
-            ids = enc["input_ids"][0][enc["attention_mask"][0] == 1].tolist()
-            if ids != case["input_ids"]:
-                raise BundleError(f"golden tokenizer ids differ for {case['text']!r}")
-        texts = [c["text"] for c in golden["embeddings"]]
-        got = selector.embedder.embed(texts)
-        cos = [float(np.dot(g, np.asarray(c["vector"], dtype=np.float32))) for g, c in zip(got, golden["embeddings"])]
-        if min(cos) < 1.0 - float(golden.get("embedding_tolerance", 0.02)):
-            raise BundleError(f"golden embeddings differ: worst cosine {min(cos):.4f}")
-        checks.update(golden_tokenizer=len(golden["tokenizer"]), golden_embeddings_min_cosine=round(min(cos), 5))
+        golden = _golden_file(bundle, golden_meta["file"])
+        checks.update(_check_golden_embedder(selector, golden))
         if golden.get("gguf_embeddings"):
             checks.update(_check_golden_gguf(bundle, golden["gguf_embeddings"]))
         if golden.get("pipeline"):
@@ -59,6 +45,32 @@ def _verify(path: str | Path) -> dict[str, Any]:
     sel = selector.select("turn on bluetooth")
     checks["smoke_selection"] = sel.ids[:3]
     return checks
+
+
+def _golden_file(bundle: Bundle, rel: str) -> dict[str, Any]:
+    """The bundle's golden probes, read from their checked bytes."""
+    try:
+        golden: dict[str, Any] = json.loads(bundle.read(rel).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BundleError(f"{bundle.file(rel)}: not readable golden probes ({e})") from None
+    return golden
+
+
+def _check_golden_embedder(selector: Selector, golden: dict[str, Any]) -> dict[str, Any]:
+    """The embedder's tokenizer gives the golden token ids and its vectors the golden ones (within
+    the file's cosine tolerance)."""
+    tok = cast("TextEmbedder", selector.embedder).tokenizer  # what a bundle's embedder section loads
+    for case in golden["tokenizer"]:
+        enc = tok.encode([case["text"]])
+        ids = enc["input_ids"][0][enc["attention_mask"][0] == 1].tolist()
+        if ids != case["input_ids"]:
+            raise BundleError(f"golden tokenizer ids differ for {case['text']!r}")
+    texts = [c["text"] for c in golden["embeddings"]]
+    got = selector.embedder.embed(texts)
+    cos = [float(np.dot(g, np.asarray(c["vector"], dtype=np.float32))) for g, c in zip(got, golden["embeddings"])]
+    if min(cos) < 1.0 - float(golden.get("embedding_tolerance", 0.02)):
+        raise BundleError(f"golden embeddings differ: worst cosine {min(cos):.4f}")
+    return {"golden_tokenizer": len(golden["tokenizer"]), "golden_embeddings_min_cosine": round(min(cos), 5)}
 
 
 def check_content_digest(bundle: Bundle) -> dict[str, Any]:

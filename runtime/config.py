@@ -124,14 +124,18 @@ class SelectorConfig:
             raise InputError("threads must be >= 1")
         if self.decompose not in DECOMPOSE_MODES:
             raise InputError(f"decompose must be one of {DECOMPOSE_MODES}, got {self.decompose!r}")
-        for name, group in _GROUPS.items():
-            if not isinstance(getattr(self, name), group):
-                raise InputError(f"{name} must be an {group.__name__}, got {type(getattr(self, name)).__name__}")
+        self._check_groups()
         if not isinstance(self.head, bool):
             raise InputError(f"head must be True or False, got {self.head!r}")
         from .stages.budget import Budget
 
         Budget(self.max_tools, self.max_schema_tokens)  # InputError naming the field
+
+    def _check_groups(self) -> None:
+        """The grouped settings (``limits``, ``llm``) are their config classes."""
+        for name, group in _GROUPS.items():
+            if not isinstance(getattr(self, name), group):
+                raise InputError(f"{name} must be an {group.__name__}, got {type(getattr(self, name)).__name__}")
 
     def _check_retrieval(self) -> None:
         if self.history not in HISTORY_MODES:

@@ -45,13 +45,7 @@ def shipped_embedder(target: str | None = None, folder: str | Path = SHIPPED_EMB
     target = resolve_target(target)
     folder = Path(folder)
     path = folder / EMBEDDER_META
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except OSError:
-        raise BundleError(f"{folder}: no shipped embedder ({EMBEDDER_META} is missing); reinstall magicselector "
-                          "or regenerate it: python3 -m magicselector.export.shipped_embedder") from None
-    except ValueError as e:
-        raise BundleError(f"{path}: unreadable embedder metadata ({e})") from None
+    info = _embedder_info(folder)
     entry = (info.get("targets") or {}).get(target)
     if not isinstance(entry, dict) or entry.get("file") not in (info.get("files") or {}):
         raise BundleError(f"{path}: no INT8 file for target {target!r} (it has "
@@ -61,6 +55,25 @@ def shipped_embedder(target: str | None = None, folder: str | Path = SHIPPED_EMB
     for p in (model, tokenizer):
         if not p.is_file():
             raise BundleError(f"{p}: listed in {path} but missing from the installed package")
+    return {"onnx": str(model), "tokenizer": str(tokenizer), "meta": _embedder_meta(info, name, target),
+            "gguf": _shipped_gguf(folder, info)}
+
+
+def _embedder_info(folder: Path) -> dict[str, Any]:
+    """The shipped embedder folder's ``embedder.json``."""
+    path = folder / EMBEDDER_META
+    try:
+        info: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise BundleError(f"{folder}: no shipped embedder ({EMBEDDER_META} is missing); reinstall magicselector "
+                          "or regenerate it: python3 -m magicselector.export.shipped_embedder") from None
+    except ValueError as e:
+        raise BundleError(f"{path}: unreadable embedder metadata ({e})") from None
+    return info
+
+
+def _embedder_meta(info: dict[str, Any], name: str, target: str) -> dict[str, Any]:
+    """The bundle manifest's embedder fields for the target's INT8 file ``name``."""
     file_info = info["files"][name]
     meta = {
         "dim": int(info["dim"]), "max_length": int(info.get("max_length", 128)),
@@ -75,7 +88,7 @@ def shipped_embedder(target: str | None = None, folder: str | Path = SHIPPED_EMB
     on_target = (info.get("parity_by_target") or {}).get(target)
     if on_target:
         meta["parity_on_target"] = on_target
-    return {"onnx": str(model), "tokenizer": str(tokenizer), "meta": meta, "gguf": _shipped_gguf(folder, info)}
+    return meta
 
 
 def _shipped_gguf(folder: Path, info: dict[str, Any]) -> dict[str, Any] | None:
@@ -96,13 +109,16 @@ def _shipped_gguf(folder: Path, info: dict[str, Any]) -> dict[str, Any] | None:
                           "or regenerate it: python3 -m magicselector.export.shipped_embedder --gguf")
     meta = {k: entry[k] for k in ("quantization", "pooling", "normalize", "size_bytes", "from", "converter", "parity")
             if k in entry}
-    golden_path = folder / gguf_golden_file_name(entry["file"])
+    return {"file": str(path), "meta": meta, "golden": _gguf_golden(folder / gguf_golden_file_name(entry["file"]))}
+
+
+def _gguf_golden(golden_path: Path) -> Any:
+    """The golden vectors shipped beside a GGUF."""
     try:
-        golden = json.loads(golden_path.read_text(encoding="utf-8"))
+        return json.loads(golden_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise BundleError(f"{golden_path}: the GGUF's golden vectors are unreadable ({e}); regenerate them: "
                           "python3 -m magicselector.export.shipped_embedder --gguf-golden") from None
-    return {"file": str(path), "meta": meta, "golden": golden}
 
 
 def build_default_bundle(out: str | Path, *, target: str | None = None, catalog: Catalog | None = None,
