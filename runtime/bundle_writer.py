@@ -257,59 +257,27 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
     key = load_private_key(signing_key) if signing_key is not None else None
     with staged_dir(out) as root:  # holds the writers' lock: the release is resolved under it, so it is unique
         release = resolve_release(out, release)
-        (root / "embedder").mkdir()
-        emb_rel = "embedder/model" + (".pte" if str(embedder_onnx).endswith(".pte") else ".onnx")
-        shutil.copy2(embedder_onnx, root / emb_rel)
-        shutil.copy2(tokenizer_file, root / "embedder" / "tokenizer.json")
-        max_length = int(embedder_meta.get("max_length", 128))
-        emb_section = {"file": emb_rel, "tokenizer": "embedder/tokenizer.json",
-                       "pooling": "mean", "normalize": True, "max_length": max_length, **embedder_meta}
-        emb_section.pop("gguf", None)  # meta copied from another manifest names a GGUF this build may not write
-        if embedder_gguf is not None:
-            shutil.copy2(embedder_gguf["file"], root / GGUF_EMBEDDER_FILE)
-            emb_section["gguf"] = {"file": GGUF_EMBEDDER_FILE, **embedder_gguf.get("meta", {})}
+        emb_section = _write_embedder(root, embedder_onnx, tokenizer_file, embedder_meta, embedder_gguf)
         embedder = open_embedder(EmbedderSection.parse(emb_section, "embedder_meta"), root, threads=2)
-        tokenizer = embedder.tokenizer
-        log(f"embedding {len(catalog)} tools")
-        tool_vecs = embedder.embed([tool_text(t) for t in catalog])
-        recall = measure_index_recall(tool_vecs, embedder.embed(PROBE_QUERIES))
-        dtype = index_dtype or choose_index_dtype(recall)
-        index = ToolIndex(tool_vecs.shape[1], dtype)
-        index.add(catalog.ids, tool_vecs, threads=1)  # one thread: the same graph, the same bytes, every build
-        index.save(root / "index.usearch")
         catalog.write_jsonl(root / "catalog.jsonl")
-        lexical = LexicalIndex.from_catalog(catalog)
+        # embedded and indexed as a Selector reads it back (parameters in key order): the index holds the
+        # tool texts the runtime computes, and a rebuild from the bundle's own catalog gives the same bytes
+        written = load_catalog(root / "catalog.jsonl")
+        log(f"embedding {len(written)} tools")
+        index, index_section = _write_index(root, embedder, written, index_dtype)
+        lexical = LexicalIndex.from_catalog(written)
         lexical.save(root / "lexical.npz")
-        golden = golden_vectors(embedder, tokenizer)
+        golden = golden_vectors(embedder, embedder.tokenizer)
         if embedder_gguf is not None:
-            golden["gguf_embeddings"] = _gguf_golden(root / GGUF_EMBEDDER_FILE, embedder_gguf, tokenizer)
-        dec_section = None
-        if decomposer:
-            dec_section = _add_decomposer(root, decomposer, golden)
-        head_section = _add_head(root, Path(head)) if head is not None else None
-        if head_section is not None:
-            head_section.update(head_meta or {})
-        for rel, text in (cards or {}).items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text, encoding="utf-8")
-        written = load_catalog(root / "catalog.jsonl")  # the tools as a Selector reads them (key order included)
-        golden["pipeline"] = shipped_pipeline_probes(written, embedder, index, lexical,
-                                                     root / HEAD_FILE if head_section else None)
-        (root / SCHEMA_TOKENS_FILE).write_text(json.dumps(schema_token_table(written)) + "\n")
-        (root / "golden.json").write_text(json.dumps(golden) + "\n")
-        seconds: dict[str, Any] = {}
-        for name, section in (("embedder", emb_section), ("decomposer", dec_section)):
-            _timed_apart(section, name, seconds)
-        block = build_block(catalog.source, seconds)
-        for field, value in (build or {}).items():  # dicts merge (the exporter's seconds beside the models')
-            block[field] = {**block[field], **value} if isinstance(value, dict) and isinstance(block.get(field), dict) \
-                else value
+            golden["gguf_embeddings"] = _gguf_golden(root / GGUF_EMBEDDER_FILE, embedder_gguf, embedder.tokenizer)
+        dec_section = _add_decomposer(root, decomposer, golden) if decomposer else None
+        head_section = {**_add_head(root, Path(head)), **(head_meta or {})} if head is not None else None
+        _write_cards(root, cards or {})
+        _write_probes(root, golden, embedder, index, lexical, head_section is not None)
         manifest = {
-            "build": block,
+            "build": _build_record(catalog.source, emb_section, dec_section, build or {}),
             "embedder": emb_section,
-            "index": {"file": "index.usearch", "metric": "cos", "dtype": dtype, "ndim": int(tool_vecs.shape[1]),
-                      "recall_at_10_vs_exact": recall,
-                      "dtype_rule": "i8 when its recall@10 against exact search is >= 0.99, else f16"},
+            "index": index_section,
             "catalog": {"file": "catalog.jsonl", "tools": len(catalog),
                         "tool_text": "name (de-snake-cased): description (parameters: names)"},
             "lexical": {"file": "lexical.npz", **lexical.describe()},
@@ -322,15 +290,83 @@ def build_bundle(out: str | Path, *, embedder_onnx: str | Path, tokenizer_file: 
             **(extra or {}),
             "release": release,
         }
-        log("hashing artifacts into manifest.json")
-        manifest = write_digested_manifest(root, manifest)
-        crash_point("manifest-written")
-        if build_check is not None:
-            build_check(root)
-        if key is not None:
-            log(f"signing the manifest (key {sign_staged(root, key)['fingerprint']})")
-            crash_point("signed")
-        return manifest
+        return _finish_bundle(root, manifest, build_check, key, log)
+
+
+def _write_embedder(root: Path, embedder_onnx: str | Path, tokenizer_file: str | Path, embedder_meta: dict[str, Any],
+                    embedder_gguf: dict[str, Any] | None) -> dict[str, Any]:
+    """The embedder's files copied into ``root/embedder``; its manifest section."""
+    (root / "embedder").mkdir()
+    emb_rel = "embedder/model" + (".pte" if str(embedder_onnx).endswith(".pte") else ".onnx")
+    shutil.copy2(embedder_onnx, root / emb_rel)
+    shutil.copy2(tokenizer_file, root / "embedder" / "tokenizer.json")
+    max_length = int(embedder_meta.get("max_length", 128))
+    emb_section = {"file": emb_rel, "tokenizer": "embedder/tokenizer.json",
+                   "pooling": "mean", "normalize": True, "max_length": max_length, **embedder_meta}
+    emb_section.pop("gguf", None)  # meta copied from another manifest names a GGUF this build may not write
+    if embedder_gguf is not None:
+        shutil.copy2(embedder_gguf["file"], root / GGUF_EMBEDDER_FILE)
+        emb_section["gguf"] = {"file": GGUF_EMBEDDER_FILE, **embedder_gguf.get("meta", {})}
+    return emb_section
+
+
+def _write_index(root: Path, embedder: Any, catalog: Catalog, index_dtype: str | None) -> tuple[ToolIndex, dict[str, Any]]:
+    """The catalog embedded into ``root/index.usearch`` (i8 unless its recall says f16); the index
+    and its manifest section."""
+    tool_vecs = embedder.embed([tool_text(t) for t in catalog])
+    recall = measure_index_recall(tool_vecs, embedder.embed(PROBE_QUERIES))
+    dtype = index_dtype or choose_index_dtype(recall)
+    index = ToolIndex(tool_vecs.shape[1], dtype)
+    index.add(catalog.ids, tool_vecs, threads=1)  # one thread: the same graph, the same bytes, every build
+    index.save(root / "index.usearch")
+    return index, {"file": "index.usearch", "metric": "cos", "dtype": dtype, "ndim": int(tool_vecs.shape[1]),
+                   "recall_at_10_vs_exact": recall,
+                   "dtype_rule": "i8 when its recall@10 against exact search is >= 0.99, else f16"}
+
+
+def _write_cards(root: Path, cards: dict[str, str]) -> None:
+    """Model cards, ``{path in the bundle: Markdown}``."""
+    for rel, text in cards.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+
+
+def _write_probes(root: Path, golden: dict[str, Any], embedder: Any, index: ToolIndex, lexical: LexicalIndex,
+                  has_head: bool) -> None:
+    """The pipeline probes into ``golden.json`` and the schema-token table, over the catalog as
+    written (the tools as a Selector reads them, key order included)."""
+    written = load_catalog(root / "catalog.jsonl")
+    golden["pipeline"] = shipped_pipeline_probes(written, embedder, index, lexical, root / HEAD_FILE if has_head else None)
+    (root / SCHEMA_TOKENS_FILE).write_text(json.dumps(schema_token_table(written)) + "\n")
+    (root / "golden.json").write_text(json.dumps(golden) + "\n")
+
+
+def _build_record(source: str, emb_section: dict[str, Any], dec_section: dict[str, Any] | None,
+                  build: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``build`` block: ``build_block`` with the models' timings set apart, and the
+    caller's fields (dicts merge: the exporter's seconds beside the models')."""
+    seconds: dict[str, Any] = {}
+    for name, section in (("embedder", emb_section), ("decomposer", dec_section)):
+        _timed_apart(section, name, seconds)
+    block = build_block(source, seconds)
+    for field, value in build.items():
+        block[field] = {**block[field], **value} if isinstance(value, dict) and isinstance(block.get(field), dict) \
+            else value
+    return block
+
+
+def _finish_bundle(root: Path, manifest: dict[str, Any], build_check: Callable[[Path], None] | None, key: Any,
+                   log: Callable[[str], None]) -> dict[str, Any]:
+    """The manifest hashed and written, the build check run, then the manifest signed (with a key)."""
+    log("hashing artifacts into manifest.json")
+    manifest = write_digested_manifest(root, manifest)
+    crash_point("manifest-written")
+    if build_check is not None:
+        build_check(root)
+    if key is not None:
+        log(f"signing the manifest (key {sign_staged(root, key)['fingerprint']})")
+        crash_point("signed")
+    return manifest
 
 
 def _gguf_golden(gguf: Path, embedder_gguf: dict[str, Any], tokenizer: TextTokenizer) -> dict[str, Any]:
@@ -445,6 +481,49 @@ def write_state(root: Path, files: dict[str, str], catalog: Catalog, index: Any,
             "lexical": lexical.describe()}
 
 
+# The files of a Selector's run-time state, by manifest section, where the source names none.
+_STATE_FILES = {"catalog": "catalog.jsonl", "index": "index.usearch", "lexical": "lexical.npz",
+                "schema_tokens": SCHEMA_TOKENS_FILE}
+
+
+def _state_files(source: Bundle) -> dict[str, str]:
+    """The files of the run-time state, as the source's manifest names them."""
+    names = {}
+    for name, default in _STATE_FILES.items():
+        section = source.manifest.get(name)
+        names[name] = section["file"] if isinstance(section, dict) and isinstance(section.get("file"), str) else default
+    return names
+
+
+def _rewritten_manifest(source: Bundle, changed: dict[str, Any], names: dict[str, str], release: int
+                        ) -> dict[str, Any]:
+    """The source's manifest with the rewritten state's sections, a run-time build block, this
+    release and what it was rewritten from (its files listed and hashed by the writer)."""
+    manifest = {k: v for k, v in source.manifest.items() if k not in ("files", "format", "format_version")}
+    for name, fields in changed.items():
+        manifest[name] = _rewritten_section(source, name, fields, names[name])
+    manifest.get("catalog", {}).pop("source", None)  # bundles before the build block kept it there
+    before = source.manifest.get("build")
+    before = before if isinstance(before, dict) else {}
+    manifest.pop("created", None)
+    manifest["build"] = {**build_block("<rewritten at run time>"),
+                         **({"seconds": before["seconds"]} if "seconds" in before else {})}
+    manifest["release"] = release
+    manifest["rewritten_from"] = {"release": source.release,
+                                  "created": before.get("created", source.manifest.get("created")),
+                                  "content_sha256": source.manifest.get("content_sha256")}
+    return manifest
+
+
+def _rewritten_section(source: Bundle, name: str, fields: dict[str, Any], file: str) -> dict[str, Any]:
+    """A rewritten section: the source's fields (none for the lexical index, which describes itself
+    whole) under the new ones; an index's measured recall dropped where its dtype changed."""
+    base = dict(source.manifest.get(name) or {}) if name != "lexical" else {}
+    if name == "index" and base.get("dtype") != fields["dtype"]:
+        base.pop("recall_at_10_vs_exact", None)
+    return {**base, **fields, "file": file}
+
+
 def rewrite_bundle(source: Bundle, out: str | Path, *,
                    snapshot: Callable[[Callable[..., dict[str, Any]]], dict[str, Any]],
                    signing_key: Any = None, release: int | None = None) -> dict[str, Any]:
@@ -458,12 +537,7 @@ def rewrite_bundle(source: Bundle, out: str | Path, *,
     source folder itself): the bundle that was there stays until the new one is complete."""
     out = Path(out)
     key = load_private_key(signing_key) if signing_key is not None else None
-    names = {}
-    for name in ("catalog", "index", "lexical", "schema_tokens"):
-        section = source.manifest.get(name)
-        names[name] = section["file"] if isinstance(section, dict) and isinstance(section.get("file"), str) \
-            else {"catalog": "catalog.jsonl", "index": "index.usearch", "lexical": "lexical.npz",
-                  "schema_tokens": SCHEMA_TOKENS_FILE}[name]
+    names = _state_files(source)
     with staged_dir(out) as root:  # holds the writers' lock: the check and the release are made under it
         _check_source_is_current(source, out)
         release = resolve_release(out, release)
@@ -472,23 +546,7 @@ def rewrite_bundle(source: Bundle, out: str | Path, *,
                 _copy_checked(source, rel, root, out)
         crash_point("models-copied")
         changed = snapshot(lambda catalog, index, lexical: write_state(root, names, catalog, index, lexical))
-        manifest = {k: v for k, v in source.manifest.items() if k not in ("files", "format", "format_version")}
-        for name, fields in changed.items():
-            base = dict(source.manifest.get(name) or {}) if name != "lexical" else {}
-            if name == "index" and base.get("dtype") != fields["dtype"]:
-                base.pop("recall_at_10_vs_exact", None)
-            manifest[name] = {**base, **fields, "file": names[name]}
-        manifest.get("catalog", {}).pop("source", None)  # bundles before the build block kept it there
-        before = source.manifest.get("build")
-        before = before if isinstance(before, dict) else {}
-        manifest.pop("created", None)
-        manifest["build"] = {**build_block("<rewritten at run time>"),
-                             **({"seconds": before["seconds"]} if "seconds" in before else {})}
-        manifest["release"] = release
-        manifest["rewritten_from"] = {"release": source.release,
-                                      "created": before.get("created", source.manifest.get("created")),
-                                      "content_sha256": source.manifest.get("content_sha256")}
-        manifest = write_digested_manifest(root, manifest)
+        manifest = write_digested_manifest(root, _rewritten_manifest(source, changed, names, release))
         written = (root / MANIFEST).read_bytes()
         crash_point("manifest-written")
         if key is not None:
