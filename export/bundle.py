@@ -268,6 +268,10 @@ def export_bundle(out: str | Path, *, embedder: str | Path, catalog: str | Path 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="magicselector-export-") as work:
         work = Path(work)
+        # the catalog as the bundle gives it back (parameters in key order), so that the parity probes'
+        # tool texts, like the index's, are the same when the bundle is rebuilt from its own catalog.jsonl
+        cat.write_jsonl(work / "catalog.jsonl")
+        cat = Catalog(list(load_catalog(work / "catalog.jsonl")), source=cat.source)
         probes = PROBE_QUERIES + [tool_text(t) for t in list(cat)[:40]]
         emb = export_embedder_for(embedder, work / "embedder", fmt=fmt, preset=preset, probe_texts=probes, log=log,
                                   gguf=gguf)

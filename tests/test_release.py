@@ -56,8 +56,14 @@ def twice(checkpoint, tiny_data, tmp_path_factory) -> tuple[Path, Path]:
     from magicselector.default_bundle import SHIPPED_HEAD
 
     root = tmp_path_factory.mktemp("twice")
+    tools = [json.loads(line) for line in (tiny_data / "tools.jsonl").read_text().splitlines()]
+    # parameters out of key order: the bundle's catalog.jsonl sorts them, and a rebuild from it must
+    # still give the same index (tool texts name the parameters in order)
+    tools[0]["parameters"]["properties"] = {"time": {"type": "string"}, "label": {"type": "string"}}
+    catalog = root / "tools.jsonl"
+    catalog.write_text("".join(json.dumps(t) + "\n" for t in tools))
     for name in ("a", "b"):
-        _build(root / name, checkpoint, tiny_data / "tools.jsonl", head=SHIPPED_HEAD)
+        _build(root / name, checkpoint, catalog, head=SHIPPED_HEAD)
     return root / "a", root / "b"
 
 
