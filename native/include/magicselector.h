@@ -23,7 +23,10 @@ typedef struct ms_selector ms_selector;
 
 /* Opens the bundle folder `bundle_dir`. `options_json` may be NULL or a JSON object of
    SelectorConfig settings this core honours (e.g. {"threads": 1}); a setting it cannot honour is
-   MS_ERR_UNSUPPORTED naming it. On success *out holds a selector to pass to ms_close. */
+   MS_ERR_UNSUPPORTED naming it. On success *out holds a selector to pass to ms_close.
+   Every file the core reads is checked against the manifest's sha256 unless {"verify": false}; the
+   embedder's GGUF is hashed on one short-lived helper thread while the other files load ("threads"
+   counts the embedder's inference threads only), and opened only once its hash matched. */
 ms_status ms_open(const char *bundle_dir, const char *options_json, ms_selector **out);
 
 /* One turn. `request_json`: {"query": str, "history": [{"role": str, "content": str}, ...],
