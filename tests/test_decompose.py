@@ -5,7 +5,6 @@ the user's cache, once per machine."""
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -173,15 +172,14 @@ def test_gate_adds_the_llm_tasks_to_the_rules_tasks():
 @pytest.mark.extra("llm")
 def test_deadline_falls_back_to_the_rules(llm):
     gate = GatedDecomposer(llm, deadline_ms=1.0)
-    t0 = time.perf_counter()
     d = gate.decompose(TWO_INTENTS, [])
     tasks, trace = d.tasks, d.trace
-    elapsed = time.perf_counter() - t0
     assert trace.ran == "rules" and "deadline" in trace.reason
     assert tasks == RuleDecomposer().decompose(TWO_INTENTS, []).tasks
-    assert trace.tokens == 0
+    # abandoned before the answer was written: no token of the LLM's answer reached the turn, while the
+    # same turn without a deadline writes one (counted in tokens, not timed: timings follow the load)
     full = llm.decompose(TWO_INTENTS, []).trace
-    assert elapsed * 1e3 < full.ms  # abandoned before the answer was written
+    assert trace.tokens == 0 < full.tokens
 
 
 # -- model pinning -------------------------------------------------------------------------------------
