@@ -645,6 +645,25 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "turn_ms_p50": float(np.median([r["turn_ms"] for r in fit])) if fit else None}
 
 
+def _part_prompts(name: str, model: ChatModel, bench: Any, queries: Sequence[Any], handed: Sequence[Any],
+                  config: AgentConfig, say: Callable[[str], None]
+                  ) -> tuple[dict[str, list[_Prompt]], list[dict[str, Any]]]:
+    """Each configuration's prompts for the part's turns, and the configurations left out because their
+    prompt is over the model's context ("all" only: the whole catalog is the same prompt head every
+    turn, so it is sized on the first turn)."""
+    prompts: dict[str, list[_Prompt]] = {}
+    skipped: list[dict[str, Any]] = []
+    for c in config.configs:
+        head = build_prompts(model, bench, queries[:1], handed[:1], c)
+        if c == "all" and len(head[0].tokens) + config.max_new_tokens > model.context:
+            skipped.append({"config": c, "prompt_tokens": len(head[0].tokens), "context": model.context})
+            say(f"[agent] {name}: 'all' needs {len(head[0].tokens)} prompt tokens, over {model.label}'s "
+                f"{model.context}: not run")
+            continue
+        prompts[c] = head + build_prompts(model, bench, queries[1:], handed[1:], c)
+    return prompts, skipped
+
+
 def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config: AgentConfig,
              answers: BfclAnswers, say: Callable[[str], None],
              on_turn: Callable[[list[dict[str, Any]], dict[str, Any]], None] | None = None,
@@ -673,15 +692,7 @@ def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config:
     t0 = time.perf_counter()
     handed = handed_tools(bench, queries, config.configs, selector)
     say(f"[agent] {name}: {len(queries)} turns selected in {time.perf_counter() - t0:.1f} s")
-    prompts, skipped = {}, []
-    for c in config.configs:  # the whole catalog is the same prompt head every turn: sized on the first
-        head = build_prompts(model, bench, queries[:1], handed[:1], c)
-        if c == "all" and len(head[0].tokens) + config.max_new_tokens > model.context:
-            skipped.append({"config": c, "prompt_tokens": len(head[0].tokens), "context": model.context})
-            say(f"[agent] {name}: 'all' needs {len(head[0].tokens)} prompt tokens, over {model.label}'s "
-                f"{model.context}: not run")
-            continue
-        prompts[c] = head + build_prompts(model, bench, queries[1:], handed[1:], c)
+    prompts, skipped = _part_prompts(name, model, bench, queries, handed, config, say)
     by_config: dict[str, list[dict[str, Any]]] = {c: [] for c in prompts}
     configs: dict[str, Any] = {}
     part = {"folder": str(folder), "turns": len(queries), "tools": len(bench.catalog), "configs": configs,

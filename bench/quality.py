@@ -366,6 +366,22 @@ def _bar(total: int, enabled: bool):
     return None
 
 
+def _evaluate_row(name: str, bench: Any, cost: TokenCost, *, peers: Mapping[str, Any],
+                  configs: Mapping[str, SelectorConfig], base: Any, shipped: SelectorConfig,
+                  config: QualityConfig, reference: Any, embed: Any) -> tuple[dict[str, Any], list[tuple[str, Turn]]]:
+    """One configuration's row on one set and its turns (query id, (ranked ids, gold, kept ids, K)) for
+    the pooled multi-tool group: a peer, the FP32 reference or one of our configurations."""
+    keep: list[tuple[str, Turn]] = []
+    if name in peers:
+        return evaluate_peer(peers[name], bench, shipped, config, cost, reference, embed, keep), keep
+    if name == FP32:
+        assert reference is not None
+        return reference.evaluate(bench, shipped, config, cost, keep), keep
+    report = evaluate(bench, configs[name], progress=False, base=base)
+    keep = [(q["id"], (q["ranked_ids"], q["gold"], q["ids"], q["k"])) for q in report["per_query"]]
+    return _row(report, config.at, cost), keep
+
+
 def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | None = None,
                 config: QualityConfig = QualityConfig(), shipped: SelectorConfig | None = None,
                 progress: bool = True, note: Callable[[str], None] = print,
@@ -406,16 +422,8 @@ def run_quality(sets: Sequence[tuple[str, str | Path]], bundle: str | Path | Non
             if bar is not None:
                 bar.set_postfix_str(f"{set_name}: {name}")
             t = time.perf_counter()
-            keep: list[tuple[str, Turn]] = []
-            if name in peers:
-                rows[name] = evaluate_peer(peers[name], bench, shipped, config, cost, reference, embed, keep)
-            elif name == FP32:
-                assert reference is not None
-                rows[name] = reference.evaluate(bench, shipped, config, cost, keep)
-            else:
-                report = evaluate(bench, configs[name], progress=False, base=base)
-                keep = [(q["id"], (q["ranked_ids"], q["gold"], q["ids"], q["k"])) for q in report["per_query"]]
-                rows[name] = _row(report, config.at, cost)
+            rows[name], keep = _evaluate_row(name, bench, cost, peers=peers, configs=configs, base=base,
+                                             shipped=shipped, config=config, reference=reference, embed=embed)
             rows[name]["seconds"] = round(time.perf_counter() - t, 2)
             turns = [turn for qid, turn in keep if qid in multi]
             if turns:

@@ -161,7 +161,7 @@ def test_scaling_small_n_recall_and_fit():
         assert r["build_s"] >= 0 and r["file_bytes"] > 0
         for s in r["settings"]:
             # f16 keeps (nearly) the exact top 50 at these sizes; i8 loses a few percent, not more
-            assert s["recall@50"] >= (0.99 if r["dtype"] == "f16" else 0.9), (r["n"], r["dtype"], s)
+            assert s["recall@50"] >= (0.98 if r["dtype"] == "f16" else 0.9), (r["n"], r["dtype"], s)
             assert 0 <= s["p50_ms"] <= s["p90_ms"]
         assert r["chosen"] in r["settings"]
     for key in ("slope_us_per_item", "intercept_us", "r2", "loglog_slope", "loglog_slope_n_ge_1000"):
