@@ -114,6 +114,7 @@ def _run_native_tests(target: str, tmp_path: Path, *extra: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.extra("llm")  # the test bundle's GGUF golden vectors come from llama.cpp's Python binding
 def test_host_build_passes_its_native_tests_under_asan_and_ubsan(tmp_path, capsys, monkeypatch):
     if shutil.which("cmake") is None:
         pytest.skip("the native build needs CMake >= 3.25 on PATH")
