@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..errors import CatalogError
-from ..files import trim_heap
+from ..files import BLANK_LINE, json_line, trim_heap
 from . import collection
 from .collection import Catalog
 from .tool import Tool, _parse_tool
@@ -223,23 +223,10 @@ def _entries_from_jsonl(path: Path) -> list[tuple[Any, str]]:
     out = []
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # a byte-order mark is allowed
-            except UnicodeDecodeError as e:
-                raise CatalogError(f"{path}:{n}: not UTF-8 text ({e})") from None
-            if line.strip():
-                out.append((_json_line(line, f"{path}:{n}"), f"{path}:{n}"))
+            entry = json_line(raw, n, path, "a tool", CatalogError)
+            if entry is not BLANK_LINE:
+                out.append((entry, f"{path}:{n}"))
     return out
-
-
-def _json_line(line: str, where: str) -> Any:
-    """One line of a ``tools.jsonl`` file, decoded."""
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise CatalogError(f"{where}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise CatalogError(f"{where}: JSON nested too deeply to be a tool") from None
 
 
 def _parsed_one_by_one(entries: list[Any], domain: str | None, where: str) -> Iterator[Tool]:
