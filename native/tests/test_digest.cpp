@@ -5,18 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "digest.h"
 
+using ms_test::check;
+using ms_test::failures;
+
 namespace {
-
-int failures = 0;
-
-void check(bool ok, const std::string &what) {
-    if (!ok) {
-        ++failures;
-        std::fprintf(stderr, "FAIL: %s\n", what.c_str());
-    }
-}
 
 std::string digest(const std::string &data, bool cpu, const std::vector<std::size_t> &pieces = {}) {
     ms::Sha256 h(cpu);

@@ -12,20 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "embed.h"
 #include "error.h"
 #include "json.h"
 
+using ms_test::check;
+using ms_test::failures;
+
 namespace {
-
-int failures = 0;
-
-void check(bool ok, const std::string &what) {
-    if (!ok) {
-        ++failures;
-        std::fprintf(stderr, "FAIL: %s\n", what.c_str());
-    }
-}
 
 std::string read_file(const std::string &path) {
     std::ifstream f(path, std::ios::binary);

@@ -10,20 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "error.h"
 #include "json.h"
 #include "tokenizer.h"
 
+using ms_test::check;
+using ms_test::failures;
+
 namespace {
-
-int failures = 0;
-
-void check(bool ok, const std::string &what) {
-    if (!ok) {
-        ++failures;
-        std::fprintf(stderr, "FAIL: %s\n", what.c_str());
-    }
-}
 
 // A minimal BERT tokenizer.json around `model` (the text of the "model" member) and `extra` root members.
 std::string document(const std::string &model, const std::string &extra = "") {
