@@ -14,6 +14,7 @@ import magicselector as _runtime
 from magicselector.cli.options import (add_bundle_trust_options, add_history_file_option, add_selector_options,
                                        bundle_trust, history_mode_with_history, selector_config, warn)
 from magicselector.errors import InputError, MagicSelectorError
+from magicselector.files import json_text, utf8_text
 from magicselector.targets import TARGET_CHOICES
 
 DEMO_FILE = Path(_runtime.__file__).resolve().parent / "demo" / "dialogue.json"
@@ -68,17 +69,12 @@ def _read_history(path: str | None) -> list[dict[str, str]]:
     if not path:
         return []
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))  # a byte-order mark is allowed
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise InputError(f"{path}: no such history file") from None
     except OSError as e:  # a folder, no permission
         raise InputError(f"{path}: cannot read the history file ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text ({e})") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise InputError(f"{path}: JSON nested too deeply to be a history") from None
+    data = json_text(utf8_text(raw, str(path), InputError), str(path), "a history", InputError)  # a BOM is allowed
     if isinstance(data, dict):  # also a recorded chat request: its messages (Chat, Anthropic) or input (Responses)
         data = next((data[k] for k in ("history", "turns", "messages", "input") if k in data), None)
     if not isinstance(data, list):

@@ -17,8 +17,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Mapping
 
 from .errors import BundleError
-from .files import (cache_home, open_regular, previous_dir, read_sized, sha256_file,  # noqa: F401
-                    staged_dir)  # staged_dir is re-exported
+from .files import (cache_home, json_text, open_regular, previous_dir, read_sized, sha256_file,  # noqa: F401
+                    staged_dir, utf8_text)  # staged_dir is re-exported
 from .signing import read_signature, verify_manifest_bytes
 
 MANIFEST = "manifest.json"
@@ -63,14 +63,7 @@ def _bundle_folder(path: Any) -> Path:
 
 def _parsed_manifest(raw: bytes, mpath: Path) -> Mapping[str, Any]:
     """The manifest's JSON, checked to be this format and version."""
-    try:
-        manifest = json.loads(raw.decode("utf-8-sig"))
-    except UnicodeDecodeError as e:
-        raise BundleError(f"{mpath}: not UTF-8 text ({e})") from None
-    except json.JSONDecodeError as e:
-        raise BundleError(f"{mpath}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise BundleError(f"{mpath}: JSON nested too deeply to be a manifest") from None
+    manifest = json_text(utf8_text(raw, str(mpath), BundleError), str(mpath), "a manifest", BundleError)
     if not isinstance(manifest, Mapping) or manifest.get("format") != FORMAT:
         raise BundleError(f"{mpath}: not a magicselector bundle manifest")
     if manifest.get("format_version") != FORMAT_VERSION:

@@ -137,12 +137,21 @@ def json_line(raw: bytes, n: int, path: str | Path, what: str, error: type[Excep
     allowed on the first line; bytes that are not UTF-8, text that is not JSON and JSON nested too
     deeply to be a ``what`` raise ``error`` naming ``path:n``."""
     where = f"{path}:{n}"
+    text = utf8_text(raw, where, error, bom=n == 1)
+    return BLANK_LINE if not text.strip() else json_text(text, where, what, error)
+
+
+def utf8_text(raw: bytes, where: str, error: type[Exception], bom: bool = True) -> str:
+    """``raw`` as UTF-8 text (a leading byte-order mark dropped where ``bom``); ``error`` naming ``where``."""
     try:
-        text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+        return raw.decode("utf-8-sig" if bom else "utf-8")
     except UnicodeDecodeError as e:
         raise error(f"{where}: not UTF-8 text ({e})") from None
-    if not text.strip():
-        return BLANK_LINE
+
+
+def json_text(text: str, where: str, what: str, error: type[Exception]) -> Any:
+    """``text`` parsed as JSON; text that is not JSON, or JSON nested too deeply to be a ``what``, raises
+    ``error`` naming ``where`` (the one wording of every JSON file the project reads)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
