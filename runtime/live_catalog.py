@@ -31,6 +31,8 @@ class LiveCatalog:
         self.catalog = catalog
         self.index = index
         self.lexical = lexical  # built from the catalog on first use when None (``lexical_index``)
+        # BM25's parameters, kept for a rebuild (``lexical_index``) after the index was dropped
+        self.lexical_params: dict[str, Any] = lexical.params if lexical is not None else {}
         self.version = 0
         self.lock = threading.RLock()
         # (tool id, format) -> (the Tool, its definition's tokens): a hit only for the same Tool object,
@@ -41,7 +43,7 @@ class LiveCatalog:
         """The BM25 index of the catalog's tool texts (the bundle's, else built now, once)."""
         with self.lock:
             if self.lexical is None:
-                self.lexical = LexicalIndex.from_catalog(self.catalog)
+                self.lexical = LexicalIndex.from_catalog(self.catalog, **self.lexical_params)
             return self.lexical
 
     def add(self, tool: Tool | dict[str, Any], embed: Callable[[list[str]], np.ndarray]) -> None:
@@ -56,9 +58,14 @@ class LiveCatalog:
         with self.lock:
             check_tool(tool, self.catalog)  # the name again, under the lock: a racing add may have taken it
             catalog = self.catalog.with_tool(tool)
-            self.index.add([tool.id], vec)
-            if self.lexical is not None:
-                self.lexical.add(tool.id, tool_text(tool))
+            replaced = self.index.vectors([tool.id]) if tool.id in self.index else None
+            self.index.add([tool.id], vec)  # all or nothing: a refused add changes no index
+            try:
+                if self.lexical is not None:
+                    self.lexical.add(tool.id, tool_text(tool))
+            except BaseException:
+                self._undo_index(tool.id, replaced)
+                raise
             self.catalog = catalog
             self.version += 1
 
@@ -66,12 +73,28 @@ class LiveCatalog:
         """Remove the tool with this id (UnknownToolError naming it when there is none)."""
         check_tool_id(tool_id)  # a non-string id is an InputError, not a TypeError from a dict lookup
         with self.lock:
-            self.catalog.get(tool_id)  # raises UnknownToolError with the id
+            catalog = self.catalog.without(tool_id)  # raises UnknownToolError with the id
+            removed = self.index.vectors([tool_id])
             self.index.remove(tool_id)
-            if self.lexical is not None:
-                self.lexical.remove(tool_id)
-            self.catalog = self.catalog.without(tool_id)
+            try:
+                if self.lexical is not None:
+                    self.lexical.remove(tool_id)
+            except BaseException:
+                self._undo_index(tool_id, removed)
+                raise
+            self.catalog = catalog
             self.version += 1
+
+    def _undo_index(self, tool_id: str, vector: np.ndarray | None) -> None:
+        """Put the dense index back as it was before a change to ``tool_id`` whose lexical half
+        failed (the tool's earlier vector, or none), so that a failed change loses nothing; the
+        lexical index may be half-changed, so it is dropped and built again from the catalog, with
+        the same parameters, on first use."""
+        if vector is None:
+            self.index.remove(tool_id)
+        else:
+            self.index.add([tool_id], vector)
+        self.lexical = None
 
     def schema_tokens(self, tool: Tool, format: str) -> int:
         """The tokens of ``tool``'s definition in ``format`` (``tokens.schema_tokens``), cached per Tool."""

@@ -238,8 +238,8 @@ class Selector:
         key = getattr(self.embedder, "vectors_key", "")
         index = catalog_index(self.embedder, catalog, key, self.index.dtype)  # in batches, bounded memory
         config = config or self.config
-        params = self.live.lexical.params if self.live.lexical is not None else {}
-        lexical = LexicalIndex.from_catalog(catalog, **params) if config.lexical else None  # else on first use
+        # else built on first use
+        lexical = LexicalIndex.from_catalog(catalog, **self.live.lexical_params) if config.lexical else None
         return Selector(catalog, self.embedder, index, config=config, bundle=self.bundle,
                         lexical=lexical, head=self.head)
 

@@ -91,3 +91,79 @@ def test_keys_are_stable():
     assert tool_key("set_alarm") == tool_key("set_alarm")
     assert tool_key("set_alarm") != tool_key("set_alarms")
     assert tool_key("x") < 2**63
+
+
+def _state(index, probe):
+    """What a caller can see of an index: its ids, its raw entry count, a search and every vector."""
+    (got, sims), = index.search(probe, len(index))
+    return sorted(index.ids), len(index._index), got, np.round(sims, 4).tolist(), index.vectors(sorted(index.ids))
+
+
+def _assert_unchanged(index, before, probe):
+    ids, raw_count, got, sims, vecs = _state(index, probe)
+    assert (ids, raw_count, got, sims) == before[:4]
+    np.testing.assert_array_equal(vecs, before[4])
+
+
+def test_an_add_refused_for_a_key_collision_leaves_the_index_as_it_was(monkeypatch):
+    """A later id in the batch colliding with a held tool's key is refused before the earlier,
+    replaced tool is taken out (it used to be removed from usearch and kept in the id table)."""
+    import magicselector.stages.index as index_module
+
+    rng = np.random.default_rng(4)
+    vecs = unit(rng, 6)
+    index = ToolIndex(16, "f16")
+    index.add([f"tool_{i}" for i in range(4)], vecs[:4])
+    before = _state(index, vecs[0])
+    real_key = index_module.tool_key
+    monkeypatch.setattr(index_module, "tool_key", lambda i: real_key("tool_1") if i == "clash" else real_key(i))
+    with pytest.raises(InputError, match="'clash' and 'tool_1' collide"):
+        index.add(["tool_2", "clash"], vecs[4:6])
+    _assert_unchanged(index, before, vecs[0])
+    # two new ids colliding with each other in one batch are refused the same way
+    monkeypatch.setattr(index_module, "tool_key", lambda i: real_key("fresh") if i == "clash" else real_key(i))
+    with pytest.raises(InputError, match="'clash' and 'fresh' collide"):
+        index.add(["fresh", "clash"], vecs[4:6])
+    _assert_unchanged(index, before, vecs[0])
+
+
+def test_an_add_that_fails_inside_usearch_puts_back_the_tools_it_replaced():
+    rng = np.random.default_rng(5)
+    vecs = unit(rng, 6)
+    index = ToolIndex(16, "f16")
+    index.add([f"tool_{i}" for i in range(4)], vecs[:4])
+    before = _state(index, vecs[2])
+    raw, real_add, calls = index._index, index._index.add, []
+
+    def add_once_out_of_memory(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise MemoryError("usearch could not grow")
+        return real_add(*args, **kwargs)
+
+    raw.add = add_once_out_of_memory
+    with pytest.raises(MemoryError):
+        index.add(["tool_2", "new"], vecs[4:6])
+    assert len(calls) == 2  # the refused add, then tool_2's old vector put back
+    del raw.add
+    _assert_unchanged(index, before, vecs[2])
+    assert "new" not in index
+
+
+def test_add_and_remove_refuse_bad_input_before_changing_anything():
+    rng = np.random.default_rng(6)
+    vecs = unit(rng, 3)
+    index = ToolIndex(16, "f32")
+    index.add(["a", "b"], vecs[:2])
+    before = _state(index, vecs[0])
+    bad = vecs[2:3].copy()
+    bad[0, 3] = np.nan
+    with pytest.raises(InputError, match="'c' is not finite"):
+        index.add(["c"], bad)
+    with pytest.raises(InputError, match="must be a string"):
+        index.add([7], vecs[2:3])  # type: ignore[list-item]
+    with pytest.raises(InputError, match="threads"):
+        index.add(["c"], vecs[2:3], threads=-1)
+    with pytest.raises(InputError, match="must be a string"):
+        index.remove(None)  # type: ignore[arg-type]
+    _assert_unchanged(index, before, vecs[0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, TypedDict, cast
+from typing import TYPE_CHECKING, Iterable, Sequence, TypedDict, cast
 
 import numpy as np
 
@@ -155,32 +155,59 @@ class ToolIndex:
 
     def add(self, ids: Sequence[str], vectors: np.ndarray, threads: int = 0) -> None:
         """Add tools; an id already present is replaced. ``threads``: usearch's (0: every core); a
-        graph built on one thread is the same bytes from build to build (a bundle's index is)."""
+        graph built on one thread is the same bytes from build to build (a bundle's index is).
+        All or nothing: everything is checked before the index changes, and a refused add (an
+        InputError naming the id) leaves it exactly as it was."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape != (len(ids), self.ndim):
             raise InputError(f"expected vectors of shape ({len(ids)}, {self.ndim}), got {vectors.shape}")
+        not_text = next((i for i in ids if not isinstance(i, str)), None)
+        if not_text is not None:
+            raise InputError(f"add(): a tool id must be a string, got {type(not_text).__name__} {not_text!r:.80}")
         if len(set(ids)) != len(ids):
             raise InputError("add(): the same tool id appears twice")
-        index = self._writable()
+        if not np.isfinite(vectors).all():
+            bad = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+            raise InputError(f"add(): the vector of tool {ids[bad]!r} is not finite (NaN or infinity)")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise InputError(f"add(): threads must be an integer >= 0, got {threads!r}")
         keys = [tool_key(i) for i in ids]
-        for k in self._present_keys(keys, ids):
+        replaced = self._replaced_keys(keys, ids)  # refuses a key collision before anything changes
+        index = self._writable()
+        kept = self._get_raw(np.array(replaced, dtype=np.uint64)) if replaced else None
+        for k in replaced:
             index.remove(k)
-        if keys:
-            index.add(np.array(keys, dtype=np.uint64), vectors, threads=threads)
+        try:
+            if keys:
+                index.add(np.array(keys, dtype=np.uint64), vectors, threads=threads)
+        except BaseException:  # usearch failed half-way (e.g. out of memory): put back what was there
+            for k in keys:
+                if index.contains(k):
+                    index.remove(k)
+            if kept is not None:
+                index.add(np.array(replaced, dtype=np.uint64), kept, threads=threads)
+            raise
         self._id_by_key.update(zip(keys, ids))
         self._key_by_id.update(zip(ids, keys))
 
-    def _present_keys(self, keys: list[int], ids: Sequence[str]) -> Iterator[int]:
-        """The keys of these tools the index holds already (to replace), in order; an id that
-        collides with another on its key refused when it is reached."""
+    def _replaced_keys(self, keys: list[int], ids: Sequence[str]) -> list[int]:
+        """The keys of these tools the index holds already (to replace), in order; an InputError
+        naming both ids when one collides with another tool's key."""
+        replaced = []
+        batch: dict[int, str] = {}
         for k, i in zip(keys, ids):
-            other = self._id_by_key.get(k)
+            other = self._id_by_key.get(k) or batch.get(k)
+            batch[k] = i
             if other is not None and other != i:
-                raise InputError(f"tool ids {i!r} and {other!r} collide on their index key")
+                raise InputError(f"tool ids {i!r} and {other!r} collide on their index key; "
+                                 f"rename {i!r} (the index is unchanged)")
             if other is not None:
-                yield k
+                replaced.append(k)
+        return replaced
 
     def remove(self, tool_id: str) -> None:
+        if not isinstance(tool_id, str):
+            raise InputError(f"remove(): a tool id must be a string, got {type(tool_id).__name__} {tool_id!r:.80}")
         key = tool_key(tool_id)
         if key not in self._id_by_key:
             raise UnknownToolError(f"unknown tool id {tool_id!r} (not in the index)")
