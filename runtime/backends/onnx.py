@@ -2,7 +2,7 @@
 checked bytes, created at once), its threads and input names."""
 from __future__ import annotations
 
-import functools
+import os
 import threading
 from pathlib import Path
 from typing import Any, Mapping
@@ -10,6 +10,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import BundleError
+
+# A folder that cannot exist (/dev/null is no folder, so nothing can be made under it): made by no
+# one, it needs no cleaning up, and no process, even one killed, leaves one behind in the temp folder.
+NO_EXTERNAL_DATA_FOLDER = os.path.join(os.devnull, "magicselector-no-external-data")
 
 
 def make_session(model: str | Path | bytes, threads: int) -> Any:
@@ -24,8 +28,10 @@ def make_session(model: str | Path | bytes, threads: int) -> Any:
     source = bytes(model) if isinstance(model, (bytes, bytearray, memoryview)) else str(model)
     if isinstance(source, bytes):
         # a model loaded from its checked bytes must hold its weights: external data would be read
-        # from the working folder, outside every hash; an empty folder makes such a model fail to load
-        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", _empty_folder())
+        # from the working folder, outside every hash; a folder that cannot exist makes such a model
+        # fail to load ("External data path does not exist"), whatever path its data names
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                      NO_EXTERNAL_DATA_FOLDER)
     session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
     # The Python wrapper keeps the model's bytes only to re-create the session on a provider
     # change, which a CPU session never has; holding them costs the model's size (40 MB for the
@@ -33,20 +39,6 @@ def make_session(model: str | Path | bytes, threads: int) -> Any:
     if getattr(session, "_model_bytes", None) is not None:
         session._model_bytes = None
     return session
-
-
-@functools.cache
-def _empty_folder() -> str:
-    """A private empty folder for this process (removed at exit): where ONNX Runtime looks for the
-    external data of a model loaded from bytes, so that none is ever found."""
-    import atexit
-    import tempfile
-
-    import shutil
-
-    folder = tempfile.mkdtemp(prefix="magicselector-no-external-data-")
-    atexit.register(shutil.rmtree, folder, True)  # gone already (a tmp cleaner): nothing to say at exit
-    return folder
 
 
 def release_run_options() -> Any:
