@@ -35,9 +35,15 @@ selection to it. Each configuration has its own llama.cpp context, which first e
 the token prefix all its prompts share (the template's preamble; the whole catalog for ``all``:
 ``warmup_prefill_ms``).
 
-Turns run one after another, every configuration on each (a run stopped early has all of them on
-the same turns); the ``--json`` report is rewritten after every turn, and ``--resume`` takes the rows
-already in it instead of running those turns again (``run_part``).
+A turn's configurations that hand the same tools in the same order (the cut at K=5 and ``fixed-5``,
+``max-tools-3`` and the cut at K<=3) have the same prompt: greedy decoding gives it one generation,
+so it runs once and the others' rows take its text and LLM times (``same_prompt_as``), each with its
+own selection time. Each turn runs every configuration (a run stopped early has all of them on the
+same turns), in this process or, with ``jobs`` N, in N worker processes (turn i in worker i % N;
+every worker's contexts sized and warmed up alike, so the rows are those of one process apart from
+the times); the ``--json`` report is rewritten after every finished turn, and ``--resume`` takes the
+rows already in it (or in earlier reports: ``--resume-from``) instead of running those turns again
+(``run_part``).
 """
 from __future__ import annotations
 
@@ -83,12 +89,13 @@ class AgentConfig:
     max_new_tokens: int = 128
     min_gold: int = 1            # only turns with at least this many gold tools (2: the multi-tool part)
     bfcl_answers: Path | None = None  # bfcl-eval's possible_answer folder (None: the installed package's)
+    jobs: int = 1                # LLM worker processes of ``threads`` llama.cpp threads each (what is measured is the same)
 
     def __post_init__(self) -> None:
         bad = [c for c in self.configs if c not in CONFIGS]
         if bad or not self.configs:
             raise InputError(f"configs must be a non-empty list of {CONFIGS}, got {list(self.configs)}")
-        for name in ("threads", "max_new_tokens", "min_gold"):
+        for name in ("threads", "max_new_tokens", "min_gold", "jobs"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.limit is not None and self.limit < 1:
@@ -590,33 +597,181 @@ def _fits(p: _Prompt, model: ChatModel, config: AgentConfig) -> bool:
     return len(p.tokens) + config.max_new_tokens <= model.context
 
 
-def _warm_up(runner: Any, prompts: Sequence[_Prompt], model: ChatModel, config: AgentConfig) -> float | None:
-    """Evaluate, untimed, the token prefix the configuration's prompts share (the template's preamble;
-    the whole catalog for ``all``), as a deployment with prefix caching holds it before the first
-    turn; its ms (the one-off cost). The first timed turn reuses it and pays its own tokens only."""
+GEN_KEYS = ("text", "generated_tokens", "stopped", "prompt_tokens", "prefilled_tokens", "prefill_ms", "decode_ms",
+            "llm_cpu_ms")  # what one LLM call gives a row (copied to the configurations that had the same prompt)
+TIMING_KEYS = ("selection_ms", "prefill_ms", "decode_ms", "turn_ms", "llm_cpu_ms", "prefilled_tokens")
+# prefilled_tokens: what the KV cache held from the context's previous call, which depends on the turn order
+
+
+@dataclass(frozen=True)
+class _ContextPlan:
+    """One configuration's llama.cpp context, the same in every worker: its size (the part's longest
+    prompt of that configuration that fits, plus the token cap) and the token prefix all the part's
+    prompts of that configuration share, evaluated untimed before its first call (the template's
+    preamble; the whole catalog for ``all``), as a deployment with prefix caching holds it."""
+
+    n_ctx: int
+    warm_tokens: tuple[int, ...]
+
+
+def _context_plans(prompts: Mapping[str, Sequence[_Prompt]], model: ChatModel, config: AgentConfig
+                   ) -> dict[str, _ContextPlan]:
     import numpy as np
 
-    fitting = [p.tokens for p in prompts if _fits(p, model, config)]
-    if not fitting:
-        return None
-    shared = len(fitting[0]) - 1
-    for tokens in fitting[1:]:
-        shared = min(shared, _shared_prefix(np.asarray(fitting[0][:shared]), tokens))
-    runner.llm.n_tokens = 0
-    t0 = time.perf_counter()
-    runner.llm.eval(list(fitting[0][:max(shared, 1)]))
-    return (time.perf_counter() - t0) * 1e3
+    plans = {}
+    for c, ps in prompts.items():
+        fitting = [p.tokens for p in ps if _fits(p, model, config)]
+        if not fitting:
+            continue
+        shared = len(fitting[0]) - 1
+        for tokens in fitting[1:]:
+            shared = min(shared, _shared_prefix(np.asarray(fitting[0][:shared]), tokens))
+        needed = max(len(t) for t in fitting) + config.max_new_tokens
+        plans[c] = _ContextPlan(_ctx_size(needed, model.context), tuple(fitting[0][:max(shared, 1)]))
+    return plans
 
 
-def _turn(part: str, name: str, p: _Prompt, runner: Any, model: ChatModel, bench: Any, config: AgentConfig,
-          answers: BfclAnswers) -> dict[str, Any]:
-    """One configuration's row on one turn (over the model's trained context: a miss, nothing generated)."""
-    if not _fits(p, model, config):
-        gen = {"text": "", "generated_tokens": 0, "stopped": "context", "prompt_tokens": len(p.tokens),
-               "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0, "llm_cpu_ms": 0.0}
-        return {**_turn_row(part, name, p, gen, bench, answers), "fits": False}
-    gen = generate_call(runner, p.tokens, config.max_new_tokens)
-    return {**_turn_row(part, name, p, gen, bench, answers), "fits": True}
+class _Generator:
+    """One process's LLM calls: a llama.cpp context per configuration (``_ContextPlan``; created and
+    warmed up, untimed, on that configuration's first call), ``generate_call`` on each. Counts its
+    calls and the process CPU time it spent (loading and warm-ups included)."""
+
+    def __init__(self, path: str | Path, threads: int, max_new_tokens: int, plans: Mapping[str, _ContextPlan]) -> None:
+        self.path, self.threads, self.max_new_tokens, self.plans = Path(path), threads, max_new_tokens, dict(plans)
+        self.runners: dict[str, Any] = {}
+        self.warmup_ms: dict[str, float] = {}
+        self.calls = self.turns = 0
+        self.cpu_s = 0.0
+        self.started = time.perf_counter()
+
+    def _runner(self, c: str) -> Any:
+        runner = self.runners.get(c)
+        if runner is None:
+            from magicselector.backends.llama import LlamaRunner
+
+            plan = self.plans[c]
+            runner = self.runners[c] = LlamaRunner(self.path, n_threads=self.threads, n_ctx=plan.n_ctx, seed=0)
+            t0 = time.perf_counter()
+            runner.llm.n_tokens = 0
+            runner.llm.eval(list(plan.warm_tokens))
+            self.warmup_ms[c] = (time.perf_counter() - t0) * 1e3
+        return runner
+
+    def run(self, work: Sequence[tuple[str, Sequence[int]]]) -> dict[str, dict[str, Any]]:
+        """One turn's calls: (configuration, prompt tokens) -> that configuration's ``generate_call``."""
+        c0 = time.process_time()
+        try:
+            out = {c: generate_call(self._runner(c), tokens, self.max_new_tokens) for c, tokens in work}
+        finally:
+            self.cpu_s += time.process_time() - c0
+        self.calls += len(work)
+        self.turns += 1
+        return out
+
+    def stats(self, worker: int) -> dict[str, Any]:
+        import os
+
+        return {"worker": worker, "turns": self.turns, "llm_calls": self.calls, "cpu_s": round(self.cpu_s, 1),
+                "wall_s": round(time.perf_counter() - self.started, 1),
+                "loadavg_end": [round(x, 2) for x in os.getloadavg()], "warmup_prefill_ms": dict(self.warmup_ms)}
+
+    def close(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
+        self.runners.clear()
+
+
+def _worker_main(worker: int, setup: tuple[Any, ...], tasks: Any, results: Any) -> None:
+    """A ``--jobs`` worker process: its turns' calls from ``tasks`` (None ends), each turn's
+    generations to ``results``, then its stats (or the error that stopped it)."""
+    generator = _Generator(*setup)
+    try:
+        while (task := tasks.get()) is not None:
+            i, work = task
+            results.put(("turn", worker, i, generator.run(work), dict(generator.warmup_ms)))
+        results.put(("done", worker, generator.stats(worker)))
+    except BaseException as e:  # reported to the parent, which stops the run
+        results.put(("error", worker, f"{type(e).__name__}: {e}"))
+    finally:
+        generator.close()
+
+
+def _generations(work: Mapping[int, list[tuple[str, list[int]]]], setup: tuple[Any, ...], jobs: int,
+                 stats: list[dict[str, Any]], warmups: dict[str, dict[int, float]]
+                 ) -> Any:
+    """Yield (turn index, {configuration: generation}) for each turn of ``work`` (turn index -> its
+    calls): in this process in turn order (``jobs`` 1), or in ``jobs`` worker processes, turn i to
+    worker i % jobs, in the order they finish. ``stats`` gets each worker's stats at the end,
+    ``warmups`` each configuration's warm-up ms per worker as they happen."""
+    if jobs == 1:
+        generator = _Generator(*setup)
+        try:
+            for i in sorted(work):
+                gens = generator.run(work[i])
+                for c, ms in generator.warmup_ms.items():
+                    warmups.setdefault(c, {})[0] = ms
+                yield i, gens
+            stats.append(generator.stats(0))
+        finally:
+            generator.close()
+        return
+    import multiprocessing
+    import queue
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding onnxruntime's and llama.cpp's threads
+    results = ctx.Queue()
+    queues = [ctx.Queue() for _ in range(jobs)]
+    workers = [ctx.Process(target=_worker_main, args=(w, setup, queues[w], results), daemon=True)
+               for w in range(jobs)]
+    for i in sorted(work):
+        queues[i % jobs].put((i, work[i]))
+    for q in queues:
+        q.put(None)
+    for p in workers:
+        p.start()
+    try:
+        finished: set[int] = set()
+        while len(finished) < jobs:
+            try:
+                message = results.get(timeout=10)
+            except queue.Empty:
+                lost = [w for w, p in enumerate(workers) if w not in finished and not p.is_alive()]
+                if lost:
+                    raise ModelError(f"jobs: worker {lost[0]} ended without its report (exit code "
+                                     f"{workers[lost[0]].exitcode}: killed, out of memory?)") from None
+                continue
+            kind, w = message[0], message[1]
+            if kind == "error":
+                raise ModelError(f"jobs: worker {w}: {message[2]}")
+            if kind == "done":
+                finished.add(w)
+                stats.append(message[2])
+                continue
+            for c, ms in message[4].items():
+                warmups.setdefault(c, {})[w] = ms
+            yield message[2], message[3]
+    finally:
+        for p in workers:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+        stats.sort(key=lambda s: s["worker"])
+
+
+def _no_call(p: _Prompt) -> dict[str, Any]:
+    """The generation of a prompt over the model's trained context: nothing (the turn is a miss)."""
+    return {"text": "", "generated_tokens": 0, "stopped": "context", "prompt_tokens": len(p.tokens),
+            "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0, "llm_cpu_ms": 0.0}
+
+
+def same_prompt_groups(turn: Mapping[str, _Prompt]) -> list[list[str]]:
+    """One turn's configurations grouped by identical prompt tokens (the same tools in the same
+    order), each group in ``CONFIGS`` order: greedy decoding of one prompt gives one generation, so a
+    group needs one LLM call, made in its first configuration's context."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for c in sorted(turn, key=CONFIGS.index):
+        groups.setdefault(tuple(turn[c].tokens), []).append(c)
+    return list(groups.values())
 
 
 def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -664,19 +819,50 @@ def _part_prompts(name: str, model: ChatModel, bench: Any, queries: Sequence[Any
     return prompts, skipped
 
 
+def _plan_turn(name: str, turn: Mapping[str, _Prompt], done: Mapping[tuple[str, str], Mapping[str, Any]],
+               model: ChatModel, config: AgentConfig, say: Callable[[str], None]
+               ) -> tuple[dict[str, tuple[str, Mapping[str, Any] | None]], list[tuple[str, list[int]]]]:
+    """Where each configuration's row of one turn comes from, and the LLM calls the turn needs. Per
+    configuration: (the configuration whose generation it takes, an earlier run's row to take it
+    from or None: this run's call). A configuration with its own earlier row for the same tools keeps
+    it; in a group of identical prompts (``same_prompt_groups``) the others take the first earlier
+    row there is, else the group's one call (none where the prompt is over the context)."""
+    plan: dict[str, tuple[str, Mapping[str, Any] | None]] = {}
+    calls: list[tuple[str, list[int]]] = []
+    for group in same_prompt_groups(turn):
+        own = {}
+        for c in group:
+            row = done.get((c, turn[c].query.id))
+            if row is not None and list(row["handed"]) != turn[c].ids:  # another Selector or catalog since
+                say(f"[agent] {name} / {c} / {turn[c].query.id}: the earlier run handed other tools: run again")
+                row = None
+            if row is not None:
+                own[c] = row
+        source = next(iter(own), group[0])
+        for c in group:
+            plan[c] = (c, own[c]) if c in own else (source, own.get(source))
+        if source not in own and _fits(turn[source], model, config):
+            calls.append((source, list(turn[source].tokens)))
+    return plan, calls
+
+
 def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config: AgentConfig,
              answers: BfclAnswers, say: Callable[[str], None],
              on_turn: Callable[[list[dict[str, Any]], dict[str, Any]], None] | None = None,
              done: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every configuration on one part's sampled turns, turn by turn (all configurations of a turn,
-    then the next turn: a run stopped early has every configuration on the same turns): (per-turn
-    rows, {"turns", "tools", "configs": {name: summary}, "not_fitting": [...]}). ``on_turn`` gets
-    both so far after each turn that ran something; ``done`` maps (configuration, turn id) to a row
-    of an earlier run: its turns come first, and its row is taken instead of running the turn again
-    where the configuration hands the same tools (the same prompt; otherwise the turn runs again).
-    Each configuration has its own llama.cpp context, so each keeps its own previous turn's prefix in
-    the KV cache. The rows returned keep the earlier run's rows outside this sample."""
+    """Every configuration on one part's sampled turns: (per-turn rows, {"turns", "tools", "configs":
+    {name: summary}, "not_fitting": [...], "workers": [...]}). A turn's configurations that hand the
+    same tools in the same order share one LLM call (``_plan_turn``; the rows that take another
+    configuration's call say so in ``same_prompt_as``). The calls run in this process, turn by turn
+    (``config.jobs`` 1), or in ``config.jobs`` worker processes of one llama.cpp context per
+    configuration each, turn i in worker i % jobs; either way each configuration's context is sized
+    and warmed up alike (``_ContextPlan``) and its previous call's prefix stays in its KV cache.
+    ``on_turn`` gets the rows and the part so far after each turn that ran something (every turn
+    finished so far, in any order); ``done`` maps (configuration, turn id) to a row of an earlier
+    run: its turns come first, and its row is taken instead of running the turn again where the
+    configuration hands the same tools. The rows returned keep the earlier run's rows outside this
+    sample."""
     from dataclasses import replace
 
     from magicselector.config import SelectorConfig
@@ -693,54 +879,65 @@ def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config:
     handed = handed_tools(bench, queries, config.configs, selector)
     say(f"[agent] {name}: {len(queries)} turns selected in {time.perf_counter() - t0:.1f} s")
     prompts, skipped = _part_prompts(name, model, bench, queries, handed, config, say)
-    by_config: dict[str, list[dict[str, Any]]] = {c: [] for c in prompts}
+    order = sorted(prompts, key=CONFIGS.index)
+    plans, work = [], {}
+    for i in range(len(queries)):
+        plan, calls = _plan_turn(name, {c: prompts[c][i] for c in order}, done, model, config, say)
+        plans.append(plan)
+        if calls:
+            work[i] = calls
     configs: dict[str, Any] = {}
+    stats: list[dict[str, Any]] = []
     part = {"folder": str(folder), "turns": len(queries), "tools": len(bench.catalog), "configs": configs,
-            "not_fitting": skipped}
-    warmups: dict[str, float | None] = {c: None for c in prompts}
+            "not_fitting": skipped, "jobs": config.jobs, "llm_calls": sum(map(len, work.values())),
+            "workers": stats}
+    warmups: dict[str, dict[int, float]] = {}
+    turn_rows: dict[int, dict[str, dict[str, Any]]] = {}
 
-    def rows_so_far(through: int) -> list[dict[str, Any]]:
-        """The rows of the turns up to ``through``, then the earlier run's rows of the turns after it or
-        outside this sample (kept: a stopped run loses none, a larger limit later reuses them)."""
-        for c, got in by_config.items():
+    def finish(i: int, gens: Mapping[str, Mapping[str, Any]]) -> None:
+        rows: dict[str, dict[str, Any]] = {}
+        for c in order:
+            source, earlier = plans[i][c]
+            p = prompts[c][i]
+            if earlier is not None and source == c:  # its own earlier row: arguments scored by this run's checker
+                rows[c] = {**earlier, **score_args(earlier, bench, answers)}
+                continue
+            gen = ({k: earlier[k] for k in GEN_KEYS if k in earlier} if earlier is not None
+                   else gens[source] if source in gens else _no_call(p))
+            row = {**_turn_row(name, c, p, gen, bench, answers), "fits": _fits(p, model, config)}
+            rows[c] = row if source == c else {**row, "same_prompt_as": source}
+        turn_rows[i] = rows
+
+    def rows_so_far() -> list[dict[str, Any]]:
+        """The finished turns' rows (in turn order, configuration by configuration), then the earlier
+        run's rows of the other turns or outside this sample (kept: a stopped run loses none)."""
+        finished = sorted(turn_rows)
+        for c in order:
+            got = [turn_rows[i][c] for i in finished]
             if got:
-                configs[c] = {**summarise(got), "warmup_prefill_ms": warmups[c]}
-        seen = {(c, q.id) for q in queries[:through] for c in by_config}
-        return [r for got in by_config.values() for r in got] + [dict(r) for k, r in done.items() if k not in seen]
+                ms = warmups.get(c, {})
+                configs[c] = {**summarise(got), "warmup_prefill_ms": (sum(ms.values()) / len(ms)) if ms else None,
+                              "warmup_prefill_ms_workers": [ms[w] for w in sorted(ms)]}
+        seen = {(c, queries[i].id) for i in finished for c in order}
+        return ([turn_rows[i][c] for c in order for i in finished]
+                + [dict(r) for k, r in done.items() if k not in seen])
 
-    runners: dict[str, Any] = {}
+    for i in range(len(queries)):  # turns with nothing to run: the earlier rows and their copies
+        if i not in work:
+            finish(i, {})
+    setup = (model.path, config.threads, config.max_new_tokens, _context_plans(prompts, model, config))
+    saved = sum(1 for plan in plans for c, (source, earlier) in plan.items() if source != c and earlier is None)
+    say(f"[agent] {name}: {part['llm_calls']} LLM calls on {len(work)} turns in {config.jobs} process(es); "
+        f"{saved} more rows take an identical prompt's call")
     started = time.perf_counter()
-    try:
-        for i, q in enumerate(queries):
-            ran = False
-            for c, ps in prompts.items():
-                row = done.get((c, q.id))
-                if row is not None and list(row["handed"]) != ps[i].ids:  # another Selector or catalog since
-                    say(f"[agent] {name} / {c} / {q.id}: the earlier run handed other tools: run again")
-                    row = None
-                if row is not None:  # the same prompt: its rows stand, arguments scored by this run's checker
-                    row = {**row, **score_args(row, bench, answers)}
-                else:
-                    runner = runners.get(c)
-                    if runner is None:  # sized to this configuration's longest prompt that fits
-                        needed = max([len(p.tokens) for p in ps if _fits(p, model, config)], default=1)
-                        runner = runners[c] = model.runner(config.threads,
-                                                           _ctx_size(needed + config.max_new_tokens, model.context))
-                        warmups[c] = _warm_up(runner, ps, model, config)
-                    row, ran = _turn(name, c, ps[i], runner, model, bench, config, answers), True
-                by_config[c].append(dict(row))
-            if ran:
-                rows = rows_so_far(i + 1)
-                if on_turn is not None:
-                    on_turn(rows, part)
-                if (i + 1) % 5 == 0:
-                    took = time.perf_counter() - started
-                    right = ", ".join(f"{c} {sum(r['correct'] for r in got)}" for c, got in by_config.items())
-                    say(f"[agent] {name}: {i + 1}/{len(queries)} turns in {took:.0f} s, right: {right}")
-    finally:
-        for runner in runners.values():
-            runner.close()
-    return rows_so_far(len(queries)), part
+    for n, (i, gens) in enumerate(_generations(work, setup, config.jobs, stats, warmups), 1):
+        finish(i, gens)
+        if on_turn is not None:
+            on_turn(rows_so_far(), part)
+        if n % 5 == 0:
+            right = ", ".join(f"{c} {sum(r[c]['correct'] for r in turn_rows.values())}" for c in order)
+            say(f"[agent] {name}: {n}/{len(work)} turns in {time.perf_counter() - started:.0f} s, right: {right}")
+    return rows_so_far(), part
 
 
 # -- the run and its report -----------------------------------------------------------------------
@@ -781,12 +978,14 @@ def better_than_shipped(mean: Mapping[str, Mapping[str, float | None]]) -> list[
 def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen", config: AgentConfig = AgentConfig(),
               bundle: str | Path | None = None, progress: Callable[[str], None] | None = None,
               checkpoint: Callable[[dict[str, Any]], None] | None = None,
-              resume: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              resume: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Measure every configuration on every (folder, min_gold) part with one model; the report dict
     (schema ``magicselector-bench-agent/1``: host, model, config, parts, mean, better_than_shipped, rows).
-    ``checkpoint`` gets the report so far (``partial`` true) after each turn. ``resume``: an earlier
-    report of the same model, token cap and threads (``check_resumable``) whose rows are taken, not
-    run again (a turn of this run's sample that it lacks is run; its seconds are added)."""
+    ``checkpoint`` gets the report so far (``partial`` true) after each turn. ``resume``: earlier
+    reports (single runs, or ``--merge`` outputs: this model's entry) of the same model, token cap
+    and threads (``check_resumable``) whose rows are taken, not run again (a later report's row wins;
+    a turn of this run's sample that they lack is run; the largest of their seconds is added: a
+    checkpoint carries those of the run it resumed)."""
     from dataclasses import asdict
 
     from magicselector.config import SelectorConfig
@@ -807,11 +1006,14 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
             f"bfcl-eval=={BFCL_ANSWER_VERSION}, or --bfcl-answers DIR)")
     model = load_chat_model(model_spec)
     done: dict[tuple[str, str, str], dict[str, Any]] = {}
-    if resume is not None:
-        check_resumable(resume, model.label, config)
-        done = {(r["part"], r["config"], r["id"]): r for r in resume.get("rows", [])}
-        say(f"[agent] resuming: {len(done)} turn rows of the earlier run are kept")
-    earlier = float(resume.get("seconds", 0.0)) if resume is not None else 0.0
+    earlier_runs = [model_run(r, model.label) for r in
+                    ([] if resume is None else [resume] if isinstance(resume, Mapping) else resume)]
+    for run in earlier_runs:
+        check_resumable(run, model.label, config)
+        done.update({(r["part"], r["config"], r["id"]): r for r in run.get("rows", [])})
+    if earlier_runs:
+        say(f"[agent] resuming: {len(done)} turn rows of the earlier run(s) are kept")
+    earlier = max([float(r.get("seconds", 0.0)) for r in earlier_runs], default=0.0)
     base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=False),
                                 config=SelectorConfig(threads=config.threads))
     def report(out: dict[str, Any], rows: list[dict[str, Any]], partial: bool) -> dict[str, Any]:
@@ -836,6 +1038,18 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
                                   answers, say, on_turn, {(c, i): r for (p, c, i), r in done.items() if p == name})
         rows += got
     return report(out, rows + other, False)
+
+
+def model_run(report: Mapping[str, Any], label: str) -> Mapping[str, Any]:
+    """``report`` itself, or from a ``--merge`` output (``models``) the entry that measured ``label``
+    (an InputError where none did)."""
+    if report.get("schema") != SCHEMA or "models" not in report:
+        return report
+    for entry in report["models"]:
+        if entry.get("model", {}).get("label") == label:
+            return dict(entry)
+    raise InputError(f"resume: model: the merged report has no run of {label!r} (it has "
+                     f"{[m.get('model', {}).get('label') for m in report['models']]})")
 
 
 def check_resumable(earlier: Mapping[str, Any], label: str, config: AgentConfig) -> None:
@@ -887,6 +1101,24 @@ def _part_table(name: str, part: Mapping[str, Any], rows: Sequence[Mapping[str, 
     return lines
 
 
+def _calls_line(rows: Sequence[Mapping[str, Any]]) -> str:
+    """How many of the rows had their own LLM call and how many took an identical prompt's."""
+    copies = sum(1 for r in rows if r.get("same_prompt_as"))
+    calls = sum(1 for r in rows if not r.get("same_prompt_as") and r.get("fits", True))
+    return (f"{calls} LLM calls for {len(rows)} turn rows, {copies} more rows took the call of a configuration "
+            "that handed the same tools in the same order (`same_prompt_as`)")
+
+
+def _workers_lines(part: Mapping[str, Any]) -> list[str]:
+    """The last run's LLM processes on the part: each one's turns, CPU and wall seconds, load average."""
+    workers = part.get("workers") or []
+    if not workers:
+        return []
+    each = "; ".join(f"worker {w['worker']}: {w['turns']} turns, {w['llm_calls']} calls, {w['cpu_s']:.0f} s CPU in "
+                     f"{w['wall_s']:.0f} s, load avg {w['loadavg_end']} at its end" for w in workers)
+    return [f"{part.get('jobs', 1)} LLM process(es): {each}.", ""]
+
+
 def format_markdown(report: Mapping[str, Any], heading: str = "##") -> str:
     """One table per part, then the means over the parts and the configurations that beat the cut."""
     from .latency import isa_summary
@@ -897,10 +1129,10 @@ def format_markdown(report: Mapping[str, Any], heading: str = "##") -> str:
              f"Host: {isa_summary(report['host'])}, load avg {', '.join(map(str, load))} (at each run's end); "
              "llama-cpp-python "
              f"{report['llama_cpp']}; greedy, seed 0, at most {cfg['max_new_tokens']} new tokens; "
-             f"{report['seconds']:.0f} s in all.", ""]
+             f"{report['seconds']:.0f} s in all; {_calls_line(report.get('rows', []))}.", ""]
     for name, part in report["parts"].items():
         lines += [f"{heading}# {name}: {part['turns']} turns, {part['tools']} tools", "",
-                  *_part_table(name, part, report.get("rows", [])), ""]
+                  *_part_table(name, part, report.get("rows", [])), "", *_workers_lines(part)]
     if report["mean"]:
         lines += [f"{heading}# Mean over the parts", "", "| configuration | accuracy | parse rate | tools | "
                   "prompt tokens | turn ms | turn CPU ms |", "|---|---:|---:|---:|---:|---:|---:|"]
@@ -998,20 +1230,21 @@ def cmd_agent(args: argparse.Namespace) -> int:
     try:
         config = AgentConfig(configs=tuple(args.configs), limit=args.limit or None, seed=args.seed,
                              threads=args.threads, max_new_tokens=args.max_new_tokens,
-                             bfcl_answers=Path(args.bfcl_answers) if args.bfcl_answers else None)
+                             bfcl_answers=Path(args.bfcl_answers) if args.bfcl_answers else None, jobs=args.jobs)
         if args.development:
             parts += development_parts(args.development, args.shared_data)
         if not parts:
             raise InputError("folders: give benchmark folders, --multi folders, --development WORK or --merge")
-        earlier = None
-        if args.resume:
+        earlier = []
+        if args.resume or args.resume_from:
             if not args.json:
                 raise InputError("resume: give --json FILE (the run's checkpoint, read and rewritten)")
-            if Path(args.json).is_file():
+            # the checkpoint last: its rows win over the --resume-from reports' (it may hold them already)
+            for path in [*(args.resume_from or ()), *([args.json] if Path(args.json).is_file() else [])]:
                 try:
-                    earlier = json.loads(Path(args.json).read_text(encoding="utf-8"))
+                    earlier.append(json.loads(Path(path).read_text(encoding="utf-8")))
                 except (OSError, ValueError) as e:
-                    raise InputError(f"resume: {args.json}: {e}") from e
+                    raise InputError(f"resume: {path}: {e}") from e
         report = run_agent(parts, args.model, config, bundle=args.bundle,
                            progress=lambda m: print(m, file=sys.stderr, flush=True),
                            checkpoint=(lambda r: _write_json(r, args.json)) if args.json else None, resume=earlier)
@@ -1074,6 +1307,13 @@ def add_parser(bsub: Any) -> None:
                                                                "separate runs (per model: parts, means over them)")
     sp.add_argument("--json", metavar="OUT", help="write the report with its per-turn rows as JSON (rewritten "
                                                   "after every turn)")
+    sp.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="LLM worker processes (default 1), each with --threads llama.cpp threads; turn i runs in "
+                         "worker i %% N, the parent writes every finished turn to --json; the rows are those of "
+                         "--jobs 1 apart from the times")
+    sp.add_argument("--resume-from", nargs="+", metavar="JSON",
+                    help="with --json: also take the rows of these reports (single runs, or --merge outputs: this "
+                         "model's entry) where the turn hands the same tools; implies --resume")
     sp.add_argument("--resume", action="store_true", help="take the turn rows already in the --json file instead of "
                                                           "running them again (same model, token cap and threads)")
     sp.add_argument("--out", metavar="REPORT.md", help="write the markdown report, its plot beside it (.png)")

@@ -283,3 +283,93 @@ def test_the_cut_is_beaten_only_at_the_same_or_lower_cpu_time_and_paired_turns_s
              ("shipped", "x", True), ("fixed-5", "x", True)]]
     assert paired_with_shipped(rows, "p", "fixed-5") == (2, 1)  # d: the cut did not run it
     assert paired_with_shipped(rows, "p", "shipped") is None and paired_with_shipped(rows, "q", "fixed-5") is None
+
+
+def _prompt(qid, ids, tokens):
+    from magicselector.bench.agent import _Prompt
+    from magicselector.data.datasets import Query
+
+    return _Prompt(Query(id=qid, query="q", gold=("a",)), list(ids), 1.0, list(tokens), 10)
+
+
+def test_identical_prompts_of_a_turn_share_one_call_and_an_earlier_row_is_taken_before_a_new_call():
+    from types import SimpleNamespace
+
+    from magicselector.bench.agent import _plan_turn, same_prompt_groups
+
+    # the cut at K=5 hands fixed-5's tools in its order; max-tools-3 hands the cut's first three in another order
+    turn = {"shipped": _prompt("t", "abcde", [1, 2, 3, 4, 5]), "fixed-5": _prompt("t", "abcde", [1, 2, 3, 4, 5]),
+            "fixed-10": _prompt("t", "abcdefghij", [1, 2, 3, 4, 5, 6]), "max-tools-3": _prompt("t", "bac", [1, 3, 2]),
+            "gold": _prompt("t", "a", [1, 9])}
+    assert same_prompt_groups(turn) == [["fixed-10"], ["fixed-5", "shipped"], ["max-tools-3"], ["gold"]]
+    model, config = SimpleNamespace(context=100), AgentConfig(max_new_tokens=10)
+    plan, calls = _plan_turn("p", turn, {}, model, config, lambda _m: None)
+    assert plan["shipped"] == ("fixed-5", None) and plan["fixed-5"] == ("fixed-5", None)
+    assert [c for c, _t in calls] == ["fixed-10", "fixed-5", "max-tools-3", "gold"]  # four calls for five rows
+    # an earlier run's row of the cut (same tools): the cut keeps it and fixed-5 takes it; no call for the two
+    earlier = {"handed": list("abcde"), "text": "x"}
+    plan, calls = _plan_turn("p", turn, {("shipped", "t"): earlier}, model, config, lambda _m: None)
+    assert plan["shipped"] == ("shipped", earlier) and plan["fixed-5"] == ("shipped", earlier)
+    assert [c for c, _t in calls] == ["fixed-10", "max-tools-3", "gold"]
+    # an earlier row for other tools (the Selector changed since) is run again
+    plan, calls = _plan_turn("p", turn, {("gold", "t"): {"handed": ["z"]}}, model, config, lambda _m: None)
+    assert plan["gold"] == ("gold", None) and ("gold", [1, 9]) in calls
+    # a prompt over the context: no call (the row says so), its copies none either
+    plan, calls = _plan_turn("p", turn, {}, SimpleNamespace(context=14), config, lambda _m: None)
+    assert [c for c, _t in calls] == ["max-tools-3", "gold"]
+
+
+def test_resuming_from_a_merged_report_takes_the_models_entry():
+    from magicselector.bench.agent import SCHEMA, model_run
+
+    qwen = {"schema": SCHEMA, "model": {"label": "qwen"}, "config": {}, "rows": [{"id": "1"}]}
+    merged = {"schema": SCHEMA, "models": [{**qwen, "model": {"label": "smol"}}, qwen]}
+    assert model_run(merged, "qwen") == qwen and model_run(qwen, "qwen") is qwen
+    with pytest.raises(InputError, match="resume: model: the merged report has no run of 'other'"):
+        model_run(merged, "other")
+
+
+@pytest.mark.slow
+def test_two_worker_processes_give_the_rows_of_one_apart_from_the_times(tmp_path, monkeypatch):
+    """Two turns, the real Qwen GGUF, --jobs 1 and --jobs 2 (a turn each): the same rows but for the
+    times; fixed-5 hands fixed-10's tools on a three-tool catalog, so it takes that call."""
+    pytest.importorskip("llama_cpp", reason="the llm extra (llama-cpp-python) is not installed: "
+                                            "pip install 'magicselector[llm]'")
+    from magicselector.decompose.model import ensure_default_model
+
+    try:
+        ensure_default_model()
+    except ModelError as e:
+        pytest.skip(f"the shipped GGUF cannot be assembled (the llm extra): {e}")
+    from magicselector.bench.agent import TIMING_KEYS
+    from magicselector.cli import main
+
+    part = _tiny_part(tmp_path / "tiny")
+    reports = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs{jobs}.json"
+        monkeypatch.setattr(sys, "argv", ["magicselector", "bench", "agent", str(part), "--configs", "fixed-10",
+                                          "fixed-5", "gold", "--limit", "2", "--max-new-tokens", "32", "--threads",
+                                          "1", "--jobs", str(jobs), "--json", str(out)])
+        assert main() == 0
+        reports[jobs] = json.loads(out.read_text(encoding="utf-8"))
+
+    def untimed(report):
+        return sorted((json.dumps({k: v for k, v in r.items() if k not in TIMING_KEYS}, sort_keys=True)
+                       for r in report["rows"]))
+
+    assert len(reports[2]["rows"]) == 6 and untimed(reports[2]) == untimed(reports[1])
+    by = {(r["config"], r["id"]): r for r in reports[2]["rows"]}
+    for (c, qid), r in by.items():
+        if c == "fixed-5":  # the three tools in the same ranked order: fixed-10's call, its text and LLM times
+            source = by[("fixed-10", qid)]
+            assert r["same_prompt_as"] == "fixed-10" and r["handed"] == source["handed"]
+            assert (r["text"], r["prefill_ms"], r["llm_cpu_ms"]) == (source["text"], source["prefill_ms"],
+                                                                     source["llm_cpu_ms"])
+        else:
+            assert "same_prompt_as" not in r
+    part_report = reports[2]["parts"]["tiny"]
+    assert part_report["llm_calls"] == 4 and part_report["jobs"] == 2
+    assert [(w["worker"], w["turns"], w["llm_calls"]) for w in part_report["workers"]] == [(0, 1, 2), (1, 1, 2)]
+    assert all(w["cpu_s"] > 0 and len(w["loadavg_end"]) == 3 for w in part_report["workers"])
+    assert len(part_report["configs"]["gold"]["warmup_prefill_ms_workers"]) == 2
