@@ -12,6 +12,14 @@ within the metric's stated tolerance (``TOLERANCES``): quality rates within half
 seeded sample gives the same number for the same bundle, so a smaller difference is real but too
 small to act on), mean K within 0.1, tokens within 2 %, latency within 10 % (the host is shared
 and loaded) and RSS within 5 %.
+
+Beside the two bundles the report carries the peers' rows (``peer_rows``): the open-source tool
+retrievers ``bench quality`` runs as reference rows (``magicselector.bench.peers``: graph-tool-call,
+ratel-ai, toolpicker, each alone and with all-MiniLM-L6-v2), on the same parts and seeded queries.
+They do not depend on the bundle, so they are computed once per report; a peer whose package is not
+installed is skipped with a line naming the package. They get no verdict: ``peer_standing`` says,
+per metric, where each bundle stands against the best peer (ahead, level or behind within the same
+tolerances), on the mean and in how many parts.
 """
 from __future__ import annotations
 
@@ -51,6 +59,7 @@ class CompareConfig:
     runs: int = 10             # timed passes of the latency workload per bundle
     warmup: int = 2
     latency: bool = True       # False: quality only (a loaded host's timings say little)
+    peers: bool = True         # False: no peer rows (``--no-peers``, for speed)
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -92,6 +101,85 @@ def quality_rows(bundle: Path, sets: Sequence[tuple[str, Path]], config: Compare
         report = evaluate(bench, shipped, progress=False, base=base)
         rows[name] = {k: v for k, v in _row(report, qconfig.at, token_cost(bench)).items() if k != "curve"}
     return rows
+
+
+def peer_rows(sets: Sequence[tuple[str, Path]], config: CompareConfig,
+              note: Callable[[str], None] = print) -> dict[str, Any]:
+    """The peers' rows on each set, as ``bench quality`` computes them (``evaluate_peer``: the same
+    seeded, screened sample as the bundles' rows): ``{"rows": {peer: {"package", "k", "embeds",
+    "quality": {set: row}, "mean": {metric: value}}}, "skipped": [{"peer", "package", "why"}],
+    "seconds"}``. A peer whose package is not installed, or that embeds where the FP32 MiniLM
+    reference cannot load, is skipped with a note saying why."""
+    from magicselector.data.datasets import load_benchmark
+
+    from .peers import PEERS, installed
+    from .quality import FP32Reference, QualityConfig, evaluate_peer, token_cost
+
+    t0 = time.perf_counter()
+    qconfig = QualityConfig(limit=config.limit, seed=config.seed, threads=config.threads, reference=False)
+    skipped = [{"peer": p.name, "package": p.package,
+                "why": f"the {p.package} package is not installed (pip install {p.package})"}
+               for p in PEERS if not installed(p)]
+    runnable = [p for p in PEERS if installed(p)]
+    reference = None
+    if any(p.embeds for p in runnable):
+        try:
+            reference = FP32Reference(config.threads)
+        except InputError as e:  # the MiniLM rows embed with the reference model; the BM25 ones still run
+            skipped += [{"peer": p.name, "package": p.package,
+                         "why": f"it embeds with all-MiniLM-L6-v2 in FP32, which cannot load here ({e})"}
+                        for p in runnable if p.embeds]
+            runnable = [p for p in runnable if not p.embeds]
+    for s in skipped:
+        note(f"note: no {s['peer']!r} peer row: {s['why']}")
+    embed = reference.cached() if reference is not None else None  # the MiniLM peers embed the same texts
+    shipped = SelectorConfig()
+    quality: dict[str, dict[str, Any]] = {p.name: {} for p in runnable}
+    packages = {p.name: p.package for p in runnable}
+    for name, folder in sets:
+        bench = load_benchmark(folder)
+        cost = token_cost(bench)
+        for p in runnable:
+            row = evaluate_peer(p, bench, shipped, qconfig, cost, reference, embed)
+            packages[p.name] = row.pop("package")  # "<package> <version>"
+            quality[p.name][name] = {k: v for k, v in row.items() if k != "curve"}
+    rows = {p.name: {"package": packages[p.name], "k": p.k, "embeds": p.embeds, "quality": quality[p.name],
+                     "mean": _means(quality[p.name])} for p in runnable}
+    return {"rows": rows, "skipped": skipped, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+STANDING = {"better": "ahead", "same": "level", "worse": "behind"}  # a verdict, said of a bundle against a peer
+
+
+def _best(values: dict[str, float], higher_is_better: bool) -> tuple[str, float]:
+    """(name, value) of the best of ``values``; on a tie the first (``PEERS`` order)."""
+    name = (max if higher_is_better else min)(values, key=values.__getitem__)
+    return name, values[name]
+
+
+def peer_standing(bundles: Sequence[tuple[dict[str, dict[str, Any]], dict[str, float]]],
+                  peers: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per quality metric, where each bundle (its per-set rows and mean, A then B) stands against the
+    best peer: on the mean (against the peer with the best mean) and per set (against that set's best
+    peer), ``ahead``, ``level`` or ``behind`` within the metric's tolerance. Empty without peer rows."""
+    rows = peers["rows"]
+    if not rows:
+        return []
+    out = []
+    for key, label, hi in QUALITY_METRICS:
+        mean_peer, mean_value = _best({n: r["mean"][key] for n, r in rows.items()}, hi)
+        parts = {part: _best({n: r["quality"][part][key] for n, r in rows.items()}, hi)
+                 for part in next(iter(rows.values()))["quality"]}
+        entry: dict[str, Any] = {"metric": label, "key": key, "best_peer": mean_peer, "best_peer_mean": mean_value,
+                                 "best_peer_per_part": {part: {"peer": n, "value": v}
+                                                        for part, (n, v) in parts.items()}}
+        for tag, (quality, means) in zip(("a", "b"), bundles):
+            per_part = {part: STANDING[verdict(key, v, quality[part][key], hi)] for part, (_, v) in parts.items()}
+            entry[tag] = {"mean": means[key], "standing": STANDING[verdict(key, mean_value, means[key], hi)],
+                          "per_part": per_part, "parts": len(per_part),
+                          **{f"parts_{s}": sum(1 for x in per_part.values() if x == s) for s in STANDING.values()}}
+        out.append(entry)
+    return out
 
 
 def host_latency(bundle: Path, config: CompareConfig, workdir: Path) -> dict[str, Any]:
@@ -146,6 +234,7 @@ def compare_bundles(a: str | Path, b: str | Path, *, sets: Sequence[tuple[str, P
         if not parts:
             raise InputError("no development parts to compare on")
         quality = [quality_rows(p, parts, config) for p in paths]
+        peers = peer_rows(parts, config, note) if config.peers else None  # once: they do not depend on the bundle
         host: list[dict[str, Any]] = [{}, {}]
         if config.latency:
             runs: list[list[dict[str, Any]]] = [[], []]
@@ -167,6 +256,7 @@ def compare_bundles(a: str | Path, b: str | Path, *, sets: Sequence[tuple[str, P
             "a": {**described[0], "quality": quality[0], "mean": means[0], "host": host[0]},
             "b": {**described[1], "quality": quality[1], "mean": means[1], "host": host[1]},
             "parts": [name for name, _ in parts], "verdicts": verdicts,
+            "peers": None if peers is None else {**peers, "standing": peer_standing(list(zip(quality, means)), peers)},
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -207,10 +297,57 @@ def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
         qa, qb = a["quality"][part], b["quality"][part]
         lines.append(f"| {part} | " + " | ".join(f"{_fmt(k, qa[k])} / {_fmt(k, qb[k])}" for k, _, _ in QUALITY_METRICS)
                      + " |")
+    lines += _peer_lines(report)
     if not cfg["latency"]:
         lines += ["", "Latency and RSS were not measured (--no-latency)."]
     lines += ["", f"Took {report['seconds']} s.", ""]
     return "\n".join(lines)
+
+
+def _quality_cells(row: dict[str, Any]) -> str:
+    return " | ".join(_fmt(k, row[k]) for k, _, _ in QUALITY_METRICS)
+
+
+def _peer_lines(report: dict[str, Any]) -> list[str]:
+    """The peers' section: what was skipped and why, where A and B stand against the best peer per
+    metric, the mean table (A, B and each peer) and the peers' rows per part."""
+    peers = report.get("peers")
+    if peers is None:
+        return ["", "Peer rows were left out (--no-peers)."]
+    lines = ["", "## Peers (reference rows, no verdict)", "",
+             "The open-source tool retrievers `bench quality` runs beside ours (`magicselector.bench.peers`), "
+             "each through its own API over the part's tools, ranking the same seeded queries (history folded "
+             "in as the shipped configuration does); K is the number of tools each hands over by default. They "
+             f"do not depend on the bundle, so they ran once ({peers['seconds']} s)."]
+    by_package: dict[str, list[str]] = {}
+    for s in peers["skipped"]:
+        by_package.setdefault(s["why"], []).append(f"`{s['peer']}`")
+    lines += [f"- Skipped: {', '.join(names)}: {why}." for why, names in by_package.items()]
+    rows = peers["rows"]
+    if not rows:
+        return lines + ["", "No peer rows: no peer could run here."]
+    lines += ["", "Against the best peer per metric (on the mean: the peer with the best mean; per part: that "
+                  "part's best peer; `level` is within the verdicts' tolerance):", "",
+              "| metric | best peer (mean) | A | B |", "|---|---|---|---|"]
+    for st in peers["standing"]:
+        cells = [f"{d['standing']} ({_fmt(st['key'], d['mean'])}); ahead in {d['parts_ahead']}, level in "
+                 f"{d['parts_level']}, behind in {d['parts_behind']} of {d['parts']} parts"
+                 for d in (st["a"], st["b"])]
+        lines.append(f"| {st['metric']} | {st['best_peer']} {_fmt(st['key'], st['best_peer_mean'])} | "
+                     f"{cells[0]} | {cells[1]} |")
+    header = "| " + " | ".join(label for _, label, _ in QUALITY_METRICS) + " |"
+    rule = "---:|" * len(QUALITY_METRICS)
+    lines += ["", "Mean over the parts (a peer's mean K is the K it hands over by default, as `bench quality` "
+                  "counts it; its tokens are those of the tools it returned, fewer where a BM25 peer finds fewer):",
+              "", "| row | package | K | " + header[2:], "|---|---|---:|" + rule,
+              f"| A | | cut | {_quality_cells(report['a']['mean'])} |",
+              f"| B | | cut | {_quality_cells(report['b']['mean'])} |"]
+    lines += [f"| {name} | {r['package']} | {r['k']} | {_quality_cells(r['mean'])} |" for name, r in rows.items()]
+    lines += ["", "Peers per part:", "", "| part | peer | n | " + header[2:], "|---|---|---:|" + rule]
+    for part in report["parts"]:
+        lines += [f"| {part} | {name} | {r['quality'][part]['queries']} | {_quality_cells(r['quality'][part])} |"
+                  for name, r in rows.items()]
+    return lines
 
 
 def write_compare(report: dict[str, Any], out: str | Path, command: str | None = None) -> tuple[Path, Path]:

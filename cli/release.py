@@ -39,6 +39,7 @@ class ReleaseConfig:
     shared_data: Path | None = None   # the public sets for the development parts (bench quality's)
     limit: int | None = 200           # seeded queries per development part
     latency: bool = True              # host latency and RSS in the report
+    peers: bool = True                # the peers' reference rows in the report (bench quality's)
     release: int | None = None        # None: the Unix time, the same for every bundle of the release
     native_arm64: Path | None = None  # None: the checkout's `native build --target arm64` executable, if built
     gguf: bool | None = None          # the GGUF embedder the native core runs (None: where llama-cpp-python is)
@@ -175,7 +176,8 @@ def run_release(config: ReleaseConfig, log: Callable[[str], None] = print) -> di
     log(f"comparing {mine} with {against}")
     report = compare_bundles(against, bundles[mine]["path"], sets=list(config.parts) or None,
                              shared_data=config.shared_data,
-                             config=CompareConfig(limit=config.limit, latency=config.latency), note=log)
+                             config=CompareConfig(limit=config.limit, latency=config.latency, peers=config.peers),
+                             note=log)
     md, js = write_compare(report, config.out / "compare", command=" ".join(["magicselector", *sys.argv[1:]])
                            if sys.argv[1:2] == ["release"] else None)
     summary = {"schema": SCHEMA, "release": release, "embedder": str(config.embedder),
@@ -205,7 +207,8 @@ def cmd_release(args: argparse.Namespace) -> int:
                            catalog=Path(args.catalog) if args.catalog else None,
                            against=Path(args.against) if args.against else None,
                            shared_data=Path(args.shared_data) if args.shared_data else None,
-                           limit=args.limit or None, latency=not args.no_latency, release=args.release,
+                           limit=args.limit or None, latency=not args.no_latency, peers=not args.no_peers,
+                           release=args.release,
                            native_arm64=Path(args.native_arm64) if args.native_arm64 else None)
     summary = run_release(config, log=_log)
     print(json.dumps({k: summary[k] for k in ("release", "key_fingerprint", "compared", "seconds")}
@@ -240,6 +243,8 @@ def register(sub: Any) -> None:
     sp.add_argument("--limit", type=int, default=200, metavar="N", help="seeded queries per development part "
                                                                        "(default 200; 0: all)")
     sp.add_argument("--no-latency", action="store_true", help="quality only in the report (no latency, no RSS)")
+    sp.add_argument("--no-peers", action="store_true", help="no peer rows in the report (the PyPI tool retrievers "
+                                                            "bench quality runs as reference rows)")
     sp.add_argument("--release", type=int, metavar="N", help="the release number of every bundle (default: the "
                                                              "Unix time)")
     sp.add_argument("--native-arm64", metavar="BIN", help="the ARM64 magicselector-native for the parity check "
@@ -251,7 +256,7 @@ def cmd_bundle_compare(args: argparse.Namespace) -> int:
     from magicselector.bench.bundle_compare import CompareConfig, compare_bundles, format_markdown, write_compare
 
     config = CompareConfig(limit=args.limit or None, threads=args.threads, runs=args.runs,
-                           latency=not args.no_latency)
+                           latency=not args.no_latency, peers=not args.no_peers)
     report = compare_bundles(args.a, args.b, shared_data=args.shared_data, config=config,
                              note=lambda m: print(m, file=sys.stderr))
     command = " ".join(["magicselector", *sys.argv[1:]]) if sys.argv[1:3] == ["bundle", "compare"] else None
@@ -273,6 +278,8 @@ def register_bundle_compare(bp: Any) -> None:
     sp.add_argument("--threads", type=int, default=1, metavar="N", help="inference threads (default 1)")
     sp.add_argument("--runs", type=int, default=10, metavar="N", help="timed latency passes per bundle (default 10)")
     sp.add_argument("--no-latency", action="store_true", help="quality only")
+    sp.add_argument("--no-peers", action="store_true", help="no peer rows (the PyPI tool retrievers bench quality "
+                                                            "runs as reference rows; computed once per report)")
     sp.add_argument("--json", action="store_true", help="print the report as JSON instead of Markdown")
     sp.add_argument("--out", metavar="PATH", help="also write PATH.md and PATH.json")
     sp.set_defaults(func=cmd_bundle_compare)

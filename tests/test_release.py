@@ -155,7 +155,7 @@ def test_bundle_compare_gives_a_verdict_per_metric(twice, bundle_dir, tiny_data,
 
     assert verdict("ndcg", 0.800, 0.804, True) == "same" and verdict("ndcg", 0.800, 0.81, True) == "better"
     assert verdict("tokens", 500, 520, False) == "worse" and verdict("p50_ms", 10.0, 10.5, False) == "same"
-    config = CompareConfig(limit=None, runs=1, warmup=0)
+    config = CompareConfig(limit=None, runs=1, warmup=0, peers=False)  # the peers: test_bundle_compare_peer_rows_*
     report = compare_bundles(bundle_dir, twice[0], sets=[("tiny", tiny_data)], config=config)
     keys = [v["key"] for v in report["verdicts"]]
     assert keys == [k for k, _, _ in QUALITY_METRICS] + ["p50_ms", "p90_ms", "peak_rss_mb"]
@@ -165,9 +165,113 @@ def test_bundle_compare_gives_a_verdict_per_metric(twice, bundle_dir, tiny_data,
     assert "| NDCG@10 |" in text and "| latency p50 (ms) |" in text and "| tiny |" in text
     # a bundle against itself: every quality verdict is "same" (a seeded sample, the same numbers)
     same = compare_bundles(twice[0], twice[1], sets=[("tiny", tiny_data)],
-                           config=CompareConfig(limit=None, latency=False))
+                           config=CompareConfig(limit=None, latency=False, peers=False))
     assert [v["verdict"] for v in same["verdicts"]] == ["same"] * len(QUALITY_METRICS)
     assert same["a"]["quality"] == same["b"]["quality"]
+
+
+@pytest.mark.extra("peers")
+@pytest.mark.extra("bench", "export")
+def test_bundle_compare_peer_rows_run_once_per_report_and_name_a_missing_package(bundle_dir, tiny_data,
+                                                                                  monkeypatch):
+    """The peers' rows (``bench quality``'s) on every part, computed once for both bundles, on the
+    bundles' own sample; a peer whose package is not installed (toolpicker, hidden from find_spec as
+    the export-extra test below hides onnx) is skipped with a line naming it; where each bundle stands
+    against the best peer per metric; none of it with ``peers=False``."""
+    import importlib.util
+
+    from magicselector.bench import quality
+    from magicselector.bench.bundle_compare import (QUALITY_METRICS, STANDING, CompareConfig, compare_bundles,
+                                                    format_markdown)
+    from magicselector.bench.peers import PEERS
+
+    real_find_spec, real_evaluate_peer = importlib.util.find_spec, quality.evaluate_peer
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "toolpicker" else real_find_spec(name, *a))
+    calls: list[str] = []
+
+    def counted(peer, *a, **kw):
+        calls.append(peer.name)
+        return real_evaluate_peer(peer, *a, **kw)
+
+    monkeypatch.setattr(quality, "evaluate_peer", counted)
+    parts = [("tiny", tiny_data), ("tiny again", tiny_data)]
+    notes: list[str] = []
+    report = compare_bundles(bundle_dir, bundle_dir, sets=parts, note=notes.append,
+                             config=CompareConfig(limit=None, latency=False))
+    peers = report["peers"]
+    ran = [p for p in PEERS if p.package != "toolpicker"]
+    assert list(peers["rows"]) == [p.name for p in ran]
+    assert sorted(calls) == sorted(p.name for p in ran for _ in parts)  # once per part, not once per bundle
+    assert [(s["peer"], s["package"]) for s in peers["skipped"]] == [("toolpicker", "toolpicker"),
+                                                                     ("toolpicker + MiniLM", "toolpicker")]
+    assert notes == [f"note: no {name!r} peer row: the toolpicker package is not installed (pip install toolpicker)"
+                     for name in ("toolpicker", "toolpicker + MiniLM")]
+    for p in ran:
+        row = peers["rows"][p.name]
+        assert row["k"] == p.k and row["package"].startswith(p.package + " ") and row["embeds"] == p.embeds
+        for part, _ in parts:  # the bundles' own seeded, screened sample
+            assert row["quality"][part]["queries"] == report["a"]["quality"][part]["queries"] == 4, p.name
+            assert row["quality"][part]["mean_k"] == p.k and "curve" not in row["quality"][part]
+        # a peer that embeds ranks all 6 tools; a BM25 one only those sharing a word with the turn
+        assert row["mean"]["completeness@10"] >= (1.0 if p.embeds else 0.75), (p.name, row["mean"])
+    assert [st["key"] for st in peers["standing"]] == [k for k, _, _ in QUALITY_METRICS]
+    for st in peers["standing"]:
+        hi = next(h for k, _, h in QUALITY_METRICS if k == st["key"])
+        means = {name: r["mean"][st["key"]] for name, r in peers["rows"].items()}
+        assert st["best_peer_mean"] == (max if hi else min)(means.values()) == means[st["best_peer"]]
+        for tag in ("a", "b"):
+            d = st[tag]
+            assert d["parts"] == 2 and d["parts_ahead"] + d["parts_level"] + d["parts_behind"] == 2
+            assert d["standing"] in STANDING.values() and d["mean"] == report[tag]["mean"][st["key"]]
+    mean_k = next(st for st in peers["standing"] if st["key"] == "mean_k")
+    assert (mean_k["best_peer"], mean_k["best_peer_mean"]) == ("ratel-ai", 5.0)  # the lowest default K left
+    assert mean_k["a"]["standing"] == ("ahead" if report["a"]["mean"]["mean_k"] < 4.9 else "level")
+    json.dumps(report)  # --json prints it
+    text = format_markdown(report)
+    assert "## Peers (reference rows, no verdict)" in text and "| tiny again | graph-tool-call + MiniLM | 4 |" in text
+    assert ("- Skipped: `toolpicker`, `toolpicker + MiniLM`: the toolpicker package is not installed "
+            "(pip install toolpicker).") in text
+    assert f"| mean K | ratel-ai 5.00 | {mean_k['a']['standing']} (" in text
+    assert sum(1 for line in text.splitlines() if "| graph-tool-call |" in line) == 3  # the mean and 2 parts
+    calls.clear()
+    without = compare_bundles(bundle_dir, bundle_dir, sets=parts, note=notes.append,
+                              config=CompareConfig(limit=None, latency=False, peers=False))
+    assert without["peers"] is None and without["config"]["peers"] is False and not calls
+    text = format_markdown(without)
+    assert "Peer rows were left out (--no-peers)." in text and "## Peers" not in text
+
+
+def test_no_peers_flags_reach_the_compare(monkeypatch, tmp_path, capsys):
+    """``bundle compare --no-peers`` and ``release --no-peers`` (the CLI's wiring; the rows: above)."""
+    from magicselector.bench import bundle_compare
+    from magicselector.cli import release
+    from magicselector.cli.main import build_parser
+
+    seen: dict = {}
+
+    def fake_compare(a, b, config, **kw):
+        seen["compare"] = config
+        return {"config": {}}
+
+    monkeypatch.setattr(bundle_compare, "compare_bundles", fake_compare)
+    monkeypatch.setattr(bundle_compare, "format_markdown", lambda report, command=None: "")
+    for argv, peers in (([], True), (["--no-peers"], False)):
+        args = build_parser().parse_args(["bundle", "compare", "A", "B", *argv])
+        assert args.func(args) == 0 and seen["compare"].peers is peers
+
+    def fake_release(config, log):
+        seen["release"] = config
+        return {"release": 1, "key_fingerprint": "", "compared": {}, "seconds": 0, "bundles": {}}
+
+    monkeypatch.setattr(release, "run_release", fake_release)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "k.key").write_text("")
+    for argv, peers in (([], True), (["--no-peers"], False)):
+        args = build_parser().parse_args(["release", "--embedder", str(tmp_path / "ckpt"), "--out", str(tmp_path / "o"),
+                                          "--signing-key", str(tmp_path / "k.key"), *argv])
+        assert args.func(args) == 0 and seen["release"].peers is peers
+    capsys.readouterr()
 
 
 @pytest.mark.slow
@@ -207,6 +311,7 @@ def test_release_end_to_end_on_a_fresh_checkpoint(checkpoint, tiny_data, bundle_
     assert not (tmp_path / "out" / "work").exists()  # the head-less bundle the head was fitted on is gone
     report = (tmp_path / "out" / "compare.md").read_text()
     assert "| NDCG@10 |" in report and "| C@K |" in report
+    assert "## Peers (reference rows, no verdict)" in report  # the peers' rows, or the line naming what is missing
     assert json.loads((tmp_path / "out" / "release.json").read_text())["compared"]["verdicts"]["NDCG@10"] in (
         "better", "worse", "same")
 
