@@ -32,7 +32,7 @@ The output folder is a Hugging Face ``AutoModel`` checkpoint with its fast token
 Measuring a trained embedder: export it into a bundle and evaluate retrieval only, e.g.::
 
     magicselector bundle build --embedder OUT --catalog DATA/test/tools.jsonl --out /tmp/emb-bundle
-    magicselector eval DATA/test --bundle /tmp/emb-bundle --no-rerank --history-mode user
+    magicselector eval DATA/test --bundle /tmp/emb-bundle --history-mode user
 
 or in Python::
 
@@ -41,8 +41,8 @@ or in Python::
     build_bundle(B, embedder_onnx=emb["onnx"], tokenizer_file=OUT / "tokenizer.json",
                  catalog=load_benchmark(DIR).catalog, embedder_meta=emb["meta"])
 
-then ``magicselector eval DIR --bundle B --no-rerank`` (compare against the default bundle with
-``--no-rerank``; ``eval`` embeds the dataset's own tools with the bundle's embedder, so any
+then ``magicselector eval DIR --bundle B`` (compare against ``magicselector eval DIR`` with the
+default bundle; ``eval`` embeds the dataset's own tools with the bundle's embedder, so any
 catalog works for the bundle itself).
 
 Heavy imports (torch, transformers) are at module level here; ``magicselector.cli.train`` imports
