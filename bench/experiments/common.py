@@ -2,8 +2,9 @@
 
 A part is a benchmark folder (``tools.jsonl`` and ``queries.jsonl``, ``data/datasets.py``), named on
 the command line as ``NAME=DIR`` (or ``DIR``: named by its last two path components). ``--dev WORK``
-adds the four development evaluation parts (``bench.quality.development_sets``: the generated
-mobile test and test_ood splits, the tool-disjoint bfcl and metatool eval parts) written under WORK.
+adds the development evaluation parts (``bench.quality.development_sets``: the generated mobile test
+and test_ood splits, then the tool-disjoint eval part of each public set in ``data.splits.SHARED_SETS``
+found in the shared data: nine with all seven) written under WORK, or already written there.
 """
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def add_part_args(parser: argparse.ArgumentParser, n: int = 500) -> None:
     """The arguments every experiment reads its parts and sample from."""
     parser.add_argument("parts", nargs="*", type=part_arg, metavar="[NAME=]DIR",
                         help="benchmark folders (tools.jsonl, queries.jsonl) to measure on")
-    parser.add_argument("--dev", metavar="WORK", help="also the four development evaluation parts, "
-                        "written under WORK (bench.quality.development_sets; kept there for the next run)")
+    parser.add_argument("--dev", metavar="WORK", help="also the development evaluation parts (the generated "
+                        "mobile test and test_ood, each public set's eval part), written under WORK "
+                        "(bench.quality.development_sets; kept there for the next run)")
     parser.add_argument("--shared-data", metavar="DIR", help="the public sets for --dev (default: shared/data "
                         "beside the checkout)")
     parser.add_argument("--n", type=int, default=n, help=f"seeded queries per part (default {n})")
@@ -54,14 +56,30 @@ def parts_from(args: argparse.Namespace) -> list[Part]:
         from magicselector.bench.quality import development_sets
 
         work = Path(args.dev)
-        written = {name: work / rel for name, rel in (("mobile test", "mobile/test"), ("mobile test_ood",
-                   "mobile/test_ood"), ("bfcl eval", "bfcl-split/eval"), ("metatool eval", "metatool-split/eval"))}
-        if all((p / "queries.jsonl").is_file() for p in written.values()):
-            parts += list(written.items())  # written by an earlier run: the same seeded generation and split
-        else:
-            parts += development_sets(work, args.shared_data)
+        written = written_development_sets(work, args.shared_data)
+        # written by an earlier run: the same seeded generation and splits
+        parts += written if written is not None else development_sets(work, args.shared_data)
     if not parts:
         raise SystemExit("name at least one part (NAME=DIR) or --dev WORK")
+    return parts
+
+
+def written_development_sets(work: Path, shared_data: str | Path | None) -> list[Part] | None:
+    """The development parts an earlier run wrote under ``work``, named and ordered as
+    ``development_sets`` names them, or None when one is missing: the mobile splits, or the eval
+    part of a public set the shared data holds."""
+    from magicselector.data.splits import SHARED_SETS, default_shared_data
+
+    parts: list[Part] = [("mobile test", work / "mobile" / "test"), ("mobile test_ood", work / "mobile" / "test_ood")]
+    if not all((folder / "queries.jsonl").is_file() for _, folder in parts):
+        return None
+    shared = Path(shared_data) if shared_data is not None else default_shared_data()
+    for name in SHARED_SETS:
+        folder = work / f"{name}-split" / "eval"
+        if (folder / "queries.jsonl").is_file():
+            parts.append((f"{name} eval", folder))
+        elif all((shared / name / file).is_file() for file in ("tools.jsonl", "queries.jsonl")):
+            return None  # a public set not split yet
     return parts
 
 
