@@ -111,7 +111,7 @@ class Reranker(Protocol):
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
 
-    # one call for pairs with different queries: the Selector reranks a turn's head in one call
+    # one call for pairs with different queries: the experiment reranks a turn's head in one call
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray: ...
 
 
