@@ -159,41 +159,50 @@ const char *json_type(const nlohmann::json &v) {
     return v.type_name();
 }
 
-}  // namespace
+// One string value as _Clip charges it: its last max(left, at_least) code points kept, their count
+// taken from the budget `left`.
+std::u32string clip_value(const std::string &utf8, const std::string &where, long &left, long at_least) {
+    std::u32string text = last_chars(unicode::decode_utf8(utf8, where), std::max(left, at_least));
+    left -= static_cast<long>(text.size());
+    return text;
+}
 
-std::vector<Turn> bounded_history(const std::vector<Turn> &history, const InputLimits &limits) {
-    const size_t total = history.size();
+// _Clip's walk over a history of `total` messages, for both readers: the last max_history_turns of
+// them, newest first, until the budget of 4 x max_history_chars is spent (the newest one always
+// read). read_one(j, left) reads message j and charges it to `left` as _Clip does: each value two,
+// each key its length, each string its characters (a role at least its last 64). Older messages
+// the budget does not reach are never read, so junk in one is never refused. Then keep_recent.
+template <class ReadOne>
+std::vector<Turn> read_recent(size_t total, const InputLimits &limits, ReadOne read_one) {
     const size_t first = total > static_cast<size_t>(limits.max_history_turns) ? total - limits.max_history_turns : 0;
-    // _Clip: newest message first, each value two, each key its length, each string its characters
-    // (a role at least its last 64); older messages the budget does not reach are not read
     long left = 4L * limits.max_history_chars;
     std::vector<ReadMessage> read;
     for (size_t j = total; j-- > first;) {
         if (!read.empty() && left <= 0) break;
-        const std::string where = "history[" + std::to_string(j) + "]";
-        ReadMessage r{j, unicode::decode_utf8(history[j].role, where + ".role"),
-                      unicode::decode_utf8(history[j].content, where + ".content"), ""};
-        left -= 2 + 4 + 2;  // the message object, "role", its value
-        r.role = last_chars(r.role, std::max(left, 64L));
-        left -= static_cast<long>(r.role.size());
-        left -= 7 + 2;  // "content", its value
-        r.content = last_chars(r.content, std::max(left, 0L));
-        left -= static_cast<long>(r.content.size());
-        if (!known_role(r.role)) r.error = unknown_role(j, "'" + unicode::encode_utf8(r.role) + "'");
-        read.push_back(std::move(r));
+        read.push_back(read_one(j, left));
     }
     return keep_recent(read, limits);
+}
+
+}  // namespace
+
+std::vector<Turn> bounded_history(const std::vector<Turn> &history, const InputLimits &limits) {
+    return read_recent(history.size(), limits, [&](size_t j, long &left) {
+        const std::string where = "history[" + std::to_string(j) + "]";
+        ReadMessage r{j, U"", U"", ""};
+        left -= 2 + 4 + 2;  // the message object, "role", its value
+        r.role = clip_value(history[j].role, where + ".role", left, 64);
+        left -= 7 + 2;  // "content", its value
+        r.content = clip_value(history[j].content, where + ".content", left, 0);
+        if (!known_role(r.role)) r.error = unknown_role(j, "'" + unicode::encode_utf8(r.role) + "'");
+        return r;
+    });
 }
 
 std::vector<Turn> bounded_history_json(const nlohmann::json &history, const InputLimits &limits) {
     if (history.is_null()) return {};
     if (!history.is_array()) fail(MS_ERR_INPUT, std::string("history must be a list of messages, got ") + json_type(history));
-    const size_t total = history.size();
-    const size_t first = total > static_cast<size_t>(limits.max_history_turns) ? total - limits.max_history_turns : 0;
-    long left = 4L * limits.max_history_chars;
-    std::vector<ReadMessage> read;
-    for (size_t j = total; j-- > first;) {
-        if (!read.empty() && left <= 0) break;
+    return read_recent(history.size(), limits, [&](size_t j, long &left) {
         const std::string where = "history[" + std::to_string(j) + "]";
         const nlohmann::json &m = history[j];
         ReadMessage r{j, U"", U"", ""};
@@ -210,23 +219,18 @@ std::vector<Turn> bounded_history_json(const nlohmann::json &history, const Inpu
         } else {
             left -= 2 + (m.is_string() ? std::min<long>(static_cast<long>(m.get_ref<const std::string &>().size()), std::max(left, 0L)) : 0);
             r.error = where + ": a message is {'role': ..., 'content': ...}, got " + json_type(m);
-            read.push_back(std::move(r));
-            continue;
+            return r;
         }
         if (role) {
             if (m.is_object()) left -= 2;  // its value (a pair's role string is charged alone)
-            if (role->is_string()) {
-                r.role = last_chars(unicode::decode_utf8(role->get<std::string>(), where + ".role"), std::max(left, 64L));
-                left -= static_cast<long>(r.role.size());
-            }
+            if (role->is_string()) r.role = clip_value(role->get_ref<const std::string &>(), where + ".role", left, 64);
         }
         if (m.is_object() && m.contains("content")) content = &m["content"], left -= 7;
         if (m.is_array()) content = &m[1];
         if (content) {
             left -= 2;
             if (content->is_string()) {
-                r.content = last_chars(unicode::decode_utf8(content->get<std::string>(), where + ".content"), std::max(left, 0L));
-                left -= static_cast<long>(r.content.size());
+                r.content = clip_value(content->get_ref<const std::string &>(), where + ".content", left, 0);
             } else if (content->is_array() || content->is_object()) {
                 fail(MS_ERR_UNSUPPORTED, where + ".content: this core reads string content only (content parts and MCP results are the Python runtime's)");
             }
@@ -243,9 +247,8 @@ std::vector<Turn> bounded_history_json(const nlohmann::json &history, const Inpu
         } else if (!content->is_null() && !content->is_string()) {
             r.error = where + ".content: content must be a string or a list of content parts, got " + json_type(*content);
         }
-        read.push_back(std::move(r));
-    }
-    return keep_recent(read, limits);
+        return r;
+    });
 }
 
 std::vector<Turn> recent_turns(const std::vector<Turn> &history, const std::string &mode, int turns) {
