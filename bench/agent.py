@@ -89,7 +89,7 @@ class AgentConfig:
     max_new_tokens: int = 128
     min_gold: int = 1            # only turns with at least this many gold tools (2: the multi-tool part)
     bfcl_answers: Path | None = None  # bfcl-eval's possible_answer folder (None: the installed package's)
-    jobs: int = 1                # LLM worker processes of ``threads`` llama.cpp threads each (what is measured is the same)
+    jobs: int = 1                # LLM processes of ``threads`` llama.cpp threads each (the rows are the same)
 
     def __post_init__(self) -> None:
         bad = [c for c in self.configs if c not in CONFIGS]
@@ -703,6 +703,8 @@ def _generations(work: Mapping[int, list[tuple[str, list[int]]]], setup: tuple[A
     calls): in this process in turn order (``jobs`` 1), or in ``jobs`` worker processes, turn i to
     worker i % jobs, in the order they finish. ``stats`` gets each worker's stats at the end,
     ``warmups`` each configuration's warm-up ms per worker as they happen."""
+    if not work:
+        return
     if jobs == 1:
         generator = _Generator(*setup)
         try:
@@ -720,22 +722,21 @@ def _generations(work: Mapping[int, list[tuple[str, list[int]]]], setup: tuple[A
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding onnxruntime's and llama.cpp's threads
     results = ctx.Queue()
-    queues = [ctx.Queue() for _ in range(jobs)]
-    workers = [ctx.Process(target=_worker_main, args=(w, setup, queues[w], results), daemon=True)
-               for w in range(jobs)]
+    queues = {w: ctx.Queue() for w in sorted({i % jobs for i in work})}  # the workers that have turns
+    workers = {w: ctx.Process(target=_worker_main, args=(w, setup, q, results), daemon=True) for w, q in queues.items()}
     for i in sorted(work):
         queues[i % jobs].put((i, work[i]))
-    for q in queues:
+    for q in queues.values():
         q.put(None)
-    for p in workers:
+    for p in workers.values():
         p.start()
     try:
         finished: set[int] = set()
-        while len(finished) < jobs:
+        while len(finished) < len(workers):
             try:
                 message = results.get(timeout=10)
             except queue.Empty:
-                lost = [w for w, p in enumerate(workers) if w not in finished and not p.is_alive()]
+                lost = [w for w, p in workers.items() if w not in finished and not p.is_alive()]
                 if lost:
                     raise ModelError(f"jobs: worker {lost[0]} ended without its report (exit code "
                                      f"{workers[lost[0]].exitcode}: killed, out of memory?)") from None
@@ -751,7 +752,7 @@ def _generations(work: Mapping[int, list[tuple[str, list[int]]]], setup: tuple[A
                 warmups.setdefault(c, {})[w] = ms
             yield message[2], message[3]
     finally:
-        for p in workers:
+        for p in workers.values():
             if p.is_alive():
                 p.terminate()
             p.join()
@@ -846,14 +847,52 @@ def _plan_turn(name: str, turn: Mapping[str, _Prompt], done: Mapping[tuple[str, 
     return plan, calls
 
 
+def plan_calls(work: Mapping[int, Sequence[tuple[str, Sequence[int]]]], contexts: Mapping[str, _ContextPlan],
+               jobs: int) -> dict[str, Any]:
+    """What a run of ``work`` (turn index -> its calls) costs before any is made, per worker (turn i in
+    worker i % jobs): its calls, the prompt tokens they prefill (each context keeps the prefix its
+    previous prompt shares; the generated tokens it also keeps are not known beforehand, so the
+    prefix is counted against the previous prompt alone: an upper bound), and the warm-up
+    tokens of its contexts (untimed, once per configuration it calls)."""
+    import numpy as np
+
+    workers = []
+    by_config: dict[str, dict[str, int]] = {}
+    for w in range(jobs):
+        last: dict[str, Sequence[int]] = {}
+        calls = prefill = warm = 0
+        for i in sorted(work):
+            if i % jobs != w:
+                continue
+            for c, tokens in work[i]:
+                if c not in last:
+                    last[c] = contexts[c].warm_tokens
+                    warm += len(last[c])
+                cached = np.asarray(last[c][:len(tokens) - 1], dtype=np.int64)
+                tokens_in = len(tokens) - _shared_prefix(cached, tokens)
+                prefill += tokens_in
+                calls += 1
+                last[c] = tokens
+                mine = by_config.setdefault(c, {"llm_calls": 0, "prefill_tokens": 0, "n_ctx": contexts[c].n_ctx,
+                                                "warmup_tokens": len(contexts[c].warm_tokens)})
+                mine["llm_calls"] += 1
+                mine["prefill_tokens"] += tokens_in
+        workers.append({"worker": w, "turns": sum(1 for i in work if i % jobs == w), "llm_calls": calls,
+                        "prefill_tokens": prefill, "warmup_tokens": warm})
+    return {"llm_calls": sum(w["llm_calls"] for w in workers), "workers": workers,
+            "configs": {c: by_config[c] for c in sorted(by_config, key=CONFIGS.index)}}
+
+
 def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config: AgentConfig,
              answers: BfclAnswers, say: Callable[[str], None],
              on_turn: Callable[[list[dict[str, Any]], dict[str, Any]], None] | None = None,
-             done: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
+             done: Mapping[tuple[str, str], Mapping[str, Any]] | None = None, dry_run: bool = False
              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every configuration on one part's sampled turns: (per-turn rows, {"turns", "tools", "configs":
-    {name: summary}, "not_fitting": [...], "workers": [...]}). A turn's configurations that hand the
-    same tools in the same order share one LLM call (``_plan_turn``; the rows that take another
+    """Every configuration on one part's sampled turns (``dry_run``: none; instead the part's
+    ``plan``: the LLM calls and the tokens they would prefill, ``plan_calls``): (per-turn rows,
+    {"turns", "tools", "configs": {name: summary}, "not_fitting": [...], "workers": [...]}). A turn's
+    configurations that hand the same tools in the same order share one LLM call (``_plan_turn``; the
+    rows that take another
     configuration's call say so in ``same_prompt_as``). The calls run in this process, turn by turn
     (``config.jobs`` 1), or in ``config.jobs`` worker processes of one llama.cpp context per
     configuration each, turn i in worker i % jobs; either way each configuration's context is sized
@@ -891,6 +930,12 @@ def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config:
     part = {"folder": str(folder), "turns": len(queries), "tools": len(bench.catalog), "configs": configs,
             "not_fitting": skipped, "jobs": config.jobs, "llm_calls": sum(map(len, work.values())),
             "workers": stats}
+    setup = (model.path, config.threads, config.max_new_tokens, _context_plans(prompts, model, config))
+    if dry_run:
+        resumed = sum(1 for plan in plans for _c, (_s, earlier) in plan.items() if earlier is not None)
+        copies = sum(1 for plan in plans for c, (source, earlier) in plan.items() if source != c and earlier is None)
+        return [], {**part, "plan": {**plan_calls(work, setup[3], config.jobs), "rows": len(plans) * len(order),
+                                     "resumed_rows": resumed, "same_prompt_rows": copies}}
     warmups: dict[str, dict[int, float]] = {}
     turn_rows: dict[int, dict[str, dict[str, Any]]] = {}
 
@@ -925,7 +970,6 @@ def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config:
     for i in range(len(queries)):  # turns with nothing to run: the earlier rows and their copies
         if i not in work:
             finish(i, {})
-    setup = (model.path, config.threads, config.max_new_tokens, _context_plans(prompts, model, config))
     saved = sum(1 for plan in plans for c, (source, earlier) in plan.items() if source != c and earlier is None)
     say(f"[agent] {name}: {part['llm_calls']} LLM calls on {len(work)} turns in {config.jobs} process(es); "
         f"{saved} more rows take an identical prompt's call")
@@ -978,14 +1022,16 @@ def better_than_shipped(mean: Mapping[str, Mapping[str, float | None]]) -> list[
 def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen", config: AgentConfig = AgentConfig(),
               bundle: str | Path | None = None, progress: Callable[[str], None] | None = None,
               checkpoint: Callable[[dict[str, Any]], None] | None = None,
-              resume: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None) -> dict[str, Any]:
+              resume: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None, dry_run: bool = False
+              ) -> dict[str, Any]:
     """Measure every configuration on every (folder, min_gold) part with one model; the report dict
     (schema ``magicselector-bench-agent/1``: host, model, config, parts, mean, better_than_shipped, rows).
     ``checkpoint`` gets the report so far (``partial`` true) after each turn. ``resume``: earlier
     reports (single runs, or ``--merge`` outputs: this model's entry) of the same model, token cap
     and threads (``check_resumable``) whose rows are taken, not run again (a later report's row wins;
     a turn of this run's sample that they lack is run; the largest of their seconds is added: a
-    checkpoint carries those of the run it resumed)."""
+    checkpoint carries those of the run it resumed). ``dry_run``: no LLM call, each part's ``plan``
+    (``run_part``)."""
     from dataclasses import asdict
 
     from magicselector.config import SelectorConfig
@@ -1035,7 +1081,8 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
             lambda got, part, name=name: checkpoint(report({**out, name: part}, rows + got + other, True)))
         got, out[name] = run_part(name, folder_, model, base,
                                   AgentConfig(**{**asdict(config), "min_gold": max(min_gold, config.min_gold)}),
-                                  answers, say, on_turn, {(c, i): r for (p, c, i), r in done.items() if p == name})
+                                  answers, say, on_turn, {(c, i): r for (p, c, i), r in done.items() if p == name},
+                                  dry_run)
         rows += got
     return report(out, rows + other, False)
 
@@ -1247,10 +1294,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
                     raise InputError(f"resume: {path}: {e}") from e
         report = run_agent(parts, args.model, config, bundle=args.bundle,
                            progress=lambda m: print(m, file=sys.stderr, flush=True),
-                           checkpoint=(lambda r: _write_json(r, args.json)) if args.json else None, resume=earlier)
+                           checkpoint=(lambda r: _write_json(r, args.json)) if args.json and not args.dry_run
+                           else None, resume=earlier, dry_run=args.dry_run)
     except MagicSelectorError as e:
         print(f"magicselector: error: {e}", file=sys.stderr)
         return 2
+    if args.dry_run:
+        print(json.dumps({name: {k: part[k] for k in ("turns", "tools", "not_fitting", "plan")}
+                          for name, part in report["parts"].items()}, indent=1))
+        return 0
     return _write_reports([report], args)
 
 
@@ -1314,6 +1366,9 @@ def add_parser(bsub: Any) -> None:
     sp.add_argument("--resume-from", nargs="+", metavar="JSON",
                     help="with --json: also take the rows of these reports (single runs, or --merge outputs: this "
                          "model's entry) where the turn hands the same tools; implies --resume")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="no LLM call: print each part's plan (per worker: the LLM calls, the prompt tokens they "
+                         "would prefill, the untimed warm-up tokens) as JSON; the --json file is only read")
     sp.add_argument("--resume", action="store_true", help="take the turn rows already in the --json file instead of "
                                                           "running them again (same model, token cap and threads)")
     sp.add_argument("--out", metavar="REPORT.md", help="write the markdown report, its plot beside it (.png)")

@@ -373,3 +373,18 @@ def test_two_worker_processes_give_the_rows_of_one_apart_from_the_times(tmp_path
     assert [(w["worker"], w["turns"], w["llm_calls"]) for w in part_report["workers"]] == [(0, 1, 2), (1, 1, 2)]
     assert all(w["cpu_s"] > 0 and len(w["loadavg_end"]) == 3 for w in part_report["workers"])
     assert len(part_report["configs"]["gold"]["warmup_prefill_ms_workers"]) == 2
+
+
+def test_the_plan_counts_each_workers_calls_and_the_tokens_its_contexts_prefill():
+    from magicselector.bench.agent import _ContextPlan, plan_calls
+
+    contexts = {"all": _ContextPlan(64, (1, 2, 3, 4)), "gold": _ContextPlan(64, (1,))}
+    work = {0: [("all", [1, 2, 3, 4, 5]), ("gold", [1, 7, 8])], 1: [("all", [1, 2, 3, 4, 6, 6])],
+            2: [("all", [1, 2, 3, 4, 5, 9])]}
+    one = plan_calls(work, contexts, 1)
+    # all: 1 token after its warm-up, then 2 and 2 (each shares [1..4] with the previous prompt); gold: 2
+    assert one["llm_calls"] == 4 and one["workers"] == [
+        {"worker": 0, "turns": 3, "llm_calls": 4, "prefill_tokens": 1 + 2 + 2 + 2, "warmup_tokens": 4 + 1}]
+    two = plan_calls(work, contexts, 2)  # turns 0 and 2 in worker 0 (turn 2 shares [1..5] with turn 0), 1 in worker 1
+    assert [(w["turns"], w["llm_calls"], w["prefill_tokens"], w["warmup_tokens"]) for w in two["workers"]] == [
+        (2, 3, 1 + 2 + 1, 5), (1, 1, 2, 4)]
