@@ -25,10 +25,17 @@ COMMAND = re.compile(r"(?:^|[\s`(;|&])(?<!from )(?<!import )(?:python3? -m )?mag
 
 def code_texts(markdown: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of every fenced code line (backslash continuations joined) and every
-    inline code span outside fences."""
+    inline code span outside fences (one wrapped over lines of its paragraph joined by spaces)."""
     fenced = False
     pending, start = "", 0
-    for number, line in enumerate(markdown.splitlines(), 1):
+    paragraph: list[str] = []
+    first = 0
+    for number, line in enumerate([*markdown.splitlines(), ""], 1):
+        if (fenced or not line.strip() or line.lstrip().startswith("```")) and paragraph:
+            text = "\n".join(paragraph)
+            for span in re.finditer(r"`([^`]+)`", text):
+                yield first + text.count("\n", 0, span.start()), span.group(1).replace("\n", " ")
+            paragraph = []
         if line.lstrip().startswith("```"):
             fenced = not fenced
             continue
@@ -40,9 +47,10 @@ def code_texts(markdown: str) -> Iterator[tuple[int, str]]:
                 continue
             yield start, pending + line
             pending = ""
-        else:
-            for span in re.findall(r"`([^`\n]+)`", line):
-                yield number, span
+        elif line.strip():
+            if not paragraph:
+                first = number
+            paragraph.append(line)
 
 
 def shown_commands(markdown: str) -> Iterator[tuple[int, list[str]]]:
@@ -90,9 +98,10 @@ def test_the_extractor_finds_commands_and_flags():
 
     parser = build_parser()
     page = ("run `magicselector bench latency --threads 1` then\n```\nmagicselector eval DIR \\\n  --rerank  # gone\n"
-            "```\nand `from magicselector import Selector`\n")
+            "```\nand `from magicselector import Selector`, or `magicselector select\n--no-rerank TEXT` wrapped\n")
     shown = list(shown_commands(page))
-    assert shown == [(1, ["bench", "latency", "--threads", "1"]), (3, ["eval", "DIR", "--rerank"])]
+    assert shown == [(1, ["bench", "latency", "--threads", "1"]), (3, ["eval", "DIR", "--rerank"]),
+                     (6, ["select", "--no-rerank", "TEXT"])]
     assert problems(shown[0][1], parser) == []
     assert problems(shown[1][1], parser) == ["`magicselector eval` takes no --rerank"]
     assert problems(["bench", "rerank"], parser)[0].startswith("`magicselector bench` has no subcommand 'rerank'")
@@ -109,5 +118,5 @@ def test_every_command_a_page_shows_exists(page):
 
 
 def test_the_pages_show_commands_to_check():
-    """The check above is not empty: the pages show some 200 commands (223 when written)."""
+    """The check above is not empty: the pages show some 200 commands (238 when written)."""
     assert sum(len(list(shown_commands(page.read_text(encoding="utf-8")))) for page in PAGES) > 150
