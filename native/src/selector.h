@@ -98,6 +98,7 @@ public:
     const Bundle &bundle() const { return bundle_; }
     bool has_embedder() const { return embedder_ != nullptr; }
     bool has_head() const { return head_ != nullptr; }
+    const HeadModel *head() const { return head_.get(); }  // null where the bundle has none
     int row_of(const std::string &id) const;  // -1 where the catalog lacks it
 
 private:
