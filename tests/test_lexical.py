@@ -208,3 +208,58 @@ def test_eval_hybrid_runs_with_decomposition_and_bm25_alone(tiny_benchmark, bund
     assert 0.0 < bm25["overall"]["ndcg@10"] <= 1.0
     with pytest.raises(InputError, match="hybrid"):
         EvalConfig(SelectorConfig(decompose="llm"), retriever="bm25")
+
+
+# -- add and remove are all or nothing ----------------------------------------------------------------
+def _full_state(index: LexicalIndex) -> tuple:
+    """Everything the index holds, and what it answers (scores and rankings of a few texts)."""
+    arrays = tuple((a.dtype.str, a.tobytes()) for a in (index._indptr, index._docs, index._tf, index._doc_len))
+    answers = [(index.scores(q).tobytes(), index.search([q], 10)[0][0])
+               for q in ["set an alarm", "send a message to mom", "photosynthesis", "weather in Berlin"]]
+    return (list(index._vocab), dict(index._term_id), list(index._ids), dict(index._row), arrays, answers)
+
+
+def test_a_refused_add_or_remove_leaves_the_index_as_it_was():
+    catalog = load_phone_catalog()
+    index = LexicalIndex.from_catalog(catalog)
+    held = catalog.ids[3]
+    before = _full_state(index)
+    # a held tool replaced by a text that is not a string: the old code had dropped the tool already
+    for bad_text in (None, b"set an alarm", ["alarm"]):
+        with pytest.raises(InputError, match=f"text of tool '{held}'"):
+            index.add(held, bad_text)
+        assert _full_state(index) == before
+    for bad_id in (7, None, ("a",), ["unhashable"]):
+        with pytest.raises(InputError, match="tool id must be a string"):
+            index.add(bad_id, "photosynthesis chlorophyll")
+        with pytest.raises(InputError, match="tool id must be a string"):
+            index.remove(bad_id)
+        assert _full_state(index) == before
+    with pytest.raises(UnknownToolError, match="no_such_tool"):
+        index.remove("no_such_tool")
+    assert _full_state(index) == before
+
+
+@pytest.mark.parametrize("failing", ["insert", "delete"])
+def test_a_failure_part_way_through_add_or_remove_changes_nothing(monkeypatch, failing):
+    """A MemoryError inside numpy after the new postings have begun to be computed (the old code had
+    by then interned the new terms, dropped the replaced tool or shifted the term offsets)."""
+    catalog = load_phone_catalog()
+    index = LexicalIndex.from_catalog(catalog)
+    held = catalog.ids[3]
+    index.add("qzx_router", "Route qzx packets")  # a tool added at run time, with terms of its own
+    before = _full_state(index)
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("numpy." + failing)
+
+    monkeypatch.setattr(np, failing, out_of_memory)
+    with pytest.raises(MemoryError):
+        if failing == "insert":
+            index.add(held, "Entirely new words: photosynthesis chlorophyll frobnicator")
+        else:
+            index.remove(held)
+    monkeypatch.undo()
+    assert _full_state(index) == before
+    index.remove(held)  # and it still works
+    assert held not in index and len(index) == len(catalog)  # the catalog's tools, less one, plus qzx_router

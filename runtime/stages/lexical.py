@@ -19,7 +19,8 @@ query is a gather of its terms' postings and one ``bincount``. ``save`` writes o
 pickle. ``add`` / ``remove`` edit the postings in place of a rebuild: each is one vectorised pass
 over all postings (O(total postings)); the weights, which N and avgdl change for every tool, are
 recomputed once by the next query (also O(total postings)), so a batch of changes pays it once
-(docs/bench/lexical.md measures both).
+(docs/bench/lexical.md measures both). Each is all or nothing: its input is checked and the new
+postings computed before any is assigned, so a refused change leaves the index as it was.
 
 ``fuse_lexical`` merges each dense retrieval list with the lexical list of the same text by a
 weighted sum of per-list z-scores of the cosine and BM25 scores, both computed exactly for every
@@ -288,48 +289,82 @@ class LexicalIndex:
                               f"postings {len(self._docs)})")
 
     # -- catalog changes -------------------------------------------------------------------------
+    # All or nothing: add and remove check their input, then compute the new postings into locals
+    # and only then assign them, so a refusal (or a MemoryError part-way) leaves the index as it was.
     def add(self, tool_id: str, text: str) -> None:
-        """Add a tool, or replace the tool with the same id (O(total postings), see the module docstring)."""
-        if tool_id in self._row:
-            self._drop(self._row[tool_id])
+        """Add a tool, or replace the tool with the same id (O(total postings), see the module docstring).
+        A tool id or text that is not a string is an InputError naming it; the index is then unchanged."""
+        _check_id(tool_id, "add")
+        if not isinstance(text, str):
+            raise InputError(f"lexical add(): the text of tool {tool_id!r:.80} must be a string, "
+                             f"got {type(text).__name__} (the index is unchanged)")
         counts = self._counts(text)
-        terms = np.asarray([self._intern(t) for t in counts], dtype=np.int64)
-        row = len(self._ids)
-        self._ids.append(tool_id)
-        self._row[tool_id] = row
-        self._doc_len = np.append(self._doc_len, np.int32(sum(counts.values())))
-        if len(self._indptr) < len(self._vocab) + 1:  # new terms get empty posting lists
-            self._indptr = np.concatenate([self._indptr, np.full(len(self._vocab) + 1 - len(self._indptr),
-                                                                 self._indptr[-1], dtype=np.int64)])
+        length = sum(counts.values())
+        if length > np.iinfo(np.int32).max:
+            raise InputError(f"lexical add(): the text of tool {tool_id!r:.80} has {length:,} tokens, more "
+                             f"than a tool's length can hold ({np.iinfo(np.int32).max:,}; the index is unchanged)")
+        new_terms = [t for t in counts if t not in self._term_id]  # new terms, numbered after the vocabulary
+        new_term_id = {t: len(self._vocab) + k for k, t in enumerate(new_terms)}
+        terms = np.asarray([self._term_id[t] if t in self._term_id else new_term_id[t] for t in counts],
+                           dtype=np.int64)
+        vocab = len(self._vocab) + len(new_terms)
+        indptr, docs, tf, doc_len = self._indptr, self._docs, self._tf, self._doc_len
+        replaced = self._row.get(tool_id)
+        ids: list[str] | None = None  # the ids after a replacement (a plain add appends at the end)
+        if replaced is not None:
+            indptr, docs, tf, doc_len = self._without_row(replaced)
+            ids = self._ids[:replaced] + self._ids[replaced + 1:] + [tool_id]
+        row = len(self._ids) - (replaced is not None)
+        doc_len = np.append(doc_len, np.int32(length))
+        if len(indptr) < vocab + 1:  # new terms get empty posting lists
+            indptr = np.concatenate([indptr, np.full(vocab + 1 - len(indptr), indptr[-1], dtype=np.int64)])
         if len(terms):
             order = np.argsort(terms, kind="stable")
             terms = terms[order]
             tfs = np.minimum(np.fromiter(counts.values(), dtype=np.int64)[order], np.iinfo(np.uint16).max)
-            at = self._indptr[terms + 1]  # the end of each term's postings: the new row is the highest
-            self._docs = np.insert(self._docs, at, np.int32(row))
-            self._tf = np.insert(self._tf, at, tfs.astype(np.uint16))
-            self._indptr = self._indptr + np.concatenate(
-                [[0], np.cumsum(np.bincount(terms, minlength=len(self._vocab)))])
+            at = indptr[terms + 1]  # the end of each term's postings: the new row is the highest
+            docs = np.insert(docs, at, np.int32(row))
+            tf = np.insert(tf, at, tfs.astype(np.uint16))
+            indptr = indptr + np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=vocab))])
+        row_of = {i: r for r, i in enumerate(ids)} if ids is not None else None
+        # from here on nothing can fail: the new state is assigned
+        self._vocab.extend(new_terms)
+        self._term_id.update(new_term_id)
+        if ids is None or row_of is None:
+            self._ids.append(tool_id)
+            self._row[tool_id] = row
+        else:
+            self._ids, self._row = ids, row_of
+        self._indptr, self._docs, self._tf, self._doc_len = indptr, docs, tf, doc_len
         self._stale = True
 
     def remove(self, tool_id: str) -> None:
+        """Remove the tool with this id: an InputError when the id is not a string, an
+        UnknownToolError naming it when the index does not hold it (the index is then unchanged)."""
+        _check_id(tool_id, "remove")
         row = self._row.get(tool_id)
         if row is None:
             raise UnknownToolError(f"unknown tool id {tool_id!r} (not in the lexical index)")
         self._drop(row)
-        self._stale = True
 
     def _drop(self, row: int) -> None:
+        """Remove the tool at this row (all or nothing, as ``remove``)."""
+        indptr, docs, tf, doc_len = self._without_row(row)
+        ids = self._ids[:row] + self._ids[row + 1:]
+        row_of = {i: r for r, i in enumerate(ids)}
+        self._ids, self._row = ids, row_of
+        self._indptr, self._docs, self._tf, self._doc_len = indptr, docs, tf, doc_len
+        self._stale = True
+
+    def _without_row(self, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The postings (indptr, docs, tf, doc_len) without the tool at ``row``, later rows one lower;
+        the index itself is not changed."""
         keep = self._docs != row
         removed = np.repeat(np.arange(len(self._vocab)), np.diff(self._indptr))[~keep]
-        self._indptr = self._indptr - np.concatenate(
-            [[0], np.cumsum(np.bincount(removed, minlength=len(self._vocab)))])
+        indptr = self._indptr - np.concatenate([[0], np.cumsum(np.bincount(removed, minlength=len(self._vocab)))])
         docs = self._docs[keep]
-        self._docs = np.where(docs > row, docs - 1, docs).astype(np.int32)
-        self._tf = self._tf[keep]
-        self._doc_len = np.delete(self._doc_len, row)
-        del self._ids[row]
-        self._row = {i: r for r, i in enumerate(self._ids)}
+        docs = np.where(docs > row, docs - 1, docs).astype(np.int32)
+        return indptr, docs, self._tf[keep], np.delete(self._doc_len, row)
 
     # -- queries -------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -397,6 +432,12 @@ def _idf(df: np.ndarray, n: int, mode: str) -> np.ndarray:
     floor = _OKAPI_EPSILON * (idf[present].mean() if present.any() else 0.0)
     return np.asarray(np.where(idf < 0, floor, idf))
 
+
+def _check_id(tool_id: object, method: str) -> None:
+    """A tool id as add and remove take it: a string; else an InputError naming it."""
+    if not isinstance(tool_id, str):
+        raise InputError(f"lexical {method}(): a tool id must be a string, got {type(tool_id).__name__} "
+                         f"{tool_id!r:.80} (the index is unchanged)")
 
 class _Postings:
     """What ``LexicalIndex.build`` keeps of the texts it reads: per chunk, each posting's term id and
