@@ -261,8 +261,9 @@ def turn_row(turn: Turn, r: Replayed) -> dict[str, float]:
 def columns(rows: Sequence[dict[str, float]]) -> dict[str, float]:
     if not rows:
         return {}
-    out = {m: round(float(np.mean([r[m] for r in rows])), 4) for m in rows[0]}
-    out["p90K"] = round(float(np.percentile([r["K"] for r in rows], 90)), 2)
+    # unrounded: the shipping rule's 0.005 bound is read on them (compare)
+    out = {m: float(np.mean([r[m] for r in rows])) for m in rows[0]}
+    out["p90K"] = float(np.percentile([r["K"] for r in rows], 90))
     out["n"] = len(rows)
     return out
 
@@ -282,7 +283,7 @@ def measure(parts: dict[str, dict[str, Any]], variant: Variant) -> dict[str, Any
                 group.append(row)
         per_part[name] = columns(rows)
     keys = [k for k in next(iter(per_part.values())) if k != "n"]
-    mean = {k: round(float(np.mean([c[k] for c in per_part.values()])), 4) for k in keys}
+    mean = {k: float(np.mean([c[k] for c in per_part.values()])) for k in keys}
     return {"parts": per_part, "multi-tool": columns(group), "mean": mean}
 
 
