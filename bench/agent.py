@@ -30,8 +30,8 @@ evaluation; the longest token prefix shared with the configuration's previous tu
 cache, as a deployment with prefix caching keeps a fixed system prompt and tool list), ``decode_ms``
 (from the first generated token to the call's end) and ``turn_ms``, their sum; ``llm_cpu_ms`` is the
 process CPU time of prefill and decode, the figure that stays put when other work shares the
-cores (one llama.cpp thread: near the wall time of an idle core); ``turn_cpu_ms`` adds the
-selection to it. Each configuration has its own llama.cpp context, which first evaluates, untimed,
+cores (one llama.cpp thread: near the wall time of an idle core; ``prefill_cpu_ms`` its prefill
+part); ``turn_cpu_ms`` adds the selection to it. Each configuration has its own llama.cpp context, which first evaluates, untimed,
 the token prefix all its prompts share (the template's preamble; the whole catalog for ``all``:
 ``warmup_prefill_ms``).
 
@@ -43,7 +43,7 @@ same turns), in this process or, with ``jobs`` N, in N worker processes (turn i 
 every worker's contexts sized and warmed up alike, so the rows are those of one process apart from
 the times); the ``--json`` report is rewritten after every finished turn, and ``--resume`` takes the
 rows already in it (or in earlier reports: ``--resume-from``) instead of running those turns again
-(``run_part``).
+(``run_part``). ``--dry-run`` makes no call: it prints what a run would cost (``plan_calls``).
 """
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def generate_call(runner: Any, tokens: Sequence[int], max_new_tokens: int) -> di
     t2, c2 = time.perf_counter(), time.process_time()
     return {"text": text, "generated_tokens": len(out), "stopped": stopped, "prompt_tokens": len(tokens),
             "prefilled_tokens": len(tokens) - reused, "prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3,
-            "llm_cpu_ms": (c2 - c0) * 1e3}
+            "llm_cpu_ms": (c2 - c0) * 1e3, "prefill_cpu_ms": (c1 - c0) * 1e3}
 
 
 # -- parsing and scoring --------------------------------------------------------------------------
@@ -597,9 +597,11 @@ def _fits(p: _Prompt, model: ChatModel, config: AgentConfig) -> bool:
     return len(p.tokens) + config.max_new_tokens <= model.context
 
 
+# what one LLM call gives a row (copied to the configurations that had the same prompt)
 GEN_KEYS = ("text", "generated_tokens", "stopped", "prompt_tokens", "prefilled_tokens", "prefill_ms", "decode_ms",
-            "llm_cpu_ms")  # what one LLM call gives a row (copied to the configurations that had the same prompt)
-TIMING_KEYS = ("selection_ms", "prefill_ms", "decode_ms", "turn_ms", "llm_cpu_ms", "prefilled_tokens")
+            "llm_cpu_ms", "prefill_cpu_ms")
+TIMING_KEYS = ("selection_ms", "prefill_ms", "decode_ms", "turn_ms", "llm_cpu_ms", "prefill_cpu_ms",
+               "prefilled_tokens")
 # prefilled_tokens: what the KV cache held from the context's previous call, which depends on the turn order
 
 
@@ -681,12 +683,15 @@ class _Generator:
         self.runners.clear()
 
 
-def _worker_main(worker: int, setup: tuple[Any, ...], tasks: Any, results: Any) -> None:
+def _worker_main(worker: int, setup: tuple[Any, ...], tasks: Any, results: Any, parent: int) -> None:
     """A ``--jobs`` worker process: its turns' calls from ``tasks`` (None ends), each turn's
-    generations to ``results``, then its stats (or the error that stopped it)."""
+    generations to ``results``, then its stats (or the error that stopped it). It stops after the
+    turn in hand once the ``parent`` process is gone (killed: its queued turns would be lost work)."""
+    import os
+
     generator = _Generator(*setup)
     try:
-        while (task := tasks.get()) is not None:
+        while os.getppid() == parent and (task := tasks.get()) is not None:
             i, work = task
             results.put(("turn", worker, i, generator.run(work), dict(generator.warmup_ms)))
         results.put(("done", worker, generator.stats(worker)))
@@ -723,7 +728,10 @@ def _generations(work: Mapping[int, list[tuple[str, list[int]]]], setup: tuple[A
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding onnxruntime's and llama.cpp's threads
     results = ctx.Queue()
     queues = {w: ctx.Queue() for w in sorted({i % jobs for i in work})}  # the workers that have turns
-    workers = {w: ctx.Process(target=_worker_main, args=(w, setup, q, results), daemon=True) for w, q in queues.items()}
+    import os
+
+    workers = {w: ctx.Process(target=_worker_main, args=(w, setup, q, results, os.getpid()), daemon=True)
+               for w, q in queues.items()}
     for i in sorted(work):
         queues[i % jobs].put((i, work[i]))
     for q in queues.values():
@@ -762,7 +770,7 @@ def _generations(work: Mapping[int, list[tuple[str, list[int]]]], setup: tuple[A
 def _no_call(p: _Prompt) -> dict[str, Any]:
     """The generation of a prompt over the model's trained context: nothing (the turn is a miss)."""
     return {"text": "", "generated_tokens": 0, "stopped": "context", "prompt_tokens": len(p.tokens),
-            "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0, "llm_cpu_ms": 0.0}
+            "prefilled_tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0, "llm_cpu_ms": 0.0, "prefill_cpu_ms": 0.0}
 
 
 def same_prompt_groups(turn: Mapping[str, _Prompt]) -> list[list[str]]:
@@ -797,7 +805,8 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "prompt_tokens": avg("prompt_tokens", rows), "prefilled_tokens": avg("prefilled_tokens"),
             "generated_tokens": avg("generated_tokens"), "selection_ms": avg("selection_ms"),
             "prefill_ms": avg("prefill_ms"), "decode_ms": avg("decode_ms"), "turn_ms": avg("turn_ms"),
-            "llm_cpu_ms": avg("llm_cpu_ms"), "turn_cpu_ms": avg("turn_cpu_ms", timed), "cpu_turns": len(timed),
+            "llm_cpu_ms": avg("llm_cpu_ms"), "prefill_cpu_ms": avg("prefill_cpu_ms"),
+            "turn_cpu_ms": avg("turn_cpu_ms", timed), "cpu_turns": len(timed),
             "turn_ms_p50": float(np.median([r["turn_ms"] for r in fit])) if fit else None}
 
 
@@ -992,7 +1001,7 @@ def part_name(folder: str | Path, min_gold: int = 1) -> str:
     return name + (f" (>= {min_gold} gold)" if min_gold > 1 else "")
 
 
-def mean_over_parts(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+def mean_over_parts(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
     """Per configuration that ran on every part: accuracy and turn ms averaged over the parts."""
     import numpy as np
 
@@ -1015,8 +1024,14 @@ def better_than_shipped(mean: Mapping[str, Mapping[str, float | None]]) -> list[
         return []
     cpu = all(m.get("turn_cpu_ms") is not None for m in mean.values())
     key = "turn_cpu_ms" if cpu else "turn_ms"
-    return [c for c, m in mean.items() if c not in ("shipped", "gold") and m["accuracy"] > s["accuracy"] + 1e-9
-            and m[key] <= s[key]]  # 1e-9: means of equal counts differ in the last bit
+
+    def value(m: Mapping[str, float | None], k: str) -> float:
+        v = m.get(k)
+        return float("nan") if v is None else v  # not measured: compares as neither better nor cheaper
+
+    return [c for c, m in mean.items() if c not in ("shipped", "gold")
+            and value(m, "accuracy") > value(s, "accuracy") + 1e-9  # 1e-9: means of equal counts differ in the last bit
+            and value(m, key) <= value(s, key)]
 
 
 def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen", config: AgentConfig = AgentConfig(),
@@ -1074,7 +1089,8 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
 
     names = [part_name(f, g) for f, g in parts]
     other = [dict(r) for (p, _c, _i), r in done.items() if p not in names]  # an earlier run's other parts: kept
-    rows, out = [], {}
+    rows: list[dict[str, Any]] = []
+    out: dict[str, Any] = {}
     for folder_, min_gold in parts:
         name = part_name(folder_, min_gold)
         on_turn = None if checkpoint is None else (
@@ -1197,7 +1213,7 @@ def plot_accuracy_tokens(reports: Sequence[Mapping[str, Any]], path: str | Path)
     """Accuracy against the prompt's tokens, one panel per part, one line per model."""
     from .plots import _plt, _save
 
-    plt = _plt()
+    plt = _plt()  # type: ignore[no-untyped-call]
     from matplotlib import ticker
 
     parts = list(dict.fromkeys(p for r in reports for p in r["parts"]))
