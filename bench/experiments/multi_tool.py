@@ -1,16 +1,16 @@
 """Turns that need several tools (issue 45): why the shipped top five misses a gold tool, and the stages after the embedder re-applied with each fix, on every development part.
 
     python3 -m magicselector.bench.experiments.multi_tool --work W --cache C [--shared-data D]
-        [--variants NAME,...] [--head NAME=HEAD.json ...] [--train-heads] [--out RESULT.json]
+        [--bundle DIR] [--llm] [--out RESULT.json]
 
 The parts are ``bench quality``'s (``bench.quality.development_sets`` written under ``--work``; its
 seeded sample of 500 per part, ``sampled_queries``; the multi-tool group its ``MULTI_TOOL_GROUP``).
 Each turn is ranked once by the shipped Selector over the part's catalog (``Selector.rank``:
 decompose, embed, search, lexical fusion, peak-rank fusion; cached under ``--cache``), and every
-variant re-applies only what comes after: the fused order, the cut (``cut_turn``), the learned
-head (``head_cut``) and the ranking's first five. The ``shipped`` variant is checked against
-``Selector.select`` on the first turns of each part (``identity``), so the replay is the product's
-path.
+variant (``variants``) re-applies only what comes after: the fused order, the cut (``cut_turn``),
+the learned head (``head_cut``) and the ranking's first five. The ``shipped`` variant is checked
+against ``Selector.select`` on the first turns of each part (``identity``), so the replay is the
+product's path.
 
 The failure analysis (``--out``'s ``failures``) takes every multi-tool-group turn whose shipped
 ranking misses a gold tool in its first five and says, per missing tool, where it was (its rank in
@@ -19,9 +19,11 @@ anchor's and the history's; not retrieved at all), whether the rules split the t
 against gold tools), which tools took the first five (another sub-task's second hit, the anchor's
 or history's hit, a near-duplicate of a gold tool) and one cause per missing tool (``CAUSES``).
 
-``--train-heads`` also ranks the train parts (the generated train split, each public set's
-tool-disjoint train part; at most 3,000 seeded turns a folder as ``train head`` reads them) and
-fits heads on them (``train.head.fit_head``), each measured as a variant.
+The train parts (the generated train split, each public set's tool-disjoint train part; at most
+3,000 seeded turns a folder as ``train head`` reads them) are ranked too, and heads refitted on
+them (``fit_heads``, ``train.head.fit_head``) are measured as variants. ``decomposition_bounds``
+ranks the generated parts with other decompositions: their recorded gold sub-tasks (the bound),
+a rules variant, and with ``--llm`` ``decompose="auto"``.
 """
 from __future__ import annotations
 
