@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
+from conftest import native_build
+
 from conftest import needs
 
 pytest.importorskip("torch", reason=needs("train"))
@@ -29,10 +31,8 @@ TINY = dict(layers=1, max_length=32, negatives=2, pool=4, batch_size=4, epochs=1
 
 @pytest.fixture(scope="module")
 def binary() -> Path:
-    from magicselector.export.native import default_build_dir
-
     env = os.environ.get("MAGICSELECTOR_NATIVE_BIN")
-    exe = Path(env) if env else default_build_dir("host") / "bin" / "magicselector-native"
+    exe = Path(env) if env else native_build("host") / "bin" / "magicselector-native"  # up to date
     if not (exe.is_file() and os.access(exe, os.X_OK)):
         pytest.skip("no native build: run `magicselector native build --target host` (the native extra) "
                     "or set MAGICSELECTOR_NATIVE_BIN")
