@@ -107,8 +107,8 @@ def peer_rows(sets: Sequence[tuple[str, Path]], config: CompareConfig,
               note: Callable[[str], None] = print) -> dict[str, Any]:
     """The peers' rows on each set, as ``bench quality`` computes them (``evaluate_peer``: the same
     seeded, screened sample as the bundles' rows): ``{"rows": {peer: {"package", "k", "embeds",
-    "quality": {set: row}, "mean": {metric: value}}}, "skipped": [{"peer", "package", "why"}],
-    "seconds"}``. A peer whose package is not installed, or that embeds where the FP32 MiniLM
+    "quality": {set: row (with its wall ``seconds``)}, "mean": {metric: value}}}, "skipped": [{"peer",
+    "package", "why"}], "seconds"}``. A peer whose package is not installed, or that embeds where the FP32 MiniLM
     reference cannot load, is skipped with a note saying why."""
     from magicselector.data.datasets import load_benchmark
 
@@ -140,9 +140,11 @@ def peer_rows(sets: Sequence[tuple[str, Path]], config: CompareConfig,
         bench = load_benchmark(folder)
         cost = token_cost(bench)
         for p in runnable:
+            started = time.perf_counter()
             row = evaluate_peer(p, bench, shipped, qconfig, cost, reference, embed)
             packages[p.name] = row.pop("package")  # "<package> <version>"
-            quality[p.name][name] = {k: v for k, v in row.items() if k != "curve"}
+            quality[p.name][name] = {**{k: v for k, v in row.items() if k != "curve"},
+                                     "seconds": round(time.perf_counter() - started, 2)}  # which peer is slow
     rows = {p.name: {"package": packages[p.name], "k": p.k, "embeds": p.embeds, "quality": quality[p.name],
                      "mean": _means(quality[p.name])} for p in runnable}
     return {"rows": rows, "skipped": skipped, "seconds": round(time.perf_counter() - t0, 1)}

@@ -184,7 +184,11 @@ def run_release(config: ReleaseConfig, log: Callable[[str], None] = print) -> di
                "head": str(head) if head is not None else None, "key_fingerprint": key_fingerprint(public),
                "bundles": bundles, "compared": {"a": str(against), "b": bundles[mine]["path"], "markdown": str(md),
                                                 "json": str(js), "verdicts": {v["metric"]: v["verdict"]
-                                                                              for v in report["verdicts"]}},
+                                                                              for v in report["verdicts"]},
+                                                # B against the best peer on the mean (None: --no-peers)
+                                                "against_best_peer": None if report["peers"] is None else
+                                                {st["metric"]: st["b"]["standing"]
+                                                 for st in report["peers"]["standing"]}},
                "seconds": round(time.perf_counter() - t0, 1)}
     (config.out / "release.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     failed = [f"{n}: {b['arm64_native']['first_mismatch']}" for n, b in bundles.items()

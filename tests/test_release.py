@@ -312,8 +312,14 @@ def test_release_end_to_end_on_a_fresh_checkpoint(checkpoint, tiny_data, bundle_
     report = (tmp_path / "out" / "compare.md").read_text()
     assert "| NDCG@10 |" in report and "| C@K |" in report
     assert "## Peers (reference rows, no verdict)" in report  # the peers' rows, or the line naming what is missing
-    assert json.loads((tmp_path / "out" / "release.json").read_text())["compared"]["verdicts"]["NDCG@10"] in (
-        "better", "worse", "same")
+    compared = json.loads((tmp_path / "out" / "release.json").read_text())["compared"]
+    assert compared["verdicts"]["NDCG@10"] in ("better", "worse", "same")
+    from magicselector.bench.bundle_compare import QUALITY_METRICS
+    from magicselector.bench.peers import PEERS, installed
+
+    assert set(compared["against_best_peer"]) == ({label for _, label, _ in QUALITY_METRICS}
+                                                  if any(installed(p) for p in PEERS) else set())
+    assert set(compared["against_best_peer"].values()) <= {"ahead", "level", "behind"}
 
 
 def test_release_refuses_bad_input_naming_the_flag(checkpoint, tmp_path, capsys):
