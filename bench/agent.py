@@ -31,9 +31,9 @@ cache, as a deployment with prefix caching keeps a fixed system prompt and tool 
 (from the first generated token to the call's end) and ``turn_ms``, their sum; ``llm_cpu_ms`` is the
 process CPU time of prefill and decode, the figure that stays put when other work shares the
 cores (one llama.cpp thread: near the wall time of an idle core; ``prefill_cpu_ms`` its prefill
-part); ``turn_cpu_ms`` adds the selection to it. Each configuration has its own llama.cpp context, which first evaluates, untimed,
-the token prefix all its prompts share (the template's preamble; the whole catalog for ``all``:
-``warmup_prefill_ms``).
+part); ``turn_cpu_ms`` adds the selection to it. Each configuration has its own llama.cpp context,
+which first evaluates, untimed, the token prefix all its prompts share (the template's preamble;
+the whole catalog for ``all``: ``warmup_prefill_ms``).
 
 A turn's configurations that hand the same tools in the same order (the cut at K=5 and ``fixed-5``,
 ``max-tools-3`` and the cut at K<=3) have the same prompt: greedy decoding gives it one generation,
@@ -892,6 +892,55 @@ def plan_calls(work: Mapping[int, Sequence[tuple[str, Sequence[int]]]], contexts
             "configs": {c: by_config[c] for c in sorted(by_config, key=CONFIGS.index)}}
 
 
+_TurnPlan = dict[str, tuple[str, Mapping[str, Any] | None]]  # _plan_turn's: configuration -> (source, earlier row)
+
+
+def _prepare_part(name: str, folder: str | Path, model: ChatModel, base: Any, config: AgentConfig,
+                  done: Mapping[tuple[str, str], Mapping[str, Any]], say: Callable[[str], None]
+                  ) -> tuple[Any, list[Any], dict[str, list[_Prompt]], list[dict[str, Any]], list[_TurnPlan],
+                             dict[int, list[tuple[str, list[int]]]]]:
+    """One part before any LLM call: (the benchmark, its sampled turns, each configuration's prompts,
+    the configurations over the context, each turn's ``_plan_turn``, the calls per turn index)."""
+    from dataclasses import replace
+
+    from magicselector.config import SelectorConfig
+
+    from magicselector.data.datasets import load_benchmark
+
+    bench = load_benchmark(folder, skip_bad_rows=True)
+    queries = sampled_turns(bench, config, [i for _c, i in done])
+    if not queries:
+        raise InputError(f"{folder}: no turn with at least {config.min_gold} gold tool(s) the Selector takes")
+    selector = base.with_catalog(bench.catalog, replace(SelectorConfig(), threads=config.threads))
+    t0 = time.perf_counter()
+    handed = handed_tools(bench, queries, config.configs, selector)
+    say(f"[agent] {name}: {len(queries)} turns selected in {time.perf_counter() - t0:.1f} s")
+    prompts, skipped = _part_prompts(name, model, bench, queries, handed, config, say)
+    order = sorted(prompts, key=CONFIGS.index)
+    plans, work = [], {}
+    for i in range(len(queries)):
+        plan, calls = _plan_turn(name, {c: prompts[c][i] for c in order}, done, model, config, say)
+        plans.append(plan)
+        if calls:
+            work[i] = calls
+    return bench, queries, prompts, skipped, plans, work
+
+
+def _planned_row(name: str, c: str, p: _Prompt, plan: tuple[str, Mapping[str, Any] | None],
+                 gens: Mapping[str, Mapping[str, Any]], bench: Any, model: ChatModel, config: AgentConfig,
+                 answers: BfclAnswers) -> dict[str, Any]:
+    """Configuration ``c``'s row of a turn as ``_plan_turn`` planned it: its own earlier row (arguments
+    scored by this run's checker), or a row of the generation it takes (this turn's call in ``gens``,
+    an earlier row's, none over the context), with ``same_prompt_as`` where that was another's."""
+    source, earlier = plan
+    if earlier is not None and source == c:
+        return {**earlier, **score_args(earlier, bench, answers)}
+    gen = ({k: earlier[k] for k in GEN_KEYS if k in earlier} if earlier is not None
+           else gens[source] if source in gens else _no_call(p))
+    row = {**_turn_row(name, c, p, gen, bench, answers), "fits": _fits(p, model, config)}
+    return row if source == c else {**row, "same_prompt_as": source}
+
+
 def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config: AgentConfig,
              answers: BfclAnswers, say: Callable[[str], None],
              on_turn: Callable[[list[dict[str, Any]], dict[str, Any]], None] | None = None,
@@ -911,29 +960,9 @@ def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config:
     run: its turns come first, and its row is taken instead of running the turn again where the
     configuration hands the same tools. The rows returned keep the earlier run's rows outside this
     sample."""
-    from dataclasses import replace
-
-    from magicselector.config import SelectorConfig
-
-    from magicselector.data.datasets import load_benchmark
-
     done = done or {}
-    bench = load_benchmark(folder, skip_bad_rows=True)
-    queries = sampled_turns(bench, config, [i for _c, i in done])
-    if not queries:
-        raise InputError(f"{folder}: no turn with at least {config.min_gold} gold tool(s) the Selector takes")
-    selector = base.with_catalog(bench.catalog, replace(SelectorConfig(), threads=config.threads))
-    t0 = time.perf_counter()
-    handed = handed_tools(bench, queries, config.configs, selector)
-    say(f"[agent] {name}: {len(queries)} turns selected in {time.perf_counter() - t0:.1f} s")
-    prompts, skipped = _part_prompts(name, model, bench, queries, handed, config, say)
+    bench, queries, prompts, skipped, plans, work = _prepare_part(name, folder, model, base, config, done, say)
     order = sorted(prompts, key=CONFIGS.index)
-    plans, work = [], {}
-    for i in range(len(queries)):
-        plan, calls = _plan_turn(name, {c: prompts[c][i] for c in order}, done, model, config, say)
-        plans.append(plan)
-        if calls:
-            work[i] = calls
     configs: dict[str, Any] = {}
     stats: list[dict[str, Any]] = []
     part = {"folder": str(folder), "turns": len(queries), "tools": len(bench.catalog), "configs": configs,
@@ -949,18 +978,8 @@ def run_part(name: str, folder: str | Path, model: ChatModel, base: Any, config:
     turn_rows: dict[int, dict[str, dict[str, Any]]] = {}
 
     def finish(i: int, gens: Mapping[str, Mapping[str, Any]]) -> None:
-        rows: dict[str, dict[str, Any]] = {}
-        for c in order:
-            source, earlier = plans[i][c]
-            p = prompts[c][i]
-            if earlier is not None and source == c:  # its own earlier row: arguments scored by this run's checker
-                rows[c] = {**earlier, **score_args(earlier, bench, answers)}
-                continue
-            gen = ({k: earlier[k] for k in GEN_KEYS if k in earlier} if earlier is not None
-                   else gens[source] if source in gens else _no_call(p))
-            row = {**_turn_row(name, c, p, gen, bench, answers), "fits": _fits(p, model, config)}
-            rows[c] = row if source == c else {**row, "same_prompt_as": source}
-        turn_rows[i] = rows
+        turn_rows[i] = {c: _planned_row(name, c, prompts[c][i], plans[i][c], gens, bench, model, config, answers)
+                        for c in order}
 
     def rows_so_far() -> list[dict[str, Any]]:
         """The finished turns' rows (in turn order, configuration by configuration), then the earlier
