@@ -158,6 +158,16 @@ class ToolIndex:
         graph built on one thread is the same bytes from build to build (a bundle's index is).
         All or nothing: everything is checked before the index changes, and a refused add (an
         InputError naming the id) leaves it exactly as it was."""
+        vectors = self._checked_add(ids, vectors, threads)
+        keys = [tool_key(i) for i in ids]
+        replaced = self._replaced_keys(keys, ids)  # refuses a key collision before anything changes
+        self._put(keys, vectors, replaced, threads)
+        self._id_by_key.update(zip(keys, ids))
+        self._key_by_id.update(zip(ids, keys))
+
+    def _checked_add(self, ids: Sequence[str], vectors: np.ndarray, threads: int) -> np.ndarray:
+        """``add``'s input checked before anything changes: the vectors as float32, or an InputError
+        naming what is wrong (shape, a non-string or repeated id, a non-finite vector, threads)."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape != (len(ids), self.ndim):
             raise InputError(f"expected vectors of shape ({len(ids)}, {self.ndim}), got {vectors.shape}")
@@ -171,8 +181,11 @@ class ToolIndex:
             raise InputError(f"add(): the vector of tool {ids[bad]!r} is not finite (NaN or infinity)")
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise InputError(f"add(): threads must be an integer >= 0, got {threads!r}")
-        keys = [tool_key(i) for i in ids]
-        replaced = self._replaced_keys(keys, ids)  # refuses a key collision before anything changes
+        return vectors
+
+    def _put(self, keys: list[int], vectors: np.ndarray, replaced: list[int], threads: int) -> None:
+        """Swap the ``replaced`` keys' vectors for the new ones in the usearch index; where usearch
+        fails half-way (e.g. out of memory), what was there is put back before the error goes on."""
         index = self._writable()
         kept = self._get_raw(np.array(replaced, dtype=np.uint64)) if replaced else None
         for k in replaced:
@@ -180,15 +193,13 @@ class ToolIndex:
         try:
             if keys:
                 index.add(np.array(keys, dtype=np.uint64), vectors, threads=threads)
-        except BaseException:  # usearch failed half-way (e.g. out of memory): put back what was there
+        except BaseException:
             for k in keys:
                 if index.contains(k):
                     index.remove(k)
             if kept is not None:
                 index.add(np.array(replaced, dtype=np.uint64), kept, threads=threads)
             raise
-        self._id_by_key.update(zip(keys, ids))
-        self._key_by_id.update(zip(ids, keys))
 
     def _replaced_keys(self, keys: list[int], ids: Sequence[str]) -> list[int]:
         """The keys of these tools the index holds already (to replace), in order; an InputError

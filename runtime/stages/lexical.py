@@ -294,15 +294,7 @@ class LexicalIndex:
     def add(self, tool_id: str, text: str) -> None:
         """Add a tool, or replace the tool with the same id (O(total postings), see the module docstring).
         A tool id or text that is not a string is an InputError naming it; the index is then unchanged."""
-        _check_id(tool_id, "add")
-        if not isinstance(text, str):
-            raise InputError(f"lexical add(): the text of tool {tool_id!r:.80} must be a string, "
-                             f"got {type(text).__name__} (the index is unchanged)")
-        counts = self._counts(text)
-        length = sum(counts.values())
-        if length > np.iinfo(np.int32).max:
-            raise InputError(f"lexical add(): the text of tool {tool_id!r:.80} has {length:,} tokens, more "
-                             f"than a tool's length can hold ({np.iinfo(np.int32).max:,}; the index is unchanged)")
+        counts, length = self._checked_counts(tool_id, text)
         new_terms = [t for t in counts if t not in self._term_id]  # new terms, numbered after the vocabulary
         new_term_id = {t: len(self._vocab) + k for k, t in enumerate(new_terms)}
         terms = np.asarray([self._term_id[t] if t in self._term_id else new_term_id[t] for t in counts],
@@ -319,13 +311,8 @@ class LexicalIndex:
         if len(indptr) < vocab + 1:  # new terms get empty posting lists
             indptr = np.concatenate([indptr, np.full(vocab + 1 - len(indptr), indptr[-1], dtype=np.int64)])
         if len(terms):
-            order = np.argsort(terms, kind="stable")
-            terms = terms[order]
-            tfs = np.minimum(np.fromiter(counts.values(), dtype=np.int64)[order], np.iinfo(np.uint16).max)
-            at = indptr[terms + 1]  # the end of each term's postings: the new row is the highest
-            docs = np.insert(docs, at, np.int32(row))
-            tf = np.insert(tf, at, tfs.astype(np.uint16))
-            indptr = indptr + np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=vocab))])
+            indptr, docs, tf = _with_row(indptr, docs, tf, terms, np.fromiter(counts.values(), dtype=np.int64),
+                                         row, vocab)
         row_of = {i: r for r, i in enumerate(ids)} if ids is not None else None
         # from here on nothing can fail: the new state is assigned
         self._vocab.extend(new_terms)
@@ -337,6 +324,20 @@ class LexicalIndex:
             self._ids, self._row = ids, row_of
         self._indptr, self._docs, self._tf, self._doc_len = indptr, docs, tf, doc_len
         self._stale = True
+
+    def _checked_counts(self, tool_id: str, text: str) -> tuple[dict[str, int], int]:
+        """``add``'s input checked before anything changes: the text's term counts and length, or an
+        InputError naming the tool (an id or text that is not a string, a length past int32)."""
+        _check_id(tool_id, "add")
+        if not isinstance(text, str):
+            raise InputError(f"lexical add(): the text of tool {tool_id!r:.80} must be a string, "
+                             f"got {type(text).__name__} (the index is unchanged)")
+        counts = self._counts(text)
+        length = sum(counts.values())
+        if length > np.iinfo(np.int32).max:
+            raise InputError(f"lexical add(): the text of tool {tool_id!r:.80} has {length:,} tokens, more "
+                             f"than a tool's length can hold ({np.iinfo(np.int32).max:,}; the index is unchanged)")
+        return counts, length
 
     def remove(self, tool_id: str) -> None:
         """Remove the tool with this id: an InputError when the id is not a string, an
@@ -530,3 +531,17 @@ def _z(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     sd = x.std()
     return (x - x.mean()) / sd if sd > 1e-12 else np.zeros_like(x)
+
+
+def _with_row(indptr: np.ndarray, docs: np.ndarray, tf: np.ndarray, terms: np.ndarray, counts: np.ndarray,
+              row: int, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New CSR postings (indptr, docs, tf) with ``row`` appended to each of ``terms``' lists, its
+    term frequencies ``counts`` (in ``terms``' order) capped at uint16; the inputs are not changed."""
+    order = np.argsort(terms, kind="stable")
+    terms = terms[order]
+    tfs = np.minimum(counts[order], np.iinfo(np.uint16).max)
+    at = indptr[terms + 1]  # the end of each term's postings: the new row is the highest
+    docs = np.insert(docs, at, np.int32(row))
+    tf = np.insert(tf, at, tfs.astype(np.uint16))
+    indptr = indptr + np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=vocab))])
+    return indptr, docs, tf
