@@ -248,8 +248,9 @@ class LexicalIndex:
                 index = cls._from_arrays(z, path)
         except BundleError:
             raise
+        # NotImplementedError: zipfile's answer to a header naming a zip version or compression it lacks
         except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile,
-                RecursionError) as e:
+                NotImplementedError, RecursionError) as e:
             raise BundleError(f"{path}: not a readable lexical index ({type(e).__name__}: {str(e)[:200]})") from None
         index._check_arrays(path)
         index._bind(ids, path)
