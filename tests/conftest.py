@@ -129,6 +129,17 @@ def native_build(target: str, sanitize: bool = False) -> Path:
     return build_native(target, sanitize=sanitize, log=lambda message: None).build_dir
 
 
+def host_native_binary() -> Path:
+    """The host ``magicselector-native`` (MAGICSELECTOR_NATIVE_BIN, else ``native_build("host")``'s,
+    brought up to date), or a skip naming how to get one."""
+    env = os.environ.get("MAGICSELECTOR_NATIVE_BIN")
+    exe = Path(env) if env else native_build("host") / "bin" / "magicselector-native"
+    if not (exe.is_file() and os.access(exe, os.X_OK)):
+        pytest.skip("no native build: run `magicselector native build --target host` (the native extra) "
+                    "or set MAGICSELECTOR_NATIVE_BIN")
+    return exe
+
+
 @pytest.fixture(scope="session")
 def home(tmp_path_factory) -> Path:
     """A private MAGICSELECTOR_HOME so tests never touch the user's cache."""

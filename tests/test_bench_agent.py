@@ -125,8 +125,8 @@ def _tiny_part(folder):
     return folder
 
 
-@pytest.mark.slow
-def test_the_command_end_to_end_on_three_turns_with_the_shipped_gguf(tmp_path, monkeypatch, capsys):
+def _need_shipped_gguf() -> None:
+    """Skip, naming the llm extra, where llama-cpp-python or the shipped Qwen GGUF is not here."""
     pytest.importorskip("llama_cpp", reason="the llm extra (llama-cpp-python) is not installed: "
                                             "pip install 'magicselector[llm]'")
     from magicselector.decompose.model import ensure_default_model
@@ -135,6 +135,11 @@ def test_the_command_end_to_end_on_three_turns_with_the_shipped_gguf(tmp_path, m
         ensure_default_model()
     except ModelError as e:
         pytest.skip(f"the shipped GGUF cannot be assembled (the llm extra): {e}")
+
+
+@pytest.mark.slow
+def test_the_command_end_to_end_on_three_turns_with_the_shipped_gguf(tmp_path, monkeypatch, capsys):
+    _need_shipped_gguf()
     from magicselector.cli import main
 
     part = _tiny_part(tmp_path / "tiny")
@@ -333,14 +338,7 @@ def test_resuming_from_a_merged_report_takes_the_models_entry():
 def test_two_worker_processes_give_the_rows_of_one_apart_from_the_times(tmp_path, monkeypatch):
     """Two turns, the real Qwen GGUF, --jobs 1 and --jobs 2 (a turn each): the same rows but for the
     times; fixed-5 hands fixed-10's tools on a three-tool catalog, so it takes that call."""
-    pytest.importorskip("llama_cpp", reason="the llm extra (llama-cpp-python) is not installed: "
-                                            "pip install 'magicselector[llm]'")
-    from magicselector.decompose.model import ensure_default_model
-
-    try:
-        ensure_default_model()
-    except ModelError as e:
-        pytest.skip(f"the shipped GGUF cannot be assembled (the llm extra): {e}")
+    _need_shipped_gguf()
     from magicselector.bench.agent import TIMING_KEYS
     from magicselector.cli import main
 

@@ -2,24 +2,18 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import native_build
+from conftest import host_native_binary
 
 
 @pytest.fixture(scope="module")
 def binary() -> Path:
-    env = os.environ.get("MAGICSELECTOR_NATIVE_BIN")
-    exe = Path(env) if env else native_build("host") / "bin" / "magicselector-native"  # up to date
-    if not (exe.is_file() and os.access(exe, os.X_OK)):
-        pytest.skip("no native build: run `magicselector native build --target host` (the native extra) "
-                    "or set MAGICSELECTOR_NATIVE_BIN")
-    return exe
+    return host_native_binary()
 
 
 def test_bundle_verify_native_passes_on_the_default_bundle(binary, bundle_dir, capsys):

@@ -4,7 +4,6 @@ fused list; a feature or probability moved past the tolerance, or two features s
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import native_build
+from conftest import host_native_binary
 
 from conftest import needs
 
@@ -31,12 +30,7 @@ TINY = dict(layers=1, max_length=32, negatives=2, pool=4, batch_size=4, epochs=1
 
 @pytest.fixture(scope="module")
 def binary() -> Path:
-    env = os.environ.get("MAGICSELECTOR_NATIVE_BIN")
-    exe = Path(env) if env else native_build("host") / "bin" / "magicselector-native"  # up to date
-    if not (exe.is_file() and os.access(exe, os.X_OK)):
-        pytest.skip("no native build: run `magicselector native build --target host` (the native extra) "
-                    "or set MAGICSELECTOR_NATIVE_BIN")
-    return exe
+    return host_native_binary()
 
 
 @pytest.fixture(scope="module")
