@@ -63,7 +63,7 @@ class ReleaseConfig:
             raise InputError(f"--release must be a positive integer, got {self.release}")
 
 
-def _native_arm64(config: ReleaseConfig) -> tuple[Path | None, str | None]:
+def _native_arm64(config: ReleaseConfig, log: Callable[[str], None] = print) -> tuple[Path | None, str | None]:
     """(the ARM64 executable and the qemu that runs it, or None and why the check is skipped)."""
     qemu = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
     exe = config.native_arm64
@@ -77,12 +77,19 @@ def _native_arm64(config: ReleaseConfig) -> tuple[Path | None, str | None]:
     if not exe.is_file():
         return None, (f"no native ARM64 build at {exe} (build one with `magicselector native build --target arm64`, "
                       "or pass --native-arm64 BIN)")
+    if config.native_arm64 is None:  # the cache's build: rebuilt where the checkout's sources are newer
+        from magicselector.export.native import current_build
+
+        try:
+            exe = current_build("arm64", log=log)
+        except Exception as e:  # noqa: BLE001 - no toolchain here: the check is skipped, with the reason
+            return None, f"the ARM64 build at {exe} is older than the native sources and could not be rebuilt ({e})"
     if qemu is None:
         return None, "no qemu-aarch64(-static) on PATH to run the ARM64 build (apt-get install qemu-user-static)"
     return exe, qemu
 
 
-def arm64_parity(bundle: Path, config: ReleaseConfig) -> dict[str, Any]:
+def arm64_parity(bundle: Path, config: ReleaseConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The native ARM64 build's own check of the bundle (``magicselector-native verify``: its GGUF
     embedder against golden.json's vectors, every golden stage) under qemu; skipped with the reason
     where there is no build, no qemu or no GGUF in the bundle. ``status`` is ``failed`` where the
@@ -92,7 +99,7 @@ def arm64_parity(bundle: Path, config: ReleaseConfig) -> dict[str, Any]:
     if not isinstance((manifest.get("embedder") or {}).get("gguf"), dict):
         return {"status": "skipped", "why": "the bundle has no GGUF embedder (llama-cpp-python was not installed "
                                             "at build: pip install 'magicselector[llm]'); the native core runs one"}
-    exe, qemu = _native_arm64(config)
+    exe, qemu = _native_arm64(config, log)
     if exe is None:
         return {"status": "skipped", "why": qemu}
     t0 = time.perf_counter()
@@ -165,7 +172,7 @@ def run_release(config: ReleaseConfig, log: Callable[[str], None] = print) -> di
                          "verify": checks, "seconds": round(time.perf_counter() - started, 1)}
         if name == "arm64":
             log("ARM64 parity: the native ARM64 build's verify of the bundle under qemu")
-            bundles[name]["arm64_native"] = arm64_parity(out, config)
+            bundles[name]["arm64_native"] = arm64_parity(out, config, log)
     host = resolve_target("host")
     mine = host if host in bundles else next(iter(bundles))
     if mine != host:

@@ -209,6 +209,35 @@ def default_build_dir(target: str, sanitize: bool = False) -> Path:
     return native_cache() / "build" / f"{target}{'-sanitize' if sanitize else ''}-{checkout}"
 
 
+def sources_newer_than(built: Path) -> list[Path]:
+    """The native source files (CMake lists, C/C++ sources and headers under ``native/``) modified after
+    ``built`` was written: a cached executable older than the checkout's sources is not this code's
+    build, and a check run with it would vouch for code that no longer exists."""
+    stamp = built.stat().st_mtime
+    src = native_source_dir()
+    kinds = {".c", ".cc", ".cpp", ".h", ".hpp", ".cmake", ".txt"}
+    return sorted(p for p in src.rglob("*")
+                  if p.is_file() and (p.suffix in kinds or p.name == "CMakeLists.txt") and p.stat().st_mtime > stamp)
+
+
+def current_build(target: str, name: str = "magicselector-native", *,
+                  log: Callable[[str], None] = print) -> Path:
+    """The cache's ``target`` executable ``name`` of this checkout, built or rebuilt first where it is
+    missing or older than a native source (an incremental build: seconds when little changed)."""
+    exe = default_build_dir(target) / "bin" / name
+    if exe.is_file():
+        newer = sources_newer_than(exe)
+        if not newer:
+            return exe
+        log(f"[native] {exe} is older than {len(newer)} native source file(s) ({newer[0].name}, ...): rebuilding")
+    else:
+        log(f"[native] no {target} build at {exe}: building it (magicselector native build --target {target})")
+    build_native(target, log=log)
+    if not exe.is_file():
+        raise ExportError(f"the {target} build did not produce {exe}")
+    return exe
+
+
 def _stale_cmake_cache(build_dir: Path) -> str | None:
     """The source folder a build folder's CMakeCache.txt was configured from, when it is not this
     checkout's (CMake would refuse it with a message naming neither the fix nor the folder)."""
