@@ -1094,13 +1094,15 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
     if earlier_runs:
         say(f"[agent] resuming: {len(done)} turn rows of the earlier run(s) are kept")
     earlier = max([float(r.get("seconds", 0.0)) for r in earlier_runs], default=0.0)
-    base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=False),
-                                config=SelectorConfig(threads=config.threads))
+    bundle_dir = Path(bundle) if bundle is not None else Path(ensure_default_bundle(progress=False))
+    base = Selector.from_bundle(bundle_dir, config=SelectorConfig(threads=config.threads))
+    handed_by = bundle_identity(bundle_dir)
     def report(out: dict[str, Any], rows: list[dict[str, Any]], partial: bool) -> dict[str, Any]:
         mean = mean_over_parts(out)
         return {"schema": SCHEMA, "host": machine_description(), "llama_cpp": _llama_cpp_version(),
                 "model": {"label": model.label, "path": str(model.path), "size_bytes": model.path.stat().st_size,
                           "tool_style": model.tool_style, "context": model.context},
+                "bundle": handed_by,
                 "config": {**asdict(config), "bfcl_answers": str(folder) if folder else None,
                            "args_checker": answers.checker_name},
                 "parts": out, "mean": mean, "better_than_shipped": better_than_shipped(mean),
@@ -1120,6 +1122,21 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
                                   dry_run)
         rows += got
     return report(out, rows + other, False)
+
+
+def bundle_identity(bundle_dir: Path) -> dict[str, Any]:
+    """Which bundle's Selector chose the tools (the shipped rows are that bundle's cut): its folder,
+    content digest, target, release and the sha256 of its embedder and head files."""
+    manifest = json.loads((bundle_dir / "manifest.json").read_text(encoding="utf-8"))
+    files = manifest.get("files") or {}
+
+    def digest(block: Any) -> str | None:
+        rel = block.get("file") if isinstance(block, dict) else None
+        return (files.get(rel) or {}).get("sha256") if isinstance(rel, str) else None
+
+    return {"path": str(bundle_dir), "content_sha256": manifest.get("content_sha256"),
+            "target": manifest.get("target"), "release": manifest.get("release"),
+            "embedder_sha256": digest(manifest.get("embedder")), "head_sha256": digest(manifest.get("head"))}
 
 
 def model_run(report: Mapping[str, Any], label: str) -> Mapping[str, Any]:
@@ -1212,6 +1229,11 @@ def format_markdown(report: Mapping[str, Any], heading: str = "##") -> str:
              "llama-cpp-python "
              f"{report['llama_cpp']}; greedy, seed 0, at most {cfg['max_new_tokens']} new tokens; "
              f"{report['seconds']:.0f} s in all; {_calls_line(report.get('rows', []))}.", ""]
+    b = report.get("bundle")
+    if isinstance(b, dict):
+        lines += [f"Tools chosen by the bundle at `{b.get('path')}` (target {b.get('target')}, content sha256 "
+                  f"`{str(b.get('content_sha256'))[:16]}`, embedder `{str(b.get('embedder_sha256'))[:16]}`, head "
+                  f"`{str(b.get('head_sha256'))[:16]}`).", ""]
     for name, part in report["parts"].items():
         lines += [f"{heading}# {name}: {part['turns']} turns, {part['tools']} tools", "",
                   *_part_table(name, part, report.get("rows", [])), "", *_workers_lines(part)]

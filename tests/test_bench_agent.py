@@ -163,7 +163,14 @@ def test_the_command_end_to_end_on_three_turns_with_the_shipped_gguf(tmp_path, m
     part_summary = report["parts"]["tiny"]["configs"]["gold"]
     assert part_summary["turns"] == 3 and part_summary["accuracy"] == pytest.approx(
         sum(by[("gold", q)]["correct"] for q in ("q1", "q2", "q3")) / 3)
-    assert "| gold |" in capsys.readouterr().out
+    from magicselector.bundle import Bundle
+    from magicselector.default_bundle import ensure_default_bundle
+
+    shipped = Bundle.open(ensure_default_bundle(progress=False)).manifest
+    assert report["bundle"]["content_sha256"] == shipped["content_sha256"]  # whose cut the shipped rows are
+    assert report["bundle"]["head_sha256"] == shipped["files"][shipped["head"]["file"]]["sha256"]
+    printed = capsys.readouterr().out
+    assert "| gold |" in printed and f"content sha256 `{shipped['content_sha256'][:16]}`" in printed
 
     # --resume: every row is in the file, so nothing is generated again and the rows stand as they were
     import magicselector.bench.agent as agent
