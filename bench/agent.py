@@ -685,10 +685,18 @@ class _Generator:
 
 def _worker_main(worker: int, setup: tuple[Any, ...], tasks: Any, results: Any, parent: int) -> None:
     """A ``--jobs`` worker process: its turns' calls from ``tasks`` (None ends), each turn's
-    generations to ``results``, then its stats (or the error that stopped it). It stops after the
-    turn in hand once the ``parent`` process is gone (killed: its queued turns would be lost work)."""
+    generations to ``results``, then its stats (or the error that stopped it). It exits within two
+    seconds of the ``parent`` process going (killed: a turn in hand can hold minutes of prefill whose
+    result nobody would read)."""
     import os
+    import threading
 
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(2.0)
+        os._exit(1)
+
+    threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     generator = _Generator(*setup)
     try:
         while os.getppid() == parent and (task := tasks.get()) is not None:

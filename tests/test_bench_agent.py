@@ -393,3 +393,19 @@ def test_the_plan_counts_each_workers_calls_and_the_tokens_its_contexts_prefill(
     two = plan_calls(work, contexts, 2)  # turns 0 and 2 in worker 0 (turn 2 shares [1..5] with turn 0), 1 in worker 1
     assert [(w["turns"], w["llm_calls"], w["prefill_tokens"], w["warmup_tokens"]) for w in two["workers"]] == [
         (2, 3, 1 + 2 + 1, 5), (1, 1, 2, 4)]
+
+
+def test_a_worker_whose_parent_is_gone_exits_while_it_waits_for_a_turn():
+    """A killed `bench agent` parent leaves no worker behind: the worker's watch ends it even while it
+    blocks on its queue (or sits in minutes of prefill)."""
+    import subprocess
+
+    code = ("import os, queue, magicselector.bench.agent as a\n"
+            "class Idle:\n"
+            "    def __init__(self, *setup): pass\n"
+            "    def close(self): pass\n"
+            "a._Generator = Idle\n"
+            "tasks = queue.Queue()  # never fed: tasks.get() blocks for ever\n"
+            "a._worker_main(0, (), tasks, queue.Queue(), parent=os.getppid() + 1)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
