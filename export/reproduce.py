@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from magicselector.bundle import Bundle
@@ -62,17 +62,26 @@ def verify_against_checkpoint(bundle_dir: str | Path, checkpoint: str | Path,
 
 
 # -- the shipped embedder's FP32 checkpoint, from its pinned recipe ---------------------------------
-# Where the shipped embedder's training folders came from (embedder.json's source.data paths): the
-# generated train split and the tool-disjoint train parts of two public sets.
-SHIPPED_DATA_SOURCES = {"/tmp/mobile/train": ("mobile", None), "/tmp/splits/bfcl/train": ("bfcl", "train"),
-                        "/tmp/splits/metatool/train": ("metatool", "train")}
+def data_source(recorded_path: str) -> tuple[str, str | None] | None:
+    """Where a training folder the record names came from, read off its path (embedder.json's
+    source.data): ``.../mobile/train`` is ``magicselector generate --seed 0``'s train split,
+    ``.../SPLITS/NAME/PART`` the PART of ``magicselector split``'s tool-disjoint split of the public set
+    NAME; None for any other folder (it cannot be remade)."""
+    from magicselector.data.splits import PUBLIC_SPLITS
+
+    p = PurePosixPath(recorded_path)
+    if p.parent.name == "mobile" and p.name == "train":
+        return "mobile", None
+    if p.parent.name in PUBLIC_SPLITS and p.name in ("train", "eval"):
+        return p.parent.name, p.name
+    return None
 
 
 def shipped_training_data(work: Path, shared_data: Path | None,
                           log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Write the shipped embedder's training folders under ``work`` as its record says they were made
-    (``magicselector generate --seed 0``'s train split; ``magicselector split``'s bfcl and metatool
-    train parts, seed 0) and hold each one's sha256 against the record: one row per folder, with
+    (``magicselector generate --seed 0``'s train split; ``magicselector split``'s train parts of the public
+    sets, seed 0) and hold each one's sha256 against the record: one row per folder, with
     ``same`` (both files' sha256 equal the recorded ones)."""
     import json
 
@@ -84,14 +93,14 @@ def shipped_training_data(work: Path, shared_data: Path | None,
     source = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
     shared = Path(shared_data) if shared_data is not None else default_shared_data()
     for recorded in source["data"]:  # every source is there before minutes of work
-        name, _ = SHIPPED_DATA_SOURCES.get(recorded["path"], (None, None))
+        name, _ = data_source(recorded["path"]) or (None, None)
         if name is None:
             raise ExportError(f"embedder.json: no known way to remake the training folder {recorded['path']}")
         if name != "mobile" and not (shared / name / "queries.jsonl").is_file():
             raise ExportError(f"{shared / name}: the public set {name} is not there (--shared-data DIR)")
     rows = []
     for recorded in source["data"]:
-        name, part = SHIPPED_DATA_SOURCES[recorded["path"]]
+        name, part = data_source(recorded["path"])  # type: ignore[misc] - checked above
         if name == "mobile":
             log("generating the mobile benchmark (seed 0)")
             generate_benchmark(work / "mobile", GeneratorConfig(seed=0))

@@ -49,8 +49,9 @@ def test_the_dry_path_remakes_the_shipped_training_data(tmp_path, capsys):
     from magicselector.export.reproduce import main
 
     shared = default_shared_data()
-    if not all((shared / name / "queries.jsonl").is_file() for name in ("bfcl", "metatool")):
-        pytest.skip(f"the public sets bfcl and metatool are not in {shared}")
+    needed = [d["path"].rstrip("/").split("/")[-2] for d in _recorded()["data"]][1:]  # after mobile/train
+    if not all((shared / name / "queries.jsonl").is_file() for name in needed):
+        pytest.skip(f"the public sets {needed} are not all in {shared}")
     assert main(["--out", str(tmp_path), "--dry-run", "--shared-data", str(shared)]) == 0
     report = json.loads(capsys.readouterr().out)
     recorded = _recorded()
@@ -67,4 +68,14 @@ def test_a_missing_public_set_is_a_clear_error(tmp_path, capsys):
     from magicselector.export.reproduce import main
 
     assert main(["--out", str(tmp_path / "o"), "--dry-run", "--shared-data", str(tmp_path / "none")]) == 2
-    assert "the public set bfcl is not there (--shared-data DIR)" in capsys.readouterr().err
+    assert "is not there (--shared-data DIR)" in capsys.readouterr().err
+
+
+def test_a_recorded_training_folder_is_known_by_its_path():
+    from magicselector.export.reproduce import data_source
+
+    assert data_source("/tmp/s3/mobile/train") == ("mobile", None)
+    assert data_source("/tmp/splits/sgd/train") == ("sgd", "train")
+    assert data_source("/x/splits/gorilla_apibench/eval") == ("gorilla_apibench", "eval")
+    assert data_source("/tmp/mobile/test") is None and data_source("/tmp/splits/unknown_set/train") is None
+    assert all(data_source(d["path"]) is not None for d in _recorded()["data"])  # the shipped record: all remade
