@@ -1,4 +1,4 @@
-"""The caller's budget (stages/budget.py): never more tools or tokens than asked, one per sub-task first."""
+"""The caller's budget (stages/budget.py): never more tools or tokens than asked; in the head's order, or one per sub-task first without a head."""
 from __future__ import annotations
 
 import pytest
@@ -57,10 +57,26 @@ def test_select_stays_within_the_budget_in_every_format(selector, fmt):
             assert sel.schema_tokens == spent <= tokens and set(sel.ids) <= set(free.ids)
 
 
-def test_a_multi_intent_turn_gets_one_tool_per_sub_task(selector):
+def test_with_the_head_the_budget_buys_the_likeliest_tools(selector):
+    """The shipped head orders the kept tools by P(needed); a budget spends in that order (it buys
+    more completeness than a slot per sub-task first: docs/bench/budget.md), not one per sub-task."""
     sel = selector.select(TURNS[0], max_tools=3)
     assert len(sel.subtasks) == 3
-    ranked = selector.select(TURNS[0]).ranked_ids  # the same turn unbounded: the kept ones keep its order
+    free = selector.select(TURNS[0])  # the same turn unbounded
+    assert sel.ids == free.ids[:3] and free.k > 3
+    probabilities = [t.probability for t in free.tools]
+    assert probabilities == sorted(probabilities, reverse=True)
+    assert [t.probability for t in sel.tools] == probabilities[:3]
+
+
+def test_without_a_head_a_multi_intent_turn_gets_one_tool_per_sub_task(bundle_dir):
+    from magicselector import Selector
+    from magicselector.config import SelectorConfig
+
+    headless = Selector.from_bundle(bundle_dir, config=SelectorConfig(head=False))
+    sel = headless.select(TURNS[0], max_tools=3)
+    assert len(sel.subtasks) == 3
+    ranked = headless.select(TURNS[0]).ranked_ids  # the same turn unbounded: the kept ones keep its order
     assert sel.ids == sorted(["bluetooth_toggle", "play_music", "send_sms"], key=ranked.index)
     assert sorted(t.list for t in sel.tools) == [1, 2, 3] and all(t.rank == 0 for t in sel.tools)
 
