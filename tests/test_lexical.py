@@ -263,3 +263,12 @@ def test_a_failure_part_way_through_add_or_remove_changes_nothing(monkeypatch, f
     assert _full_state(index) == before
     index.remove(held)  # and it still works
     assert held not in index and len(index) == len(catalog)  # the catalog's tools, less one, plus qzx_router
+
+
+@pytest.mark.parametrize("ids,texts,field", [([1, "b"], ["a", "b"], "a tool id must be a string, got int 1"),
+                                             (["a", None], ["a", "b"], "got NoneType"),
+                                             (["a", "b"], ["x", 3], "text 1 must be a string, got int")])
+def test_build_refuses_what_add_refuses_naming_it(ids, texts, field):
+    """A non-string id or text was indexed by build (and saved) though add refuses it."""
+    with pytest.raises(InputError, match=field):
+        LexicalIndex.build(ids, texts)

@@ -117,6 +117,8 @@ class LexicalIndex:
         generator: it is read once, ``_BUILD_CHUNK`` texts at a time, and only the postings (numpy
         arrays) are kept, so a catalog's texts never need to be in memory together."""
         index = cls(**params)
+        for tool_id in ids:
+            _check_id(tool_id, "build")
         if len(set(ids)) != len(ids):
             raise InputError("lexical build: the same tool id appears twice")
         postings = index._postings(texts, len(ids))
@@ -138,6 +140,8 @@ class LexicalIndex:
         for row, text in enumerate(texts):
             if row >= most:
                 raise InputError(f"lexical build: {most} ids but more texts")
+            if not isinstance(text, str):
+                raise InputError(f"lexical build(): text {row} must be a string, got {type(text).__name__}")
             counts = self._counts(text)
             postings.add([self._intern(t) for t in counts], counts)
             if (row + 1) % _BUILD_CHUNK == 0:
@@ -438,8 +442,9 @@ def _idf(df: np.ndarray, n: int, mode: str) -> np.ndarray:
 def _check_id(tool_id: object, method: str) -> None:
     """A tool id as add and remove take it: a string; else an InputError naming it."""
     if not isinstance(tool_id, str):
+        after = "" if method == "build" else " (the index is unchanged)"
         raise InputError(f"lexical {method}(): a tool id must be a string, got {type(tool_id).__name__} "
-                         f"{tool_id!r:.80} (the index is unchanged)")
+                         f"{tool_id!r:.80}{after}")
 
 class _Postings:
     """What ``LexicalIndex.build`` keeps of the texts it reads: per chunk, each posting's term id and
