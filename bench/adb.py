@@ -562,23 +562,17 @@ def find_native_runner(path: str | os.PathLike | None = None, *, name: str = NAT
     ``magicselector-native`` for the demo): ``path``, else the arm64 build's in the cache
     (``magicselector native build --target arm64``), built now when it is not there (the first build
     takes minutes: llama.cpp under zig's clang)."""
-    from magicselector.export.native import current_build, default_build_dir, sources_newer_than
+    from magicselector.export.native import ExportError, current_build
 
     if path is not None:
         exe = Path(path)
         if not exe.is_file():
             raise DeviceError(f"native_runner {exe}: no such file")
     else:
-        exe = default_build_dir("arm64") / "bin" / name
-        if not build_if_missing:
-            if not exe.is_file():
-                raise DeviceError(f"no ARM64 runner at {exe}: run `magicselector native build --target arm64`")
-            newer = sources_newer_than(exe)
-            if newer:
-                raise DeviceError(f"the ARM64 runner at {exe} is older than {newer[0]} (and {len(newer) - 1} more "
-                                  "native sources): run `magicselector native build --target arm64`")
-        else:
-            exe = current_build("arm64", name, log=log or (lambda line: None))
+        try:
+            exe = current_build("arm64", name, build=build_if_missing, log=log or (lambda line: None))
+        except ExportError as e:
+            raise DeviceError(str(e)) from None
     _check_arm64_executable(exe)
     return exe
 

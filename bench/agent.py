@@ -699,7 +699,7 @@ def _worker_main(worker: int, setup: tuple[Any, ...], tasks: Any, results: Any, 
     threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     generator = _Generator(*setup)
     try:
-        while os.getppid() == parent and (task := tasks.get()) is not None:
+        while (task := tasks.get()) is not None:
             i, work = task
             results.put(("turn", worker, i, generator.run(work), dict(generator.warmup_ms)))
         results.put(("done", worker, generator.stats(worker)))
@@ -1102,9 +1102,9 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
     if earlier_runs:
         say(f"[agent] resuming: {len(done)} turn rows of the earlier run(s) are kept")
     earlier = max([float(r.get("seconds", 0.0)) for r in earlier_runs], default=0.0)
-    bundle_dir = Path(bundle) if bundle is not None else Path(ensure_default_bundle(progress=False))
-    base = Selector.from_bundle(bundle_dir, config=SelectorConfig(threads=config.threads))
-    handed_by = bundle_identity(bundle_dir)
+    base = Selector.from_bundle(bundle if bundle is not None else ensure_default_bundle(progress=False),
+                                config=SelectorConfig(threads=config.threads))
+    handed_by = bundle_identity(base.bundle)
     def report(out: dict[str, Any], rows: list[dict[str, Any]], partial: bool) -> dict[str, Any]:
         mean = mean_over_parts(out)
         return {"schema": SCHEMA, "host": machine_description(), "llama_cpp": _llama_cpp_version(),
@@ -1132,17 +1132,18 @@ def run_agent(parts: Sequence[tuple[str | Path, int]], model_spec: str = "qwen",
     return report(out, rows + other, False)
 
 
-def bundle_identity(bundle_dir: Path) -> dict[str, Any]:
+def bundle_identity(bundle: Any) -> dict[str, Any]:
     """Which bundle's Selector chose the tools (the shipped rows are that bundle's cut): its folder,
-    content digest, target, release and the sha256 of its embedder and head files."""
-    manifest = json.loads((bundle_dir / "manifest.json").read_text(encoding="utf-8"))
+    content digest, target, release and the sha256 of its embedder and head files (from the
+    manifest the Selector opened)."""
+    manifest = bundle.manifest
     files = manifest.get("files") or {}
 
     def digest(block: Any) -> str | None:
         rel = block.get("file") if isinstance(block, dict) else None
         return (files.get(rel) or {}).get("sha256") if isinstance(rel, str) else None
 
-    return {"path": str(bundle_dir), "content_sha256": manifest.get("content_sha256"),
+    return {"path": str(bundle.path), "content_sha256": manifest.get("content_sha256"),
             "target": manifest.get("target"), "release": manifest.get("release"),
             "embedder_sha256": digest(manifest.get("embedder")), "head_sha256": digest(manifest.get("head"))}
 

@@ -216,22 +216,27 @@ def sources_newer_than(built: Path) -> list[Path]:
     stamp = built.stat().st_mtime
     src = native_source_dir()
     kinds = {".c", ".cc", ".cpp", ".h", ".hpp", ".cmake", ".txt"}
-    return sorted(p for p in src.rglob("*")
-                  if p.is_file() and (p.suffix in kinds or p.name == "CMakeLists.txt") and p.stat().st_mtime > stamp)
+    return sorted(p for p in src.rglob("*") if p.is_file() and p.suffix in kinds and p.stat().st_mtime > stamp)
 
 
-def current_build(target: str, name: str = "magicselector-native", *,
+def current_build(target: str, name: str = "magicselector-native", *, build: bool = True,
                   log: Callable[[str], None] = print) -> Path:
     """The cache's ``target`` executable ``name`` of this checkout, built or rebuilt first where it is
-    missing or older than a native source (an incremental build: seconds when little changed)."""
+    missing or older than a native source (an incremental build: seconds when little changed); with
+    ``build`` False an ExportError says which instead."""
     exe = default_build_dir(target) / "bin" / name
+    fix = f"magicselector native build --target {target}"
     if exe.is_file():
         newer = sources_newer_than(exe)
         if not newer:
             return exe
+        if not build:
+            raise ExportError(f"{exe} is older than {newer[0]} (and {len(newer) - 1} more native sources): run `{fix}`")
         log(f"[native] {exe} is older than {len(newer)} native source file(s) ({newer[0].name}, ...): rebuilding")
     else:
-        log(f"[native] no {target} build at {exe}: building it (magicselector native build --target {target})")
+        if not build:
+            raise ExportError(f"no {target} build at {exe}: run `{fix}`")
+        log(f"[native] no {target} build at {exe}: building it ({fix})")
     build_native(target, log=log)
     if not exe.is_file():
         raise ExportError(f"the {target} build did not produce {exe}")

@@ -92,15 +92,16 @@ def shipped_training_data(work: Path, shared_data: Path | None,
 
     source = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
     shared = Path(shared_data) if shared_data is not None else default_shared_data()
+    sources = []
     for recorded in source["data"]:  # every source is there before minutes of work
-        name, _ = data_source(recorded["path"]) or (None, None)
-        if name is None:
+        found = data_source(recorded["path"])
+        if found is None:
             raise ExportError(f"embedder.json: no known way to remake the training folder {recorded['path']}")
-        if name != "mobile" and not (shared / name / "queries.jsonl").is_file():
-            raise ExportError(f"{shared / name}: the public set {name} is not there (--shared-data DIR)")
+        if found[0] != "mobile" and not (shared / found[0] / "queries.jsonl").is_file():
+            raise ExportError(f"{shared / found[0]}: the public set {found[0]} is not there (--shared-data DIR)")
+        sources.append((recorded, *found))
     rows = []
-    for recorded in source["data"]:
-        name, part = data_source(recorded["path"])  # type: ignore[misc] - checked above
+    for recorded, name, part in sources:
         if name == "mobile":
             log("generating the mobile benchmark (seed 0)")
             generate_benchmark(work / "mobile", GeneratorConfig(seed=0))
