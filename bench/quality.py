@@ -494,7 +494,9 @@ def _shipped_line(s: dict[str, Any]) -> str:
     return (f"lexical {s['lexical']} (z-score mix, weight {s['lexical_weight']}, "
             f"{s['lexical_candidates']} candidates), "
             f"decompose {s['decompose']!r}, history {s['history']!r}, peak-rank fusion, cut {cut['rule']!r} "
-            f"({params + '; ' if params else ''}K in [{cut['k_min']}, {cut['k_max']}]), cut per sub-task list")
+            f"({params + '; ' if params else ''}K in [{cut['k_min']}, {cut['k_max']}]), cut per sub-task list"
+            + "".join(f", at most {s[k]} {what} a turn (the default budget)" for k, what in
+                      (("max_tools", "tools"), ("max_schema_tokens", "schema tokens")) if s.get(k) is not None))
 
 
 def format_markdown(report: dict[str, Any], command: str | None = None) -> str:

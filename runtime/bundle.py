@@ -33,7 +33,7 @@ FORMAT_VERSION = 1
 # v11: no cross-encoder (it left the runtime: docs/bench/reranker.md); the reranker files and golden scores are gone
 # v12: tools embedded and indexed as catalog.jsonl gives them back (parameters in key order), a build
 #      block beside the content_sha256 of the rest (reproducible bytes, issue 48)
-DEFAULT_BUNDLE_RECIPE = "default-v13"
+DEFAULT_BUNDLE_RECIPE = "default-v14"
 # the sections that stand for one artifact file each (a section's "file", relative to the folder)
 ARTIFACT_SECTIONS = ("embedder", "index", "catalog", "golden", "decomposer", "lexical", "head")
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings: kilobytes; refuse to read a huge one

@@ -98,9 +98,11 @@ class SelectorConfig:
     head: order the kept tools by the bundle's learned head (``stages/head.py``: a relevance
       probability per candidate from how the retrieval lists rank it) and drop those under
       ``cut.min_probability``; bundles without a head are cut as before.
-    max_tools, max_schema_tokens: the caller's budget (``stages/budget.py``): the cut never keeps
-      more tools, or more tokens of tool definitions (counted in the format select is asked for);
-      None: only the cut decides.
+    max_tools, max_schema_tokens: the default budget (``stages/budget.py``; ``select`` takes the
+      caller's own): the cut never keeps more tools, or more tokens of tool definitions (counted in
+      the format select is asked for); None: only the cut decides. ``max_tools=5`` ships: the
+      phone's LLM calls the right tool as often with the cut's first five as with all it keeps,
+      in less time (docs/bench/agent.md, "The operating point").
     """
 
     history: str = "questions"
@@ -114,7 +116,7 @@ class SelectorConfig:
     lexical: bool = True
     lexical_weight: float = 0.15
     lexical_candidates: int = 30
-    max_tools: int | None = None
+    max_tools: int | None = 5
     max_schema_tokens: int | None = None
     head: bool = True
 

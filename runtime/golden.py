@@ -195,6 +195,7 @@ def _config(selector: Pipeline) -> dict[str, Any]:
             "cut": {"rule": cut.rule, "k_min": cut.k_min, "k_max": cut.k_max, "range_margin": cut.range_margin,
                     "range_depth": cut.range_depth, "list_range_margin": cut.list_range_margin,
                     "anchor_k_max": cut.anchor_k_max, "min_probability": cut.min_probability},
+            "budget": {"max_tools": cfg.max_tools, "max_schema_tokens": cfg.max_schema_tokens},
             "limits": {"max_query_chars": cfg.limits.max_query_chars, "max_history_turns": cfg.limits.max_history_turns,
                        "max_history_chars": cfg.limits.max_history_chars, "max_subtasks": cfg.limits.max_subtasks}}
 
@@ -294,10 +295,14 @@ def _replay_head(selector: Pipeline, pairs: list[tuple[Sequence[str], Any]], his
 
 def _replay_budget(selector: Pipeline, inputs: dict[str, Any], ids: list[str], k: int, lists: Sequence[RankedList],
                    by_probability: bool) -> tuple[list[int], int | None]:
-    """The positions the probe's budget keeps, and the schema tokens they spend (where it bounds tokens)."""
+    """The positions the probe's budget keeps, and the schema tokens they spend (where it bounds tokens);
+    a bound the probe leaves out is the config's, as in ``select``."""
     from .stages.budget import Budget, spend_budget
 
-    budget = Budget(inputs.get("max_tools"), inputs.get("max_schema_tokens"), inputs.get("format", "mcp"))
+    cfg = selector.config
+    budget = Budget(cfg.max_tools if inputs.get("max_tools") is None else inputs["max_tools"],
+                    cfg.max_schema_tokens if inputs.get("max_schema_tokens") is None else inputs["max_schema_tokens"],
+                    inputs.get("format", "mcp"))
     kept = spend_budget(budget, ids, k, [lst.ids for lst in lists], lambda t: tool_tokens(selector, t, budget.format),
                         by_probability)
     tokens = sum(tool_tokens(selector, ids[i], budget.format) for i in kept) \

@@ -45,8 +45,9 @@ TURNS = ["turn on bluetooth and play some jazz, then text Sam I am late",
 def test_select_stays_within_the_budget_in_every_format(selector, fmt):
     from magicselector.tokens import schema_tokens
 
+    uncapped = selector.with_config(max_tools=None)  # the cut alone: a bound only ever takes from it
     for turn in TURNS:
-        free = selector.select(turn, format=fmt)
+        free = uncapped.select(turn, format=fmt)
         for limit in (1, 2, 3):
             sel = selector.select(turn, max_tools=limit, format=fmt)
             assert sel.k == len(sel.tools) == min(limit, free.k)
@@ -62,11 +63,27 @@ def test_with_the_head_the_budget_buys_the_likeliest_tools(selector):
     more completeness than a slot per sub-task first: docs/bench/budget.md), not one per sub-task."""
     sel = selector.select(TURNS[0], max_tools=3)
     assert len(sel.subtasks) == 3
-    free = selector.select(TURNS[0])  # the same turn unbounded
+    free = selector.with_config(max_tools=None).select(TURNS[0])  # the same turn unbounded
     assert sel.ids == free.ids[:3] and free.k > 3
     probabilities = [t.probability for t in free.tools]
     assert probabilities == sorted(probabilities, reverse=True)
     assert [t.probability for t in sel.tools] == probabilities[:3]
+
+
+def test_the_default_budget_hands_the_cuts_first_five(selector):
+    """SelectorConfig.max_tools=5 ships (docs/bench/agent.md): a turn whose cut keeps more gets the
+    first five in the head's order; one whose cut keeps five or fewer gets exactly the cut's."""
+    from magicselector.config import SelectorConfig
+
+    assert SelectorConfig().max_tools == 5
+    uncapped = selector.with_config(max_tools=None)
+    ks = []
+    for turn in TURNS + ["book a table for two, order a taxi there, set a reminder and text Ann the time"]:
+        cut, shipped = uncapped.select(turn), selector.select(turn)
+        assert shipped.ids == cut.ids[:5] and shipped.k == min(cut.k, 5)
+        assert selector.select(turn, max_tools=8).ids == cut.ids[:8]  # a caller's own bound replaces it
+        ks.append(cut.k)
+    assert min(ks) <= 5 < max(ks)  # both kinds of turn were checked
 
 
 def test_without_a_head_a_multi_intent_turn_gets_one_tool_per_sub_task(bundle_dir):

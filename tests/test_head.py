@@ -103,9 +103,10 @@ TURNS = ["text Sam that I'm running ten minutes late", "turn on bluetooth and se
 
 def test_the_default_bundle_ships_a_head_and_select_uses_it(shipped):
     assert shipped.head is not None and shipped.bundle.section("head")["file"] == "head.json"
-    off = shipped.with_config(head=False)
+    cut = shipped.with_config(max_tools=None)  # the default budget takes the first five of either order
+    off = cut.with_config(head=False)
     for turn in TURNS:
-        s, plain = shipped.select(turn), off.select(turn)
+        s, plain = cut.select(turn), off.select(turn)
         probs = [t.probability for t in s.tools]
         assert all(p is not None and 0 <= p <= 1 for p in probs)
         assert probs == sorted(probs, reverse=True)  # best first
@@ -119,7 +120,7 @@ def test_the_default_bundle_ships_a_head_and_select_uses_it(shipped):
 def test_the_head_reorders_but_a_fixed_k_stays_k(shipped):
     from magicselector.bench.cut_rules import FixedCut
 
-    fixed = shipped.with_config(cut=FixedCut(7))
+    fixed = shipped.with_config(cut=FixedCut(7), max_tools=None)
     for turn in TURNS:
         s = fixed.select(turn)
         assert s.k == 7 and "+head" in s.cut.rule

@@ -91,7 +91,8 @@ def test_the_kotlin_class_selects_as_the_c_api_does(jvm, bundle_dir):
     # text past U+FFFF and accents cross JNI both ways unchanged (UTF-16 <-> UTF-8, not modified UTF-8)
     assert any("🎉" in t for t in through_jvm[2]["retrieved_texts"])
     assert any("réserve" in t for t in through_jvm[3]["retrieved_texts"])
-    assert through_jvm[3]["budget"] == {"format": "anthropic", "max_schema_tokens": 400, "max_tools": None}
+    # no max_tools in the request: the config's default budget (five tools)
+    assert through_jvm[3]["budget"] == {"format": "anthropic", "max_schema_tokens": 400, "max_tools": 5}
 
 
 def test_errors_are_exceptions_with_the_c_apis_status_and_message(jvm, bundle_dir, tmp_path):

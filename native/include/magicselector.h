@@ -31,6 +31,7 @@ ms_status ms_open(const char *bundle_dir, const char *options_json, ms_selector 
 
 /* One turn. `request_json`: {"query": str, "history": [{"role": str, "content": str}, ...],
    "max_tools": int|null, "max_schema_tokens": int|null, "format": "mcp"|"openai"|"openai-responses"|"anthropic"}.
+   A null or missing bound is the selector's: {"max_tools": 5} ships (ms_open's {"max_tools": null} lifts it).
    On success *out_json is the Selection as JSON (ids in order, k, scores, why, subtasks,
    retrieved_texts, timings_ms), to be released with ms_free. */
 ms_status ms_select(ms_selector *selector, const char *request_json, char **out_json);

@@ -183,6 +183,8 @@ json Options::to_golden_config() const {
     return {{"history", history}, {"history_turns", history_turns}, {"candidates", candidates}, {"decompose", decompose},
             {"lexical", lexical}, {"lexical_weight", lexical_weight}, {"lexical_candidates", lexical_candidates},
             {"head", head}, {"cut", cut_json},
+            {"budget", {{"max_tools", budget.max_tools >= 0 ? json(budget.max_tools) : json(nullptr)},
+                        {"max_schema_tokens", budget.max_schema_tokens >= 0 ? json(budget.max_schema_tokens) : json(nullptr)}}},
             {"limits", {{"max_query_chars", limits.max_query_chars}, {"max_history_turns", limits.max_history_turns},
                         {"max_history_chars", limits.max_history_chars}, {"max_subtasks", limits.max_subtasks}}}};
 }

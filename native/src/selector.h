@@ -33,7 +33,9 @@ struct Options {
     int threads = 1;
     std::string decompose = "rules";
     InputLimits limits;
-    Budget budget;       // the config's default budget (max_tools, max_schema_tokens)
+    // the config's default budget: SelectorConfig's max_tools=5 (docs/bench/agent.md), no token bound;
+    // the options' "max_tools": null lifts it (only the cut decides)
+    Budget budget{5, -1};
     bool embedder = true;  // open the GGUF embedder (verify checks the later stages without it)
     // false: listed files are size-checked but not hashed (a faster start, where the bundle's signature
     // or the app's own install check vouches for the bytes); Selector.from_bundle's verify

@@ -176,7 +176,8 @@ json verify_golden(Selector &s) {
         const json &in = c["input"];
         json req = {{"query", in["query"]}, {"history", in.value("history", json::array())}, {"max_tools", in["max_tools"]},
                     {"max_schema_tokens", in["max_schema_tokens"]}, {"format", in.value("format", json("mcp"))}};
-        const Request request = Request::from_json(req.dump(), Budget{});
+        // a bound the probe leaves out is the config's, as in select
+        const Request request = Request::from_json(req.dump(), s.options().budget);
         const Texts tx = s.texts(request);
         r.check("subtasks", c["subtasks"] == json(tx.subtasks), where);
         r.check("texts", c["texts"] == json(tx.texts) && c["history_list"] == (tx.history_list >= 0 ? json(tx.history_list) : json(nullptr)), where);

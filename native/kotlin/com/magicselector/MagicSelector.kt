@@ -35,7 +35,7 @@ class MagicSelector private constructor(private var handle: Long) : java.io.Clos
         return nativeSelect(handle, requestJson)
     }
 
-    /** One turn: [query] with the dialogue so far; [maxTools] / [maxSchemaTokens] bound what is handed to the LLM. */
+    /** One turn: [query] with the dialogue so far; [maxTools] / [maxSchemaTokens] bound what is handed to the LLM (null: the selector's own, five tools unless opened with {"max_tools": null}). */
     fun select(query: String, history: List<Turn> = emptyList(), maxTools: Int? = null,
                maxSchemaTokens: Int? = null, format: String = "mcp"): Selection {
         val request = buildString {
