@@ -71,7 +71,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 SCHEMA = "magicselector-latency/1"
 # the order select() runs them in
-STAGE_ORDER = ("decompose", "tokenize", "embed", "search", "lexical", "fuse", "cut", "total")
+STAGE_ORDER = ("decompose", "tokenize", "embed", "search", "lexical", "fuse", "cut", "budget", "total")
 
 # A fixed set of phone dialogue turns: single intents, multi-intent requests, and follow-ups that
 # only make sense with the history. Kept short, as spoken requests are.

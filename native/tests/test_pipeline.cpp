@@ -37,12 +37,13 @@ int main(int argc, char **argv) {
         }
         // the shipped default budget (SelectorConfig.max_tools=5): a request without a bound gets it,
         // a request's own bound replaces it, and the options' null lifts it
-        const ms::Budget shipped = ms::Options{}.budget;
+        const ms::Options defaults;  // named: GCC 12 -O2 flags a temporary's members as maybe-uninitialized
+        const ms::Budget shipped = defaults.budget;
         const ms::Request plain = ms::Request::from_json(R"({"query": "x"})", shipped);
         const ms::Request own = ms::Request::from_json(R"({"query": "x", "max_tools": 8})", shipped);
         const ms::Options lifted = ms::Options::from_json(R"({"max_tools": null})");
         if (shipped.max_tools != 5 || plain.budget.max_tools != 5 || own.budget.max_tools != 8 ||
-            lifted.budget.max_tools != -1 || ms::Options{}.to_golden_config()["budget"]["max_tools"] != 5) {
+            lifted.budget.max_tools != -1 || defaults.to_golden_config()["budget"]["max_tools"] != 5) {
             std::fprintf(stderr, "test_pipeline: the default budget is not five tools (%d, %d, %d, %d)\n",
                          shipped.max_tools, plain.budget.max_tools, own.budget.max_tools, lifted.budget.max_tools);
             return 1;
