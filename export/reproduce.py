@@ -117,6 +117,88 @@ def shipped_training_data(work: Path, shared_data: Path | None,
     return rows
 
 
+# The shipped FP32 checkpoint's unit vectors of the probe queries (``PROBE_QUERIES``), written from it
+# by ``record_fp32_probes``: what a reproduction is held to where its weights' sha256 differs (long
+# CPU runs agree to float round-off, not bit for bit).
+FP32_PROBES_FILE = Path(__file__).with_name("shipped_fp32_probes.json")
+# the least probe cosine at which reproduced weights count as the shipped ones: a reproduction on the
+# recording CPU was at 1 - 6e-13, the base all-MiniLM-L6-v2 is at 0.83
+EQUIVALENT_MIN_COSINE = 0.99999
+
+
+def checkpoint_probe_vectors(checkpoint: str | Path, texts: list[str]) -> Any:
+    """The checkpoint's FP32 unit vectors of ``texts`` (sentence-transformers, 1 thread, batch 16)."""
+    import logging
+
+    # torchao's CUDA kernel load failures (it is imported along) and torch's pytree deprecation notice
+    # say nothing to a user of a CPU reproduction
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    torch.set_num_threads(1)
+    model = SentenceTransformer(str(checkpoint), device="cpu")
+    return model.encode(texts, batch_size=16, normalize_embeddings=True, convert_to_numpy=True)
+
+
+def record_fp32_probes(checkpoint: str | Path, out: Path = FP32_PROBES_FILE) -> dict[str, Any]:
+    """Write ``out`` from the shipped FP32 checkpoint (its weights' sha256 must be the recorded one)."""
+    import json
+
+    from magicselector.bundle_writer import PROBE_QUERIES
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
+
+    from .bundle import checkpoint_weights_sha256
+
+    recorded = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+    got = checkpoint_weights_sha256(Path(checkpoint))
+    if got != recorded["weights_sha256"]:
+        raise ExportError(f"{checkpoint}: not the shipped checkpoint (weights sha256 {str(got)[:16]}..., "
+                          f"embedder.json records {recorded['weights_sha256'][:16]}...)")
+    vectors = checkpoint_probe_vectors(checkpoint, list(PROBE_QUERIES))
+    data = {"weights_sha256": got, "texts": list(PROBE_QUERIES),
+            "vectors": [[round(float(x), 7) for x in v] for v in vectors]}
+    out.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
+    return data
+
+
+def probe_agreement(recorded: dict[str, Any], vectors: Any) -> dict[str, Any]:
+    """How close a checkpoint's probe vectors are to the recorded ones: the least and mean cosine, and
+    ``equivalent`` (the least at ``EQUIVALENT_MIN_COSINE`` or more)."""
+    import numpy as np
+
+    want = np.asarray(recorded["vectors"], dtype=np.float64)
+    got = np.asarray(vectors, dtype=np.float64)
+    if want.shape != got.shape:
+        raise ExportError(f"probe vectors: shape {got.shape}, the record's {want.shape}")
+    cos = (want * got).sum(1) / (np.linalg.norm(want, axis=1) * np.linalg.norm(got, axis=1))
+    return {"probe_min_cosine": float(cos.min()), "probe_mean_cosine": float(cos.mean()),
+            "probes": len(cos), "equivalent": bool(cos.min() >= EQUIVALENT_MIN_COSINE)}
+
+
+def compare_with_shipped(checkpoint: str | Path) -> dict[str, Any]:
+    """A checkpoint against the shipped weights: ``weights_sha256``, ``weights_reproduced`` (the sha256
+    embedder.json records), ``fp32_probes`` (``probe_agreement`` with the shipped probe vectors) and
+    ``weights_equivalent``: bit for bit, or (a long CPU run) to float round-off."""
+    import json
+
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
+
+    from .bundle import checkpoint_weights_sha256
+
+    recorded = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+    got = checkpoint_weights_sha256(Path(checkpoint))
+    probes = json.loads(FP32_PROBES_FILE.read_text(encoding="utf-8"))
+    agreement = probe_agreement(probes, checkpoint_probe_vectors(checkpoint, probes["texts"]))
+    same = got == recorded["weights_sha256"]
+    return {"weights_sha256": got, "weights_reproduced": same, "fp32_probes": agreement,
+            "weights_equivalent": same or agreement["equivalent"]}
+
+
 def shipped_train_command(data: list[str], out: str) -> list[str]:
     """The ``magicselector train embedder`` command line of the shipped embedder's recorded recipe."""
     import json
@@ -155,10 +237,22 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python3 -m magicselector.export.reproduce",
                                 description="The shipped embedder's FP32 checkpoint from its pinned recipe.")
-    p.add_argument("--out", required=True, help="work folder: data/ and the checkpoint ckpt/")
+    p.add_argument("--out", help="work folder: data/ and the checkpoint ckpt/ (required unless --record-probes)")
     p.add_argument("--shared-data", help="the public sets' folder (default: ../shared/data beside the checkout)")
     p.add_argument("--dry-run", action="store_true", help="remake and check the data, print the training command")
+    p.add_argument("--record-probes", metavar="CHECKPOINT",
+                   help="maintainers: write the shipped checkpoint's FP32 probe vectors (export/shipped_fp32_probes.json)")
     args = p.parse_args(argv)
+    if args.record_probes:
+        try:
+            record_fp32_probes(args.record_probes)
+        except MagicSelectorError as e:
+            print(f"magicselector: error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {FP32_PROBES_FILE}")
+        return 0
+    if not args.out:
+        p.error("--out is required")
     out = Path(args.out)
     try:
         rows = shipped_training_data(out / "data", Path(args.shared_data) if args.shared_data else None,
@@ -169,15 +263,12 @@ def main(argv: list[str] | None = None) -> int:
                                   "command": shlex.join(command), "weights_sha256_recorded": recorded["weights_sha256"]}
         if not args.dry_run:
             subprocess.run([sys.executable, "-m", "magicselector", *command[1:]], check=True)
-            from .bundle import checkpoint_weights_sha256
-
-            got = checkpoint_weights_sha256(out / "ckpt")
-            report.update(weights_sha256=got, weights_reproduced=got == recorded["weights_sha256"])
+            report.update(compare_with_shipped(out / "ckpt"))
     except (MagicSelectorError, subprocess.CalledProcessError) as e:
         print(f"magicselector: error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2))
-    return 0
+    return 0 if args.dry_run or report.get("weights_equivalent") else 1
 
 
 if __name__ == "__main__":

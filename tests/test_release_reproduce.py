@@ -79,3 +79,33 @@ def test_a_recorded_training_folder_is_known_by_its_path():
     assert data_source("/x/splits/gorilla_apibench/eval") == ("gorilla_apibench", "eval")
     assert data_source("/tmp/mobile/test") is None and data_source("/tmp/splits/unknown_set/train") is None
     assert all(data_source(d["path"]) is not None for d in _recorded()["data"])  # the shipped record: all remade
+
+
+def test_the_fp32_probes_belong_to_the_shipped_weights():
+    """A long CPU run agrees with the shipped weights to float round-off, not bit for bit; the
+    reproduction is then held to the shipped FP32 vectors of the probe queries."""
+    import numpy as np
+
+    from magicselector.bundle_writer import PROBE_QUERIES
+    from magicselector.export.reproduce import FP32_PROBES_FILE, probe_agreement
+
+    probes = json.loads(FP32_PROBES_FILE.read_text())
+    assert probes["weights_sha256"] == _recorded()["weights_sha256"] and probes["texts"] == list(PROBE_QUERIES)
+    vectors = np.asarray(probes["vectors"])
+    assert vectors.shape == (len(PROBE_QUERIES), 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    same = probe_agreement(probes, vectors)
+    assert same["equivalent"] and same["probe_min_cosine"] > 1 - 1e-9
+    nudged = vectors + np.random.default_rng(0).normal(0, 0.01, vectors.shape)  # about cosine 0.98
+    assert not probe_agreement(probes, nudged)["equivalent"]
+
+
+@pytest.mark.slow
+def test_the_base_model_is_not_taken_for_the_shipped_weights():
+    pytest.importorskip("sentence_transformers", reason=needs("export"))
+    from magicselector.export.checkpoints import minilm_checkpoint
+    from magicselector.export.reproduce import FP32_PROBES_FILE, checkpoint_probe_vectors, probe_agreement
+
+    probes = json.loads(FP32_PROBES_FILE.read_text())
+    base = probe_agreement(probes, checkpoint_probe_vectors(minilm_checkpoint(), probes["texts"]))
+    assert not base["equivalent"] and base["probe_min_cosine"] < 0.95  # 0.83: the fine-tune moved every probe
