@@ -62,6 +62,15 @@ def verify_against_checkpoint(bundle_dir: str | Path, checkpoint: str | Path,
 
 
 # -- the shipped embedder's FP32 checkpoint, from its pinned recipe ---------------------------------
+def shipped_record() -> dict[str, Any]:
+    """How the shipped embedder was trained: embedder.json's ``source`` (data, recipe, weights sha256)."""
+    import json
+
+    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
+
+    return json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+
+
 def data_source(recorded_path: str) -> tuple[str, str | None] | None:
     """Where a training folder the record names came from, read off its path (embedder.json's
     source.data): ``.../mobile/train`` is ``magicselector generate --seed 0``'s train split,
@@ -83,14 +92,11 @@ def shipped_training_data(work: Path, shared_data: Path | None,
     (``magicselector generate --seed 0``'s train split; ``magicselector split``'s train parts of the public
     sets, seed 0) and hold each one's sha256 against the record: one row per folder, with
     ``same`` (both files' sha256 equal the recorded ones)."""
-    import json
-
     from magicselector.data.mobile import GeneratorConfig, generate_benchmark
     from magicselector.data.splits import PUBLIC_SPLITS, default_shared_data, write_tool_disjoint_split
-    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
     from magicselector.files import sha256_file
 
-    source = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+    source = shipped_record()
     shared = Path(shared_data) if shared_data is not None else default_shared_data()
     sources = []
     for recorded in source["data"]:  # every source is there before minutes of work
@@ -150,11 +156,10 @@ def record_fp32_probes(checkpoint: str | Path, out: Path = FP32_PROBES_FILE) -> 
     import json
 
     from magicselector.bundle_writer import PROBE_QUERIES
-    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
 
     from .bundle import checkpoint_weights_sha256
 
-    recorded = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+    recorded = shipped_record()
     got = checkpoint_weights_sha256(Path(checkpoint))
     if got != recorded["weights_sha256"]:
         raise ExportError(f"{checkpoint}: not the shipped checkpoint (weights sha256 {str(got)[:16]}..., "
@@ -186,11 +191,9 @@ def compare_with_shipped(checkpoint: str | Path) -> dict[str, Any]:
     ``weights_equivalent``: bit for bit, or (a long CPU run) to float round-off."""
     import json
 
-    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
-
     from .bundle import checkpoint_weights_sha256
 
-    recorded = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+    recorded = shipped_record()
     got = checkpoint_weights_sha256(Path(checkpoint))
     probes = json.loads(FP32_PROBES_FILE.read_text(encoding="utf-8"))
     agreement = probe_agreement(probes, checkpoint_probe_vectors(checkpoint, probes["texts"]))
@@ -201,11 +204,7 @@ def compare_with_shipped(checkpoint: str | Path) -> dict[str, Any]:
 
 def shipped_train_command(data: list[str], out: str) -> list[str]:
     """The ``magicselector train embedder`` command line of the shipped embedder's recorded recipe."""
-    import json
-
-    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
-
-    r = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]["recipe"]
+    r = shipped_record()["recipe"]
     argv = ["magicselector", "train", "embedder", "--data", *data, "--out", out, "--seed", str(r["seed"]),
             "--epochs", str(r["epochs"]), "--rounds", str(r["rounds"]), "--negatives", str(r["negatives"]),
             "--pool", str(r["pool"]), "--batch-size", str(r["batch_size"]), "--lr", str(r["lr"]),
@@ -232,7 +231,6 @@ def main(argv: list[str] | None = None) -> int:
     import subprocess
     import sys
 
-    from magicselector.default_bundle import EMBEDDER_META, SHIPPED_EMBEDDER_DIR
     from magicselector.errors import MagicSelectorError
 
     p = argparse.ArgumentParser(prog="python3 -m magicselector.export.reproduce",
@@ -258,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = shipped_training_data(out / "data", Path(args.shared_data) if args.shared_data else None,
                                      log=lambda m: print(f"[reproduce] {m}", file=sys.stderr))
         command = shipped_train_command([r["folder"] for r in rows], str(out / "ckpt"))
-        recorded = json.loads((SHIPPED_EMBEDDER_DIR / EMBEDDER_META).read_text(encoding="utf-8"))["source"]
+        recorded = shipped_record()
         report: dict[str, Any] = {"data": rows, "data_reproduced": all(r["same"] for r in rows),
                                   "command": shlex.join(command), "weights_sha256_recorded": recorded["weights_sha256"]}
         if not args.dry_run:

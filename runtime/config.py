@@ -6,6 +6,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from .errors import InputError
+from .stages.budget import Budget
 from .stages.cut import CutConfig, CutRule
 from .decompose.prompts import PROMPT_STYLES
 
@@ -129,9 +130,12 @@ class SelectorConfig:
         self._check_groups()
         if not isinstance(self.head, bool):
             raise InputError(f"head must be True or False, got {self.head!r}")
-        from .stages.budget import Budget
-
         Budget(self.max_tools, self.max_schema_tokens)  # InputError naming the field
+
+    def budget(self, max_tools: int | None = None, max_schema_tokens: int | None = None, format: str = "mcp") -> Budget:
+        """A turn's budget (``stages/budget.py``): the caller's bounds, this config's where left out."""
+        return Budget(self.max_tools if max_tools is None else max_tools,
+                      self.max_schema_tokens if max_schema_tokens is None else max_schema_tokens, format)
 
     def _check_groups(self) -> None:
         """The grouped settings (``limits``, ``llm``) are their config classes."""

@@ -297,12 +297,9 @@ def _replay_budget(selector: Pipeline, inputs: dict[str, Any], ids: list[str], k
                    by_probability: bool) -> tuple[list[int], int | None]:
     """The positions the probe's budget keeps, and the schema tokens they spend (where it bounds tokens);
     a bound the probe leaves out is the config's, as in ``select``."""
-    from .stages.budget import Budget, spend_budget
+    from .stages.budget import spend_budget
 
-    cfg = selector.config
-    budget = Budget(cfg.max_tools if inputs.get("max_tools") is None else inputs["max_tools"],
-                    cfg.max_schema_tokens if inputs.get("max_schema_tokens") is None else inputs["max_schema_tokens"],
-                    inputs.get("format", "mcp"))
+    budget = selector.config.budget(inputs.get("max_tools"), inputs.get("max_schema_tokens"), inputs.get("format", "mcp"))
     kept = spend_budget(budget, ids, k, [lst.ids for lst in lists], lambda t: tool_tokens(selector, t, budget.format),
                         by_probability)
     tokens = sum(tool_tokens(selector, ids[i], budget.format) for i in kept) \

@@ -302,8 +302,7 @@ class Selector:
         """The tools for one turn: ``query`` (the user's utterance) after ``history`` (chat messages,
         oldest first). ``max_tools`` / ``max_schema_tokens`` (default: the config's) bound what is
         kept, the tokens counted for the definitions in ``format`` (``stages/budget.py``)."""
-        budget = Budget(self.config.max_tools if max_tools is None else max_tools,
-                        self.config.max_schema_tokens if max_schema_tokens is None else max_schema_tokens, format)
+        budget = self.config.budget(max_tools, max_schema_tokens, format)
         timer = _Timer()
         ranking = self._rank(query, history, timer)
         t = time.perf_counter()
