@@ -30,6 +30,7 @@ from magicselector.errors import InputError
 from magicselector.files import cache_home
 from magicselector.dialogue import bounded_history
 from magicselector.selector import Selector
+from magicselector.stages.budget import spend_budget
 from magicselector.stages.cut import CutRule
 from magicselector.stages.index import ToolIndex
 
@@ -189,11 +190,22 @@ def _run_config(config: EvalConfig, base: Selector, candidates: int) -> Selector
 
 
 def _bm25_ranking(selector: Selector, q: Query, run: SelectorConfig, candidates: int) -> tuple[list[str], int]:
-    """BM25 alone: the runtime's lexical index over the retrieval text, cut by the run's rule; (ranked ids, K)."""
+    """BM25 alone: the runtime's lexical index over the retrieval text, cut by the run's rule and
+    bounded by the run's budget as every other row is (``spend_budget``: one list, so the ranked
+    order's first tools); (ranked ids, K)."""
     text = retrieval_text(" ".join(q.query.split()), validate_history(q.history), run.history, run.history_turns)
     ids, scores = selector.lexical.search([text], candidates)[0]
+    ids = list(ids)
     emb = selector.index.vectors(ids) if run.cut.uses_embeddings else None
-    return list(ids), run.cut.apply(np.asarray(scores), emb).k
+    k = run.cut.apply(np.asarray(scores), emb).k
+    budget = run.budget()
+    if not budget.bounded:
+        return ids, k
+    kept = spend_budget(budget, ids, k, [ids], lambda t: selector.live.schema_tokens(selector.catalog.get(t),
+                                                                                      budget.format))
+    # the kept tools first, in ranked order, as Selector.select hands them over
+    rest = set(range(len(ids))) - set(kept)
+    return [ids[i] for i in kept] + [ids[i] for i in sorted(rest)], len(kept)
 
 
 def _scored_row(q: Query, selector: Selector, raw_selector: Selector | None, run: SelectorConfig,

@@ -210,6 +210,26 @@ def test_eval_hybrid_runs_with_decomposition_and_bm25_alone(tiny_benchmark, bund
         EvalConfig(SelectorConfig(decompose="llm"), retriever="bm25")
 
 
+@pytest.mark.slow
+def test_eval_bm25_alone_is_bounded_by_the_budget_as_every_row_is(bundle_dir):
+    from magicselector.bench.evaluate import _bm25_ranking
+    from magicselector.config import SelectorConfig
+    from magicselector.data.datasets import Query
+    from magicselector.selector import Selector
+    from magicselector.bench.cut_rules import FixedCut
+
+    selector = Selector.from_bundle(bundle_dir)
+    q = Query("q", "set an alarm, play some music, text mom a message and check the weather and my calendar",
+              ("set_alarm",), history=())
+
+    def ranked(max_tools: int | None) -> tuple[list[str], int]:
+        return _bm25_ranking(selector, q, SelectorConfig(max_tools=max_tools, cut=FixedCut(8)), 30)
+
+    (free, k_free), (capped, k_capped) = ranked(None), ranked(3)
+    assert k_free == 8 and k_capped == 3  # the cut alone keeps 8; the budget bounds it as select's does
+    assert capped == free  # one list: the bound keeps the ranked order's first tools
+
+
 # -- add and remove are all or nothing ----------------------------------------------------------------
 def _full_state(index: LexicalIndex) -> tuple:
     """Everything the index holds, and what it answers (scores and rankings of a few texts)."""
