@@ -30,7 +30,7 @@ from magicselector.errors import InputError
 from magicselector.files import cache_home
 from magicselector.dialogue import bounded_history
 from magicselector.selector import Selector
-from magicselector.stages.budget import spend_budget
+from magicselector.stages.budget import kept_first, spend_budget
 from magicselector.stages.cut import CutRule
 from magicselector.stages.index import ToolIndex
 
@@ -203,9 +203,7 @@ def _bm25_ranking(selector: Selector, q: Query, run: SelectorConfig, candidates:
         return ids, k
     kept = spend_budget(budget, ids, k, [ids], lambda t: selector.live.schema_tokens(selector.catalog.get(t),
                                                                                       budget.format))
-    # the kept tools first, in ranked order, as Selector.select hands them over
-    rest = set(range(len(ids))) - set(kept)
-    return [ids[i] for i in kept] + [ids[i] for i in sorted(rest)], len(kept)
+    return [ids[i] for i in kept_first(kept, len(ids))], len(kept)  # as Selector.select hands them over
 
 
 def _scored_row(q: Query, selector: Selector, raw_selector: Selector | None, run: SelectorConfig,

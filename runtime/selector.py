@@ -14,7 +14,7 @@ from .live_catalog import LiveCatalog
 from .plan import RetrievalPlan, plan_turn
 from .config import SelectorConfig
 from .errors import BundleError, InputError
-from .stages.budget import Budget, spend_budget
+from .stages.budget import Budget, kept_first, spend_budget
 from .stages.cut import Cut, cut_turn
 from .decompose import BUILT_IN, DecomposeTrace, Decomposer, LlmSettings, build_decomposer
 from .stages.embed import Embedder
@@ -371,7 +371,7 @@ class Selector:
             return self.live.schema_tokens(ranking.catalog.get(tid), budget.format)
 
         kept = spend_budget(budget, ids, k, [lst.ids for lst in ranking.lists], cost, by_probability)
-        order = kept + [i for i in range(len(ids)) if i not in set(kept)]
+        order = kept_first(kept, len(ids))
         tokens = sum(cost(ids[i]) for i in kept) if budget.max_schema_tokens is not None else None
         return [ids[i] for i in order], np.asarray(scores)[order], [source[i] for i in order], len(kept), tokens
 

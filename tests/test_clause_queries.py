@@ -43,6 +43,7 @@ def generated(tmp_path_factory) -> Path:
 
 def test_the_folder_holds_the_rules_clauses_of_split_turns_and_is_remade_bit_for_bit(generated, tmp_path):
     from magicselector.decompose import build_decomposer
+    from magicselector.dialogue import validate_history
 
     n = write_clause_folder(generated / "train", tmp_path / "a")
     write_clause_folder(generated / "train", tmp_path / "b")
@@ -58,13 +59,7 @@ def test_the_folder_holds_the_rules_clauses_of_split_turns_and_is_remade_bit_for
         assert q.history == () and q.category == "clause" and len(q.gold) == 1
         assert q.gold[0] in {t["tool"] for t in turn.extra["tasks"]}
         # the text the runtime retrieves with for that turn
-        assert q.query in rules.decompose(turn.query, [_turn(m) for m in turn.history]).tasks
-
-
-def _turn(message: dict):
-    from magicselector.dialogue import Turn
-
-    return Turn(message["role"], message["content"])
+        assert q.query in rules.decompose(turn.query, validate_history(turn.history)).tasks
 
 
 def test_evaluation_parts_are_refused(generated, tmp_path, capsys):

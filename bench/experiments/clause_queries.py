@@ -15,7 +15,7 @@ remade bit for bit. The output is a benchmark folder (the source's ``tools.jsonl
 no history, category ``clause``) that ``magicselector train embedder --data`` takes beside the
 others. It reads only a train folder: the clauses of an evaluation part are never written.
 
-docs/bench/multi-tool.md ("Training on the rules' clauses") has what it measured.
+docs/bench/multi-tool.md ("After default-v13") has what it measured.
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def write_clause_folder(source: Path, out: Path) -> int:
     """``clause_rows`` of ``source`` as a benchmark folder ``out`` (its tools.jsonl copied); the
     number of queries written. An evaluation part is refused."""
     part = split_part(source)
-    if part is not None and part["part"] == "eval" or source.name.startswith("test"):
+    if (part is not None and part["part"] == "eval") or source.name.startswith("test"):  # test, test_ood
         raise InputError(f"{source}: an evaluation part; clause queries are written from train folders only")
     rows = clause_rows(source)
     if not rows:

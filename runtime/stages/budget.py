@@ -57,6 +57,13 @@ def spend_budget(budget: Budget, ids: Sequence[str], k: int, lists: Sequence[Seq
     return sorted(_spend(priority, slots, budget.max_schema_tokens, lambda i: tokens(ids[i])))
 
 
+def kept_first(kept: Sequence[int], n: int) -> list[int]:
+    """The hand-over order of a ranked list of ``n`` after ``spend_budget`` kept the positions
+    ``kept``: those first, in ranked order, then the others in ranked order."""
+    rest = set(range(n)).difference(kept)
+    return [*kept, *sorted(rest)]
+
+
 def _spend(priority: list[int], slots: int, room: int | None, cost_of: Callable[[int], int]) -> list[int]:
     """The positions bought in priority order: at most ``slots``, each that fits what is left of
     ``room`` tokens (a tool too big is passed over, a smaller one after it may still fit)."""
